@@ -1,0 +1,5 @@
+import sys
+
+from mrtpo.cli import main
+
+sys.exit(main())

@@ -1,0 +1,143 @@
+"""One group end to end: sample → score with the verifiers → replay → advantages per token.
+
+Shared by the CLI (``explain``, ``sample``), the app and the trainer, so each step has one implementation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from mrtpo import advantages as adv_mod
+from mrtpo.model import LoadedModel, Sample, sample
+from mrtpo.relevance import ReplayConfig, ReplayResult, replay_group
+from mrtpo.tasks.base import Example, TaskFamily
+from mrtpo.templates import Template
+
+
+@dataclass
+class ScoredGroup:
+    """A group of responses to one example with every reward's score, reason and verifier information."""
+
+    example: Example
+    prompt: str
+    samples: list[Sample]
+    reward_names: list[str]
+    rewards: np.ndarray  # (G, K)
+    reasons: list[dict[str, str]]  # per response: {reward: reason}
+    verifier_info: list[dict[str, str]]  # per response: {reward: text}
+
+
+def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample]) -> ScoredGroup:
+    names = family.reward_names(example)
+    R = np.zeros((len(samples), len(names)))
+    reasons, infos = [], []
+    for i, s in enumerate(samples):
+        sc = family.score(example, s.text)
+        R[i] = [sc[k].value for k in names]
+        reasons.append({k: sc[k].reason for k in names})
+        info = family.verifier_info(example, s.text)
+        infos.append({k: info[k] for k in names})
+    return ScoredGroup(example, example.prompt, list(samples), names, R, reasons, infos)
+
+
+def sample_group(lm: LoadedModel, family: TaskFamily, example: Example, n: int = 8, max_new_tokens: int = 96,
+                 temperature: float = 1.0, seed: int | None = 0) -> ScoredGroup:
+    samples = sample(lm, example.prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    return score_group(family, example, samples)
+
+
+def template_for(family: TaskFamily | None, override: Template | dict | None = None) -> Template:
+    if isinstance(override, Template):
+        return override
+    if override is not None:
+        return Template.from_dict(override)
+    return Template.from_dict(family.template) if family is not None and family.template else Template()
+
+
+def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
+                  config: ReplayConfig | None = None) -> ReplayResult:
+    """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``."""
+    return replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
+                        rewards=group.rewards if skip_constant else None, config=config)
+
+
+@dataclass
+class TokenView:
+    """Everything the heatmaps show for a group under one method and β (all numpy, per response)."""
+
+    method: str
+    beta: float
+    reward_names: list[str]
+    rewards: np.ndarray  # (G, K)
+    per_reward: np.ndarray  # (G, K) response-level per-reward advantage (uniform over tokens)
+    final: np.ndarray  # (G,) response-level advantage
+    tokens: list[list[dict]]  # per response: [{text, start, end}]
+    texts: list[str]
+    relevance: list[dict[str, np.ndarray]]  # per response: reward -> (T,) (ones for skipped rewards)
+    js: list[dict[str, np.ndarray]]
+    token_adv_per_reward: list[dict[str, np.ndarray]]  # per response: reward -> (T,) A_ikt (weighted)
+    token_adv: list[np.ndarray]  # per response: (T,) combined A_it after batch normalization
+    diagnostics: dict = field(default_factory=dict)
+
+
+def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", beta: float = 0.5,
+               weights=None, cap: float | None = None) -> TokenView:
+    """Advantages of ``method`` for one group, spread over tokens by the replay's relevance (no model calls)."""
+    G, K = group.rewards.shape
+    adv = adv_mod.compute(method, torch.tensor(group.rewards, dtype=torch.float32), G, weights)
+    m = adv_mod.parse_method(method)
+    T = max((len(r.token_ids) for r in replay.responses), default=0)
+    mask = torch.zeros(G, T, dtype=torch.bool)
+    rho = torch.ones(G, K, T)
+    for i, r in enumerate(replay.responses):
+        mask[i, : len(r.token_ids)] = True
+        for j, k in enumerate(group.reward_names):
+            if k in r.relevance:
+                rho[i, j, : len(r.token_ids)] = torch.from_numpy(r.relevance[k]).float()
+    b = beta if m.tokens else 0.0
+    tok = adv_mod.token_advantages(adv, rho, mask, beta=b, cap=cap)  # (G, T)
+    per_tok = adv_mod.reallocate(adv.per_reward, rho, mask, b) / adv.scale  # (G, K, T)
+    view = TokenView(
+        method=method, beta=b, reward_names=group.reward_names, rewards=group.rewards,
+        per_reward=(adv.per_reward / adv.scale).numpy(), final=adv.final.numpy(),
+        tokens=[r.tokens() for r in replay.responses], texts=[r.text for r in replay.responses],
+        relevance=[{k: (r.relevance[k] if k in r.relevance else np.ones(len(r.token_ids))) for k in group.reward_names}
+                   for r in replay.responses],
+        js=[{k: (r.js[k] if k in r.js else np.zeros(len(r.token_ids))) for k in group.reward_names} for r in replay.responses],
+        token_adv_per_reward=[{k: per_tok[i, j, : len(r.token_ids)].numpy() for j, k in enumerate(group.reward_names)}
+                              for i, r in enumerate(replay.responses)],
+        token_adv=[tok[i, : len(r.token_ids)].numpy() for i, r in enumerate(replay.responses)],
+        diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in adv.diagnostics.items() if k != "zscore"},
+    )
+    return view
+
+
+def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
+    """Everything a view shows, as plain JSON."""
+    r6 = lambda a: [round(float(x), 6) for x in a]  # noqa: E731
+    out = {
+        "method": view.method, "beta": view.beta, "rewards": view.reward_names,
+        "responses": [],
+        "diagnostics": view.diagnostics,
+    }
+    if group is not None:
+        out["example_id"], out["prompt"] = group.example.id, group.prompt
+    for i, text in enumerate(view.texts):
+        item = {
+            "response": text, "tokens": view.tokens[i],
+            "reward_values": dict(zip(view.reward_names, r6(view.rewards[i]))),
+            "advantage": round(float(view.final[i]), 6),
+            "per_reward_advantage": dict(zip(view.reward_names, r6(view.per_reward[i]))),
+            "js": {k: r6(v) for k, v in view.js[i].items()},
+            "relevance": {k: r6(v) for k, v in view.relevance[i].items()},
+            "token_advantage_per_reward": {k: r6(v) for k, v in view.token_adv_per_reward[i].items()},
+            "token_advantage": r6(view.token_adv[i]),
+        }
+        if group is not None:
+            item["reasons"] = group.reasons[i]
+            item["verifier_info"] = group.verifier_info[i]
+        out["responses"].append(item)
+    return out

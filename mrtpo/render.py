@@ -1,0 +1,137 @@
+"""Token heatmaps as self-contained HTML (no scripts, no CDN): used by the CLI's ``explain`` and the app.
+
+Conventions (Captum / Inseq): advantages use a diverging scale pinned at 0 (blue = positive, red = negative,
+0 transparent) with symmetric limits ±max|v|; relevance uses a sequential scale (orange, 0 transparent).
+Every number is in the hover tooltip (``title``); a legend says what the colors mean.
+"""
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+import numpy as np
+
+from mrtpo.pipeline import ScoredGroup, TokenView
+
+CSS = """
+.mrtpo{font-family:ui-sans-serif,system-ui,sans-serif;font-size:14px;color:#222}
+.mrtpo .row{display:flex;align-items:flex-start;margin:2px 0}
+.mrtpo .lab{flex:0 0 190px;font-size:12px;color:#555;padding-top:3px}
+.mrtpo .toks{flex:1;font-family:ui-monospace,Menlo,Consolas,monospace;line-height:1.9;white-space:normal;word-break:break-word}
+.mrtpo .tok{border-radius:3px;padding:1px 0;white-space:pre-wrap}
+.mrtpo .nl{color:#aaa}
+.mrtpo .legend{display:flex;gap:14px;align-items:center;font-size:12px;color:#555;margin:6px 0}
+.mrtpo .bar{display:inline-block;width:120px;height:10px;border-radius:2px;vertical-align:middle}
+.mrtpo .reward{border-top:1px solid #eee;padding-top:4px;margin-top:6px}
+.mrtpo h3{margin:10px 0 4px 0;font-size:15px}
+.mrtpo table{border-collapse:collapse;font-size:12px}
+.mrtpo td,.mrtpo th{border:1px solid #ddd;padding:2px 6px;text-align:right}
+"""
+
+POS, NEG, REL = (33, 102, 172), (178, 24, 43), (230, 97, 1)
+
+
+def diverging_color(v: float, vmax: float) -> str:
+    """rgba for an advantage: blue for v > 0, red for v < 0, alpha |v| / vmax (0 → transparent)."""
+    if vmax <= 0 or v == 0 or not np.isfinite(v):
+        return "transparent"
+    a = min(1.0, abs(v) / vmax) * 0.85
+    r, g, b = POS if v > 0 else NEG
+    return f"rgba({r},{g},{b},{a:.3f})"
+
+
+def sequential_color(v: float, vmax: float) -> str:
+    """rgba for relevance: orange with alpha v / vmax."""
+    if vmax <= 0 or v <= 0 or not np.isfinite(v):
+        return "transparent"
+    a = min(1.0, v / vmax) * 0.85
+    return f"rgba({REL[0]},{REL[1]},{REL[2]},{a:.3f})"
+
+
+def _esc_token(text: str) -> str:
+    t = html.escape(text)
+    return t.replace("\n", '<span class="nl">↵</span><br>') if "\n" in t else t
+
+
+def token_row(label: str, tokens: Sequence[dict], values: Sequence[float], kind: str, vmax: float,
+              tooltips: Sequence[str]) -> str:
+    """One heatmap row: a label and one ``<span class="tok">`` per token."""
+    color = diverging_color if kind == "diverging" else sequential_color
+    spans = [
+        f'<span class="tok" style="background:{color(float(v), vmax)}" title="{html.escape(tip, quote=True)}">'
+        f"{_esc_token(t['text'])}</span>"
+        for t, v, tip in zip(tokens, values, tooltips)
+    ]
+    return f'<div class="row"><div class="lab">{html.escape(label)}</div><div class="toks">{"".join(spans)}</div></div>'
+
+
+def legend(vmax_adv: float, vmax_rel: float) -> str:
+    return (
+        '<div class="legend">'
+        f'<span>advantage <span class="bar" style="background:linear-gradient(90deg,rgb{NEG},white,rgb{POS})"></span>'
+        f" −{vmax_adv:.3g} (red: pushed down) · 0 · +{vmax_adv:.3g} (blue: pushed up)</span>"
+        f'<span>relevance <span class="bar" style="background:linear-gradient(90deg,white,rgb{REL})"></span>'
+        f" 0 … {vmax_rel:.3g} (mean 1)</span></div>"
+    )
+
+
+def scales(view: TokenView) -> tuple[float, float]:
+    """Symmetric advantage limit ±max|A| and relevance limit max ρ over the whole group."""
+    adv = [np.abs(a).max() for a in view.token_adv if len(a)]
+    adv += [np.abs(v).max() for d in view.token_adv_per_reward for v in d.values() if len(v)]
+    adv += [float(np.abs(view.final).max()) if len(view.final) else 0.0]
+    rel = [v.max() for d in view.relevance for v in d.values() if len(v)]
+    return float(max(adv, default=1.0)) or 1.0, float(max(rel, default=1.0)) or 1.0
+
+
+def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None, combined: bool = True,
+                  vmax: tuple[float, float] | None = None) -> str:
+    """Heatmaps of response ``i``: per reward GDPO's uniform advantage, MRTPO's token advantage, relevance."""
+    va, vr = vmax or scales(view)
+    toks = view.tokens[i]
+    T = len(toks)
+    parts = []
+    for j, k in enumerate(view.reward_names):
+        if rewards is not None and k not in rewards:
+            continue
+        rel, js, ta = view.relevance[i][k], view.js[i][k], view.token_adv_per_reward[i][k]
+        uni = float(view.per_reward[i, j])
+        tips = [f"{t['text']!r} | reward {k} | JS {js[n]:.4f} | relevance {rel[n]:.3f} | "
+                f"MRTPO advantage {ta[n]:+.4f} | GDPO advantage {uni:+.4f}" for n, t in enumerate(toks)]
+        parts.append(f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}</div>')
+        parts.append(token_row(f"GDPO (uniform) {uni:+.3f}", toks, [uni] * T, "diverging", va, tips))
+        parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips))
+        parts.append(token_row("relevance ρ", toks, rel, "sequential", vr, tips))
+    if combined:
+        fin, ta = float(view.final[i]), view.token_adv[i]
+        tips = [f"{t['text']!r} | combined | MRTPO advantage {ta[n]:+.4f} | GDPO advantage {fin:+.4f}"
+                for n, t in enumerate(toks)]
+        parts.append('<div class="reward"><b>combined</b> (sum over rewards, batch-normalized)</div>')
+        parts.append(token_row(f"GDPO (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips))
+        parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips))
+    return f'<div class="mrtpo">{legend(va, vr)}{"".join(parts)}</div>'
+
+
+def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
+    head = "".join(f"<th>{html.escape(k)}</th><th>Â {html.escape(k)}</th>" for k in view.reward_names)
+    rows = []
+    for i in range(len(view.texts)):
+        cells = "".join(f"<td>{view.rewards[i, j]:.3g}</td><td>{view.per_reward[i, j]:+.3f}</td>"
+                        for j in range(len(view.reward_names)))
+        rows.append(f"<tr><td>{i}</td>{cells}<td>{view.final[i]:+.3f}</td></tr>")
+    return f'<table><tr><th>#</th>{head}<th>advantage</th></tr>{"".join(rows)}</table>'
+
+
+def page_html(view: TokenView, group: ScoredGroup | None = None, title: str = "mrtpo explain") -> str:
+    """A self-contained HTML page: rewards table, then every response's heatmaps."""
+    vm = scales(view)
+    body = [f"<h2>{html.escape(title)}</h2>"]
+    if group is not None:
+        body.append(f"<p><b>Example</b> {html.escape(group.example.id)}</p>"
+                    f"<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>{html.escape(group.prompt)}</pre>")
+    body.append(rewards_table(view, group))
+    for i in range(len(view.texts)):
+        body.append(f"<h3>Response {i} — advantage {view.final[i]:+.3f}</h3>")
+        body.append(response_html(view, i, vmax=vm))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body class='mrtpo'>{''.join(body)}</body></html>")

