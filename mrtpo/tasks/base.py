@@ -1,0 +1,115 @@
+"""What every task family gives: examples, named rewards, scores with reasons, verifier information.
+
+A task family is one module under ``mrtpo/tasks/`` exposing a subclass of :class:`TaskFamily`.
+The rest of mrtpo (CLI, app, trainer, relevance) only uses this interface.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from mrtpo.errors import TaskFileError
+
+
+@dataclass
+class Example:
+    """One task instance.
+
+    id:     stable identifier (string), unique within the family's built-in set.
+    prompt: the task prompt x the policy sees (user message; no verifier information in it).
+    data:   family-specific fields (reference query and database, constraints, tool schemas, ...).
+    """
+
+    id: str
+    prompt: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Score:
+    """A reward value and, when it is not full marks, the checker's reason."""
+
+    value: float
+    reason: str = ""
+
+
+class TaskFamily:
+    """Base class of a task family. Subclasses set ``name`` and implement the methods below."""
+
+    name: str = ""
+    description: str = ""
+    #: default verifier-information template for this family (see mrtpo.templates.Template)
+    template: dict[str, str] | None = None
+
+    # -- examples -----------------------------------------------------------------------------
+    def examples(self) -> list[Example]:
+        """The built-in examples, in a fixed order."""
+        raise NotImplementedError
+
+    def example(self, key: str | int) -> Example:
+        """An example by id, or by 0-based index when ``key`` is an int or a digit string not used as id."""
+        exs = self.examples()
+        for ex in exs:
+            if ex.id == str(key):
+                return ex
+        if isinstance(key, int) or (isinstance(key, str) and key.isdigit()):
+            i = int(key)
+            if 0 <= i < len(exs):
+                return exs[i]
+        from mrtpo.errors import MrtpoError
+
+        raise MrtpoError(f"task '{self.name}' has no example '{key}' (ids: {exs[0].id} ... {exs[-1].id}, or an index 0..{len(exs) - 1})")
+
+    def parse_example(self, obj: dict[str, Any]) -> Example:
+        """Build an Example from one JSON object of the family's documented JSONL format.
+
+        Raise ``KeyError(field)`` for a missing field or ``ValueError(f"{field}: {problem}")``
+        for a bad one; :meth:`load_examples` turns both into a TaskFileError naming line and field.
+        """
+        raise NotImplementedError
+
+    def load_examples(self, path: str | Path) -> list[Example]:
+        """Examples from a JSONL file in the family's format; a bad line raises TaskFileError."""
+        return list(_load_jsonl(path, self.parse_example))
+
+    # -- rewards --------------------------------------------------------------------------------
+    def reward_names(self, example: Example) -> list[str]:
+        """The rewards of this example, in a fixed order (for instructions: the constraint ids)."""
+        raise NotImplementedError
+
+    def score(self, example: Example, response: str) -> dict[str, Score]:
+        """Every reward of ``example`` for ``response``: {reward: Score}, values in [0, 1]."""
+        raise NotImplementedError
+
+    def verifier_info(self, example: Example, response: str) -> dict[str, str]:
+        """What each reward's checker reads, as text: {reward: text} (same keys as reward_names)."""
+        raise NotImplementedError
+
+
+def _load_jsonl(path: str | Path, parse) -> Iterable:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise TaskFileError(str(path), 0, "-", f"cannot read file: {e.strerror or e}") from None
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TaskFileError(str(path), n, "-", f"not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise TaskFileError(str(path), n, "-", "each line must be a JSON object")
+        try:
+            yield parse(obj)
+        except KeyError as e:
+            raise TaskFileError(str(path), n, str(e.args[0]), "missing") from None
+        except (ValueError, TypeError) as e:
+            msg = str(e)
+            fld, _, problem = msg.partition(": ")
+            if not problem:
+                fld, problem = "-", msg
+            raise TaskFileError(str(path), n, fld, problem) from None
