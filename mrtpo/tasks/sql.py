@@ -1,0 +1,376 @@
+"""Text-to-SQL: write one SQLite query answering a question about a small database.
+
+Rewards, in this order:
+
+* ``format``  — the reply is exactly one ```sql fenced block and nothing else (whitespace aside).
+* ``valid``   — the SQL (the block's body; the whole reply if there is no block) parses with sqlglot
+  in the sqlite dialect and is one SELECT / WITH ... SELECT statement (UNION etc. included).
+* ``correct`` — run in a read-only sandbox (:mod:`mrtpo.tasks.sql_sandbox`), its rows equal the
+  reference query's rows: compared as multisets, in order only when the reference has a top-level
+  ORDER BY; numbers are compared as floats rounded to 6 decimals (so 3 and 3.0 are equal); column
+  names are ignored, column order is not.
+
+Built-in examples: ``sample_data/sql/questions.jsonl`` over the bundled databases ``shop``,
+``school`` and ``library`` (``sample_data/sql/<name>.sql``, CREATE TABLE + INSERT scripts built in
+memory once per process).
+
+Your own examples: a JSONL file, one JSON object per line (``SqlTask().load_examples(path)``)::
+
+    {"id": "q1", "db": "shop", "question": "How many customers live in Paris?",
+     "reference": "SELECT COUNT(*) FROM customers WHERE city = 'Paris'"}
+    {"id": "q2", "schema_sql": "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1), (2);",
+     "question": "What is the largest x?", "reference": "SELECT MAX(x) FROM t"}
+
+* ``id`` (string), ``question`` (string), ``reference`` (one SELECT query): required.
+* exactly one of ``db`` (the name of a bundled database) or ``schema_sql`` (your own script of
+  CREATE TABLE / CREATE INDEX / CREATE VIEW / INSERT statements; no ATTACH, PRAGMA or extensions).
+* optional ``difficulty`` (free text, kept for display). Other fields are ignored.
+
+The reference must run in the sandbox and return at least one row (and at most 1000 rows); a
+question whose answer is empty would reward any query returning nothing. The task prompt shows the
+CREATE TABLE statements (with their comments), the question and the answer format.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from mrtpo.errors import MrtpoError
+from mrtpo.tasks.base import Example, Score, TaskFamily
+from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "sample_data" / "sql"
+BUNDLED_DBS = ("shop", "school", "library")
+REWARDS = ["format", "valid", "correct"]
+
+ANSWER_FORMAT = (
+    "Write one SQLite query that answers the question. Reply with exactly one ```sql code block "
+    "containing only the query, and nothing else."
+)
+FORMAT_RULE = "The reply must be exactly one ```sql fenced code block with the query, and no other text."
+VALID_RULE = "The query must be a single SQLite SELECT statement that parses."
+
+
+# -- databases --------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def bundled_db(name: str) -> Database:
+    """A bundled database by name, built once per process."""
+    if name not in BUNDLED_DBS:
+        raise MrtpoError(f"unknown SQL database '{name}'; bundled ones: {', '.join(BUNDLED_DBS)}")
+    return Database(name, (DATA_DIR / f"{name}.sql").read_text(encoding="utf-8"))
+
+
+@functools.lru_cache(maxsize=64)
+def script_db(script: str) -> Database:
+    """A database built from a user's CREATE/INSERT script, cached per script text."""
+    return Database("custom", script)
+
+
+def example_db(example: Example) -> Database:
+    """The database an example's queries run on."""
+    if example.data.get("schema_sql"):
+        return script_db(example.data["schema_sql"])
+    return bundled_db(example.data["db"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _reference_result(db: Database, reference: str) -> Result:
+    return db.run(reference)
+
+
+def build_prompt(schema: str, question: str) -> str:
+    """The task prompt x: schema, question, answer format (the fixed format text comes last)."""
+    return f"You are given a SQLite database with these tables:\n\n{schema}\n\nQuestion: {question}\n\n{ANSWER_FORMAT}"
+
+
+# -- reading a reply ----------------------------------------------------------------------------------
+_BLOCK = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
+_ONE_LINE_BLOCK = re.compile(r"```(?:sql\b)?(.*?)```", re.S | re.I)
+
+
+def extract_sql(response: str) -> str:
+    """The SQL a reply contains: the first ```sql block (else the first fenced block; an unclosed
+    block runs to the end), or the whole reply when it has no fence."""
+    blocks = _BLOCK.findall(response)
+    for lang, body in blocks:
+        if lang.lower() == "sql":
+            return body.strip()
+    if blocks:
+        return blocks[0][1].strip()
+    m = _ONE_LINE_BLOCK.search(response)
+    if m:
+        return m.group(1).strip()
+    return response.strip()
+
+
+def _short(text: str, n: int = 60) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= n else text[: n - 3] + "...")
+
+
+def check_format(response: str) -> Score:
+    """1 when the reply is exactly one ```sql block (non-empty) and nothing else."""
+    text = response.strip()
+    n = text.count("```")
+    if n == 0:
+        return Score(0.0, "no ```sql fenced block")
+    if n == 1:
+        return Score(0.0, "the ``` fence is not closed")
+    if n > 2:
+        return Score(0.0, f"{n // 2 + n % 2} fenced blocks; exactly one is wanted")
+    start, end = text.index("```"), text.rindex("```") + 3
+    outside = (text[:start] + " " + text[end:]).strip()
+    if outside:
+        return Score(0.0, f"text outside the block: {_short(outside, 50)}")
+    inner = text[3:-3]
+    header, newline, body = inner.partition("\n")
+    if not newline:
+        return Score(0.0, "the opening ```sql must be on its own line")
+    if header.strip().lower() != "sql":
+        return Score(0.0, f"the block is marked ```{header.strip()} instead of ```sql")
+    if not body.strip():
+        return Score(0.0, "the ```sql block is empty")
+    return Score(1.0)
+
+
+def parse_select(sql: str) -> str:
+    """'' when ``sql`` is one SELECT/WITH statement that sqlglot parses (sqlite dialect), else why not."""
+    if not sql.strip():
+        return "no SQL found in the reply"
+    if len(sql) > MAX_SQL_CHARS:
+        return f"the query is too long ({len(sql)} characters; the limit is {MAX_SQL_CHARS})"
+    try:
+        trees = [t for t in sqlglot.parse(sql, read="sqlite") if t is not None]
+    except sqlglot.errors.ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        desc = first.get("description") or str(e)
+        where = f" (line {first['line']}, column {first['col']})" if first.get("line") else ""
+        return f"parse error: {_strip_ansi(desc)}{where}"
+    except RecursionError:
+        return "parse error: the query is nested too deeply"
+    except Exception as e:  # TokenError, ...
+        return f"parse error: {_strip_ansi(str(e)).splitlines()[0] if str(e) else type(e).__name__}"
+    if not trees:
+        return "no SQL statement found"
+    if len(trees) > 1:
+        return f"{len(trees)} statements; exactly one SELECT is wanted"
+    tree = _unwrap(trees[0])
+    if not isinstance(tree, (exp.Select, exp.SetOperation)):
+        return f"the statement is {tree.key.upper()}, not a SELECT"
+    return ""
+
+
+def _strip_ansi(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _unwrap(tree: exp.Expression) -> exp.Expression:
+    while isinstance(tree, (exp.Subquery, exp.Paren)) and isinstance(tree.this, exp.Expression):
+        tree = tree.this
+    return tree
+
+
+@functools.lru_cache(maxsize=1024)
+def has_order_by(sql: str) -> bool:
+    """Whether the query's outermost SELECT (or set operation) has an ORDER BY (sqlglot, sqlite)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except Exception:
+        return False
+    return bool(_unwrap(tree).args.get("order"))
+
+
+# -- comparing results --------------------------------------------------------------------------------
+def normalize_value(v: Any) -> Any:
+    """Numbers as floats rounded to 6 decimals (3 == 3.0); everything else unchanged."""
+    if isinstance(v, bool):
+        v = int(v)
+    if isinstance(v, (int, float)):
+        r = round(float(v), 6)
+        return 0.0 if r == 0 else r
+    return v
+
+
+def normalize_rows(rows: list[tuple]) -> list[tuple]:
+    return [tuple(normalize_value(v) for v in row) for row in rows]
+
+
+def compare_results(got: list[tuple], expected: list[tuple], ordered: bool) -> str:
+    """'' when the results are equal (multisets, or sequences when ``ordered``), else the difference."""
+    g, e = normalize_rows(got), normalize_rows(expected)
+    if len(g) != len(e):
+        return f"returned {_count(len(g), 'row')}; expected {len(e)}"
+    if g and e and len(g[0]) != len(e[0]):
+        return f"returned {_count(len(g[0]), 'column')}; expected {len(e[0])}"
+    if ordered:
+        if g == e:
+            return ""
+        if sorted(map(_sort_key, g)) == sorted(map(_sort_key, e)):
+            return "right rows in the wrong order (the question asks for an order)"
+        i = next(i for i, (a, b) in enumerate(zip(g, e)) if a != b)
+        return f"row {i + 1} is {_row(got[i])}; expected {_row(expected[i])}"
+    missing = Counter(e) - Counter(g)
+    if not missing:
+        return ""
+    extra = next(iter(Counter(g) - Counter(e)))
+    first_missing = next(iter(missing))
+    shown_extra = got[g.index(extra)]
+    shown_missing = expected[e.index(first_missing)]
+    return f"row {_row(shown_extra)} is not in the expected result (expected e.g. {_row(shown_missing)})"
+
+
+def _sort_key(row: tuple) -> tuple:
+    return tuple((type(v).__name__, v) if v is not None else ("", 0) for v in row)
+
+
+def _row(row: tuple | None) -> str:
+    if row is None:
+        return "-"
+    text = repr(tuple(row)) if len(row) != 1 else f"({row[0]!r})"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def summarize(result: Result) -> str:
+    """'3 rows (first: (...))' for a verifier-information text."""
+    first = f" (first: {_row(result.rows[0])})" if result.rows else ""
+    return _count(len(result.rows), "row") + first
+
+
+# -- the family -------------------------------------------------------------------------------------
+@dataclass
+class Check:
+    """Everything the three checkers found in one reply."""
+
+    format: Score
+    sql: str
+    parse_problem: str
+    run_error: str
+    result: Result | None
+    expected: Result
+    difference: str
+
+
+class SqlTask(TaskFamily):
+    """Text-to-SQL on small SQLite databases; rewards format, valid, correct."""
+
+    name = "sql"
+    description = "Text-to-SQL on small SQLite databases (shop, school, library): format, valid, correct."
+    template = {
+        "prompt": "{prompt}\n\nThe checkers of your reply will verify:\n{verifier_info}",
+        "item": "- {reward}: {text}",
+        "separator": "\n",
+    }
+
+    def __init__(self) -> None:
+        self._examples: list[Example] | None = None
+
+    # -- examples ---------------------------------------------------------------------------------
+    def examples(self) -> list[Example]:
+        if self._examples is None:
+            self._examples = self.load_examples(DATA_DIR / "questions.jsonl")
+        return list(self._examples)
+
+    def parse_example(self, obj: dict[str, Any]) -> Example:
+        ex_id = _text_field(obj, "id")
+        question = _text_field(obj, "question")
+        reference = _text_field(obj, "reference")
+        has_db, has_script = obj.get("db") not in (None, ""), obj.get("schema_sql") not in (None, "")
+        if has_db == has_script:
+            raise ValueError("db: give exactly one of 'db' (a bundled database: "
+                             f"{', '.join(BUNDLED_DBS)}) or 'schema_sql' (a CREATE/INSERT script)")
+        data: dict[str, Any] = {"question": question, "reference": reference}
+        if has_db:
+            name = obj["db"]
+            if not isinstance(name, str) or name not in BUNDLED_DBS:
+                raise ValueError(f"db: unknown database {name!r}; bundled ones: {', '.join(BUNDLED_DBS)}")
+            db = bundled_db(name)
+            data["db"] = name
+        else:
+            script = obj["schema_sql"]
+            if not isinstance(script, str):
+                raise ValueError("schema_sql: must be a string (a CREATE TABLE + INSERT script)")
+            try:
+                db = script_db(script)
+            except SqlRunError as e:
+                raise ValueError(f"schema_sql: does not build: {e}") from None
+            data["db"], data["schema_sql"] = "custom", script
+        problem = parse_select(reference)
+        if problem:
+            raise ValueError(f"reference: {problem}")
+        try:
+            result = _reference_result(db, reference)
+        except SqlRunError as e:
+            raise ValueError(f"reference: does not run: {e}") from None
+        if not result.rows:
+            raise ValueError("reference: returns no rows (an empty answer would reward any query returning nothing)")
+        data["ordered"] = has_order_by(reference)
+        if isinstance(obj.get("difficulty"), str):
+            data["difficulty"] = obj["difficulty"]
+        prompt = build_prompt(db.schema, question)
+        return Example(id=ex_id, prompt=prompt, data=data)
+
+    # -- rewards ----------------------------------------------------------------------------------
+    def reward_names(self, example: Example) -> list[str]:
+        return list(REWARDS)
+
+    def check(self, example: Example, response: str) -> Check:
+        """Run all three checkers on ``response`` (cached: score and verifier_info share one run)."""
+        d = example.data
+        ordered = d.get("ordered", has_order_by(d["reference"]))
+        return _check(example_db(example), d["reference"], bool(ordered), response)
+
+    def score(self, example: Example, response: str) -> dict[str, Score]:
+        c = self.check(example, response)
+        valid = Score(0.0, c.parse_problem) if c.parse_problem else Score(1.0)
+        if c.run_error:
+            correct = Score(0.0, f"the query failed: {c.run_error}")
+        elif c.difference:
+            correct = Score(0.0, c.difference)
+        else:
+            correct = Score(1.0)
+        return {"format": c.format, "valid": valid, "correct": correct}
+
+    def verifier_info(self, example: Example, response: str) -> dict[str, str]:
+        c = self.check(example, response)
+        valid = VALID_RULE + (f" This reply: {c.parse_problem}." if c.parse_problem else "")
+        ref = " ".join(example.data["reference"].split())
+        if c.run_error:
+            outcome = f"your query failed: {c.run_error}"
+        else:
+            assert c.result is not None
+            outcome = f"your query returned {summarize(c.result)}"
+        order = " in this order" if example.data.get("ordered") else ""
+        correct = f"The result must equal that of the reference query {ref}{order}; {outcome}; expected {summarize(c.expected)}."
+        return {"format": FORMAT_RULE, "valid": valid, "correct": correct}
+
+
+@functools.lru_cache(maxsize=512)
+def _check(db: Database, reference: str, ordered: bool, response: str) -> Check:
+    expected = _reference_result(db, reference)
+    sql = extract_sql(response)
+    result, run_error, difference = None, "", ""
+    try:
+        result = db.run(sql)
+    except SqlRunError as e:
+        run_error = str(e)
+    if result is not None:
+        difference = compare_results(result.rows, expected.rows, ordered)
+    return Check(check_format(response), sql, parse_select(sql), run_error, result, expected, difference)
+
+
+def _text_field(obj: dict[str, Any], key: str) -> str:
+    value = obj[key]
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{key}: must be a non-empty string")
+    return value.strip()
