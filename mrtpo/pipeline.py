@@ -22,7 +22,7 @@ class ScoredGroup:
     """A group of responses to one example with every reward's score, reason and verifier information."""
 
     example: Example
-    prompt: str
+    prompt: str  # fills the template's {prompt} for the replay (family.replay_prompt; usually example.prompt)
     samples: list[Sample]
     reward_names: list[str]
     rewards: np.ndarray  # (G, K)
@@ -40,7 +40,7 @@ def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample])
         reasons.append({k: sc[k].reason for k in names})
         info = family.verifier_info(example, s.text)
         infos.append({k: info[k] for k in names})
-    return ScoredGroup(example, example.prompt, list(samples), names, R, reasons, infos)
+    return ScoredGroup(example, family.replay_prompt(example), list(samples), names, R, reasons, infos)
 
 
 def sample_group(lm: LoadedModel, family: TaskFamily, example: Example, n: int = 8, max_new_tokens: int = 96,

@@ -74,6 +74,14 @@ class TaskFamily:
         """Examples from a JSONL file in the family's format; a bad line raises TaskFileError."""
         return list(_load_jsonl(path, self.parse_example))
 
+    def replay_prompt(self, example: Example) -> str:
+        """The text that fills the template's ``{prompt}`` field for P_all / P_\\k (default: the task prompt x).
+
+        A family whose task prompt already states what the checkers read (instructions: the constraints) returns
+        the prompt without it, so that P_all equals x and P_\\k is x with reward k's part removed.
+        """
+        return example.prompt
+
     # -- rewards --------------------------------------------------------------------------------
     def reward_names(self, example: Example) -> list[str]:
         """The rewards of this example, in a fixed order (for instructions: the constraint ids)."""

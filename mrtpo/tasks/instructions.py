@@ -48,11 +48,8 @@ class InstructionsTask(TaskFamily):
 
     name = "instructions"
     description = "Short writing requests with 2-4 IFEval constraints; one 0/1 reward per constraint."
-    template = {
-        "prompt": "{prompt}\n\nThe checkers will verify these rules:\n{verifier_info}",
-        "item": "- {text}",
-        "separator": "\n",
-    }
+    # P_all is exactly the task prompt x (request + every constraint); P_\\k is x without constraint k.
+    template = {"prompt": "{prompt}\n{verifier_info}", "item": "{text}", "separator": "\n"}
 
     def __init__(self, prompts_path: str | Path = PROMPTS_PATH):
         self.prompts_path = Path(prompts_path)
@@ -92,6 +89,10 @@ class InstructionsTask(TaskFamily):
         names = reward_names_for([c["id"] for c in parsed])
         prompt = build_prompt(task, [c["wording"] for c in parsed])
         return Example(id=ex_id, prompt=prompt, data={"task": task, "constraints": parsed, "rewards": names})
+
+    def replay_prompt(self, example: Example) -> str:
+        """The base request alone: the constraints come back in as the verifier information."""
+        return example.data["task"].strip()
 
     # -- rewards --------------------------------------------------------------------------------
     def reward_names(self, example: Example) -> list[str]:

@@ -33,6 +33,7 @@ CREATE TABLE statements (with their comments), the question and the answer forma
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ import sqlglot
 from sqlglot import exp
 
 from mrtpo.errors import MrtpoError
+
+# sqlglot warns on stderr for every unparsable model output; the reason is in the Score instead
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
 from mrtpo.tasks.base import Example, Score, TaskFamily
 from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError
 

@@ -1,0 +1,113 @@
+"""Replay benchmark (not a test): batched + prefix-shared replay vs naive, vs generation, and its peak memory.
+
+On the default model, one text-to-SQL prompt with a schema of >= 300 tokens, a group of G = 8 sampled responses
+and K = 3 rewards (format, valid, correct; all replayed), prints:
+  (a) naive / batched+prefix-shared replay time,
+  (b) replay time / generation time for the same group (target <= 0.3 on CPU),
+  (c) peak memory of the replay (process RSS above the level before it), beside the size the
+      (variants x responses x length x vocab) logits would have taken.
+Usage: python bench/replay.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from mrtpo.model import load_model, sample  # noqa: E402
+from mrtpo.pipeline import score_group, template_for  # noqa: E402
+from mrtpo.relevance import naive_replay_group, replay_group  # noqa: E402
+from mrtpo.tasks import get_family  # noqa: E402
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRSS:
+    """Samples the process RSS every 2 ms in a thread; ``peak - base`` is the extra memory of the block."""
+
+    def __enter__(self):
+        self.base = self.peak = rss_bytes()
+        self._stop = False
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+        return self
+
+    def _run(self):
+        while not self._stop:
+            self.peak = max(self.peak, rss_bytes())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        self._stop = True
+        self._t.join()
+        self.peak = max(self.peak, rss_bytes())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=2)
+    a = ap.parse_args()
+
+    lm = load_model(a.model, a.device)
+    fam = get_family("sql")
+    ex = max(fam.examples(), key=lambda e: len(lm.encode(lm.chat_prompt(e.prompt))))
+    n_prompt = len(lm.encode(lm.chat_prompt(ex.prompt)))
+    template = template_for(fam)
+    sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
+
+    sample(lm, ex.prompt, n=2, max_new_tokens=4, seed=1)  # warm-up
+    sync()
+    t0 = time.perf_counter()
+    samples = sample(lm, ex.prompt, n=a.group, max_new_tokens=a.max_new_tokens, temperature=1.0, seed=0)
+    sync()
+    t_gen = time.perf_counter() - t0
+    group = score_group(fam, ex, samples)
+    args = (lm, group.prompt, group.verifier_info, group.samples, template)
+
+    def timed(fn):
+        best = float("inf")
+        for _ in range(a.repeats):
+            sync()
+            t = time.perf_counter()
+            res = fn(*args)
+            sync()
+            best = min(best, time.perf_counter() - t)
+        return best, res
+
+    replay_group(*args)  # warm-up
+    with PeakRSS() as mem:
+        t_fast, fast = timed(replay_group)
+    t_naive, naive = timed(naive_replay_group)
+    err = max(abs(f.js[k] - s.js[k]).max() for f, s in zip(fast.responses, naive.responses) for k in fast.rewards)
+
+    T = sum(len(s.token_ids) for s in samples)
+    V = lm.model.get_output_embeddings().weight.shape[0]
+    full_logits = (1 + len(fast.rewards)) * T * V * 4
+    print(f"model {lm.name} on {lm.device} ({lm.dtype}); example {ex.id}: prompt {n_prompt} tokens "
+          f"(shared prefix {fast.prefix_tokens}), G = {a.group}, K = {len(fast.rewards)}, response tokens {T} "
+          f"(mean {T / a.group:.0f}), vocab {V}")
+    print(f"generation: {t_gen:.2f} s   replay batched+prefix-shared: {t_fast:.2f} s "
+          f"({fast.forward_passes} passes, {fast.forward_tokens} tokens)   naive: {t_naive:.2f} s "
+          f"({naive.forward_passes} passes, {naive.forward_tokens} tokens)   max |JS diff| {err:.1e}")
+    print(f"(a) naive / batched replay time: {t_naive / t_fast:.2f}x")
+    print(f"(b) replay / generation time:    {t_fast / t_gen:.3f}   (target <= 0.3 on CPU)")
+    print(f"(c) replay peak memory:          {(mem.peak - mem.base) / 2**20:.0f} MiB above baseline "
+          f"(all logits at once would be {full_logits / 2**20:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
