@@ -90,7 +90,24 @@ class Template:
 ALL = "__all__"
 
 
-def _parse(template: str, allowed: tuple[str, ...], what: str, required: tuple[str, ...] = ()) -> list[str]:
+def template_fields(template: str, what: str = "template") -> list[str]:
+    """The field names a plain-field template uses (``{name}``), in order; stray braces raise TemplateError.
+
+    Any non-empty name is accepted here (check it against the values with :func:`fill_fields`).
+    """
+    return _parse(template, None, what)
+
+
+def fill_fields(template: str, values: dict[str, str], what: str = "template") -> str:
+    """Fill a user template whose fields are the keys of ``values`` (plain lookup by whole name, never code).
+
+    ``{{`` / ``}}`` are literal braces; a name that is not a key of ``values`` raises TemplateError naming it.
+    """
+    _parse(template, tuple(values), what)
+    return _substitute(template, values)
+
+
+def _parse(template: str, allowed: tuple[str, ...] | None, what: str, required: tuple[str, ...] = ()) -> list[str]:
     if not template.strip():
         raise TemplateError(f"template '{what}' is empty")
     found = []
@@ -101,7 +118,10 @@ def _parse(template: str, allowed: tuple[str, ...], what: str, required: tuple[s
         if m.group(1) is None:
             raise TemplateError(f"template '{what}' has a stray '{tok}' at character {m.start()}; write '{tok * 2}' for a literal brace")
         name = m.group(1)
-        if name not in allowed:
+        if allowed is None:
+            if not name.strip():
+                raise TemplateError(f"template '{what}' has an empty placeholder '{{}}' at character {m.start()}")
+        elif name not in allowed:
             hint = f"allowed: {', '.join('{' + a + '}' for a in allowed)}"
             raise TemplateError(f"template '{what}' has an unknown placeholder '{{{name}}}' ({hint})")
         found.append(name)

@@ -1,0 +1,430 @@
+"""Bring your own rollouts: TRL completions logs and verl-style JSONL dumps, explained token by token.
+
+Two input formats (one row = one sampled completion):
+
+- ``trl``: the parquet files ``GRPOTrainer`` writes with ``log_completions=True``
+  (``<output_dir>/completions/completions_00010.parquet``): columns ``step``, ``prompt``, ``completion``, one column
+  per reward function, optional extra columns, ``advantage``. ``prompt`` / ``completion`` are text or chat messages.
+  A folder reads every ``*.parquet`` in it, in name order.
+- ``verl``: JSONL lines ``{"input", "output", "score", "step", ...extra fields}`` (verl's ``rollout_data_dir`` dumps).
+  ``score`` is a number (one reward named ``score``) or an object ``{reward: value}``; numeric extra fields can be
+  rewards too.
+
+Rows are grouped by (step, prompt). A *verifier template* says which columns are the rewards and what each reward's
+checker reads: a JSON object ``{reward column: text template}``, where the text template uses the row's fields as
+plain named placeholders (``{reference}``, ``{score}``, ``{prompt}``, ``{completion}``; filled by
+:func:`mrtpo.templates.fill_fields`, never evaluated). Each group is then replayed (:func:`mrtpo.relevance.replay_group`)
+and turned into a :class:`mrtpo.pipeline.TokenView` for the heatmaps of :mod:`mrtpo.render`.
+
+Malformed files raise :class:`RolloutFileError` naming the file, the row (1-based) and the column.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from mrtpo.errors import MrtpoError, TaskFileError
+from mrtpo.pipeline import ScoredGroup, TokenView, token_view, view_to_json
+from mrtpo.tasks.base import Example
+from mrtpo.templates import Template, TemplateError, fill_fields, template_fields
+
+FORMATS = ("trl", "verl")
+_TRL_RESERVED = ("step", "prompt", "completion", "advantage")
+
+
+class RolloutFileError(TaskFileError):
+    """A rollout file problem: ``row`` (1-based, None for the whole file) and ``column`` say where."""
+
+    def __init__(self, path: str | Path, row: int | None, column: str, problem: str):
+        super().__init__(str(path), row or 0, column, problem)
+        where = f"row {row}: " if row else ""
+        self.args = (f"{path}: {where}column '{column}': {problem}",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+# ---------------------------------------------------------------------------------------------- rows
+@dataclass
+class RolloutRow:
+    """One completion from a rollout file.
+
+    fields: every column as text (the verifier template's placeholders), plus ``prompt`` and ``completion``.
+    values: the raw column values (rewards are looked up here).
+    """
+
+    source: str
+    row: int  # 1-based within ``source``
+    step: int | None
+    prompt: str
+    completion: str
+    fields: dict[str, str]
+    values: dict[str, Any]
+    advantage: float | None = None
+
+
+@dataclass
+class RolloutGroup:
+    """Rows sharing (step, prompt), in file order."""
+
+    step: int | None
+    prompt: str
+    rows: list[RolloutRow] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        r = self.rows[0]
+        return f"{Path(r.source).name}:row{r.row}" + (f":step{self.step}" if self.step is not None else "")
+
+
+def _as_text(v: Any) -> str:
+    """A column value as template text: strings as is, numbers plainly, None → "", anything else as JSON."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v)).lower()
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):g}"
+    return json.dumps(_plain(v), ensure_ascii=False)
+
+
+def _plain(v: Any) -> Any:
+    """numpy / pyarrow containers → plain Python (lists, dicts, scalars) for JSON."""
+    if isinstance(v, np.ndarray):
+        return [_plain(x) for x in v.tolist()]
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+_CHATML = re.compile(r"<\|im_start\|>user\s*\n(.*?)(?:<\|im_end\|>|$)", re.S)
+_LLAMA3 = re.compile(r"<\|start_header_id\|>user<\|end_header_id\|>\s*(.*?)(?:<\|eot_id\|>|$)", re.S)
+
+
+def _message_text(v: Any, role: str, path, row: int, column: str) -> str:
+    """Text of a prompt / completion cell: plain text, or chat messages (last ``user`` turn / ``assistant`` turns).
+
+    A chat-templated prompt string (ChatML or Llama 3, as verl dumps it) gives its last user turn.
+    """
+    v = _plain(v)
+    if isinstance(v, str):
+        if role == "user":
+            for pat in (_CHATML, _LLAMA3):
+                found = pat.findall(v)
+                if found:
+                    return found[-1].strip()
+        return v
+    if isinstance(v, list) and all(isinstance(m, dict) and "content" in m for m in v) and v:
+        turns = [m for m in v if m.get("role") == role] or ([v[-1]] if role == "user" else v)
+        parts = [_content_text(m["content"]) for m in turns]
+        if any(p is None for p in parts):
+            raise RolloutFileError(path, row, column, "a message's 'content' must be text or a list of text parts")
+        return parts[-1] if role == "user" else "".join(parts)
+    kind = "missing" if v is None else f"a {type(v).__name__}"
+    raise RolloutFileError(path, row, column, f"expected text or a list of chat messages, got {kind}")
+
+
+def _content_text(c: Any) -> str | None:
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        texts = [p.get("text") for p in c if isinstance(p, dict) and p.get("type", "text") == "text"]
+        return "".join(t for t in texts if isinstance(t, str))
+    return None
+
+
+def _number(v: Any, path, row: int, column: str, what: str = "a number") -> float:
+    """A reward / advantage cell as float; None and NaN → NaN ("not scored", as TRL logs a None reward)."""
+    v = _plain(v)
+    if v is None:
+        return float("nan")
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            pass
+    shown = repr(v) if not isinstance(v, (list, dict)) else type(v).__name__
+    raise RolloutFileError(path, row, column, f"must be {what}, got {shown[:60]}")
+
+
+def _step(v: Any, path, row: int, column: str = "step") -> int | None:
+    x = _number(v, path, row, column, "an integer step")
+    if math.isnan(x):
+        return None
+    if x != int(x):
+        raise RolloutFileError(path, row, column, f"must be an integer step, got {x:g}")
+    return int(x)
+
+
+def _make_row(path, n: int, values: dict[str, Any], prompt_col: str, completion_col: str) -> RolloutRow:
+    for col in (prompt_col, completion_col):
+        if col not in values:
+            raise RolloutFileError(path, n, col, "missing")
+    prompt = _message_text(values[prompt_col], "user", path, n, prompt_col)
+    completion = _message_text(values[completion_col], "assistant", path, n, completion_col)
+    if not prompt.strip():
+        raise RolloutFileError(path, n, prompt_col, "empty prompt")
+    step = _step(values["step"], path, n) if values.get("step") is not None else None
+    adv = _number(values["advantage"], path, n, "advantage") if values.get("advantage") is not None else None
+    fields = {str(k): _as_text(v) for k, v in values.items()}
+    fields["prompt"], fields["completion"] = prompt, completion
+    return RolloutRow(str(path), n, step, prompt, completion, fields, values, adv)
+
+
+# ---------------------------------------------------------------------------------------------- readers
+def read_trl(path: str | Path) -> list[RolloutRow]:
+    """Rows of a TRL completions log: one parquet file, or every ``*.parquet`` in a folder (name order)."""
+    path = Path(path)
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    if not files:
+        raise RolloutFileError(path, None, "-", "no .parquet files in this folder")
+    rows: list[RolloutRow] = []
+    for f in files:
+        rows.extend(_read_trl_file(f))
+    return rows
+
+
+def _read_trl_file(path: Path) -> list[RolloutRow]:
+    import pandas as pd
+
+    try:
+        df = pd.read_parquet(path)
+    except FileNotFoundError:
+        raise RolloutFileError(path, None, "-", "file not found") from None
+    except Exception as e:  # noqa: BLE001 - pyarrow raises many types for a bad file
+        raise RolloutFileError(path, None, "-", f"not a readable parquet file ({str(e).splitlines()[0][:120]})") from None
+    for col in ("prompt", "completion"):
+        if col not in df.columns:
+            raise RolloutFileError(path, None, col, f"missing (columns: {', '.join(map(str, df.columns))})")
+    records = df.to_dict(orient="records")
+    return [_make_row(path, n, rec, "prompt", "completion") for n, rec in enumerate(records, start=1)]
+
+
+def read_verl(path: str | Path) -> list[RolloutRow]:
+    """Rows of a verl-style JSONL dump: ``{"input", "output", "score", "step", ...}`` per line.
+
+    ``score`` as an object adds its entries as columns (reward values); columns already present win.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RolloutFileError(path, None, "-", "file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise RolloutFileError(path, None, "-", f"cannot read as UTF-8 text ({e})") from None
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RolloutFileError(path, n, "-", f"not valid JSON ({e.msg} at character {e.colno})") from None
+        if not isinstance(obj, dict):
+            raise RolloutFileError(path, n, "-", "each line must be a JSON object")
+        values = dict(obj)
+        if isinstance(obj.get("score"), dict):
+            for k, v in obj["score"].items():
+                values.setdefault(str(k), v)
+        rows.append(_make_row(path, n, values, "input", "output"))
+    return rows
+
+
+def detect_format(path: str | Path) -> str:
+    """``trl`` for parquet files / folders, ``verl`` for JSONL."""
+    p = Path(path)
+    if p.is_dir() or p.suffix.lower() == ".parquet":
+        return "trl"
+    if p.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        return "verl"
+    raise MrtpoError(f"cannot tell the format of {path} from its name; pass --format trl (parquet) or verl (JSONL)")
+
+
+def read_rollouts(path: str | Path, fmt: str = "auto") -> list[RolloutRow]:
+    """Rows of a rollout file in format ``trl``, ``verl`` or ``auto`` (by file name)."""
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    if fmt not in FORMATS:
+        raise MrtpoError(f"unknown rollout format '{fmt}'; use trl (parquet) or verl (JSONL)")
+    rows = read_trl(path) if fmt == "trl" else read_verl(path)
+    if not rows:
+        raise RolloutFileError(path, None, "-", "no rows")
+    return rows
+
+
+def group_rows(rows: Sequence[RolloutRow]) -> list[RolloutGroup]:
+    """Group rows by (step, prompt), groups and rows in file order."""
+    groups: dict[tuple, RolloutGroup] = {}
+    for r in rows:
+        key = (r.source, r.step, r.prompt)
+        if key not in groups:
+            groups[key] = RolloutGroup(r.step, r.prompt)
+        groups[key].rows.append(r)
+    return list(groups.values())
+
+
+# ---------------------------------------------------------------------------------------------- verifier template
+@dataclass(frozen=True)
+class VerifierTemplate:
+    """{reward column: text template over the row's fields}: which columns are rewards, what each checker reads."""
+
+    texts: dict[str, str]
+
+    def __post_init__(self):
+        if not self.texts:
+            raise TemplateError("the verifier template names no reward: give a JSON object {reward column: text}")
+        for k, t in self.texts.items():
+            if not isinstance(t, str):
+                raise TemplateError(f"verifier template of reward '{k}' must be a string")
+            template_fields(t, f"reward {k}")
+
+    @property
+    def rewards(self) -> list[str]:
+        return list(self.texts)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "VerifierTemplate":
+        if not isinstance(d, dict):
+            raise TemplateError("a verifier template must be a JSON object {reward column: text template}")
+        return cls({str(k): v for k, v in d.items()})
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "verifier template") -> "VerifierTemplate":
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise TemplateError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "VerifierTemplate":
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
+            raise TemplateError(f"cannot read verifier template {path}: {e.strerror or e}") from None
+        return cls.from_json(text, str(path))
+
+    def info(self, row: RolloutRow) -> dict[str, str]:
+        """{reward: verifier information} for ``row``; a field the template uses but the row lacks is an error."""
+        out = {}
+        for k, t in self.texts.items():
+            for name in template_fields(t, f"reward {k}"):
+                if name not in row.fields:
+                    raise RolloutFileError(row.source, row.row, name,
+                                           f"missing, but the verifier template of reward '{k}' uses {{{name}}}")
+            out[k] = fill_fields(t, row.fields, f"reward {k}")
+        return out
+
+    def rewards_of(self, row: RolloutRow) -> list[float]:
+        vals = []
+        for k in self.texts:
+            if k not in row.values:
+                numeric = [c for c, v in row.values.items() if isinstance(_plain(v), (int, float)) and c not in ("step", "advantage")]
+                raise RolloutFileError(row.source, row.row, k, "missing: the verifier template names this reward "
+                                       f"column, but the row has none (numeric columns: {', '.join(numeric) or 'none'})")
+            vals.append(_number(row.values[k], row.source, row.row, k, "a number (reward value)"))
+        return vals
+
+
+def scored_group(group: RolloutGroup, vt: VerifierTemplate, lm=None) -> ScoredGroup:
+    """A :class:`ScoredGroup` for the explorer: rewards from the template's columns, verifier info filled per row.
+
+    With ``lm`` the samples carry token ids (needed by token-id based replays such as the app's cache).
+    """
+    from mrtpo.model import Sample, tokenize_response
+
+    samples = [Sample(tokenize_response(lm, r.completion)[0] if lm is not None else [], r.completion)
+               for r in group.rows]
+    R = np.array([vt.rewards_of(r) for r in group.rows], dtype=float).reshape(len(group.rows), len(vt.rewards))
+    infos = [vt.info(r) for r in group.rows]
+    reasons = [{k: "" for k in vt.rewards} for _ in group.rows]
+    return ScoredGroup(Example(group.id, group.prompt, {"step": group.step}), group.prompt, samples, vt.rewards, R,
+                       reasons, infos)
+
+
+# ---------------------------------------------------------------------------------------------- explain
+@dataclass
+class ExplainedGroup:
+    group: RolloutGroup
+    scored: ScoredGroup
+    view: TokenView
+    replay_seconds: float = 0.0
+
+
+def explain_group(lm, group: RolloutGroup, vt: VerifierTemplate, template: Template | None = None,
+                  method: str = "mrtpo", beta: float = 0.5, config=None) -> ExplainedGroup:
+    """Replay one group with ``lm`` (constant rewards skipped) and compute its token view under ``method``."""
+    from mrtpo.relevance import replay_group
+
+    sg = scored_group(group, vt)
+    keep = [i for i, r in enumerate(group.rows) if r.completion]
+    if len(keep) < len(group.rows):  # an empty completion has no tokens to explain
+        sg = ScoredGroup(sg.example, sg.prompt, [sg.samples[i] for i in keep], sg.reward_names, sg.rewards[keep],
+                         [sg.reasons[i] for i in keep], [sg.verifier_info[i] for i in keep])
+        group = RolloutGroup(group.step, group.prompt, [group.rows[i] for i in keep])
+    if not keep:
+        raise RolloutFileError(group.rows[0].source if group.rows else "-", None, "completion",
+                               "every completion of this group is empty")
+    replay = replay_group(lm, sg.prompt, sg.verifier_info, [s.text for s in sg.samples], template,
+                          rewards=sg.rewards, config=config)
+    return ExplainedGroup(group, sg, token_view(sg, replay, method, beta), replay.seconds)
+
+
+def explain_rollouts(lm, rows: Sequence[RolloutRow], vt: VerifierTemplate, template: Template | None = None,
+                     method: str = "mrtpo", beta: float = 0.5, step: int | None = None,
+                     max_groups: int | None = None) -> list[ExplainedGroup]:
+    """Group ``rows`` (optionally one ``step``), explain the first ``max_groups`` groups."""
+    groups = [g for g in group_rows(rows) if step is None or g.step == step]
+    if not groups:
+        raise MrtpoError(f"no rows at step {step}" if step is not None else "no rows to explain")
+    for g in groups:  # check every row before any model work, so a bad row fails fast
+        for r in g.rows:
+            vt.rewards_of(r), vt.info(r)
+    return [explain_group(lm, g, vt, template, method, beta) for g in groups[:max_groups]]
+
+
+def group_json(eg: ExplainedGroup) -> dict:
+    """Everything shown for one group as JSON: :func:`view_to_json` plus where the rows came from."""
+    out = view_to_json(eg.view, eg.scored)
+    out["step"] = eg.group.step
+    out["source"] = eg.group.rows[0].source
+    out["rows"] = [r.row for r in eg.group.rows]
+    out["logged_advantage"] = [r.advantage for r in eg.group.rows]
+    return out
+
+
+def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") -> str:
+    """One self-contained page: per group its prompt, rewards table and every response's heatmaps."""
+    from mrtpo import render
+
+    body = [f"<h2>{html.escape(title)}</h2>"]
+    for eg in items:
+        v = eg.view
+        vm = render.scales(v)
+        step = f" — step {eg.group.step}" if eg.group.step is not None else ""
+        body.append(f"<h2>Group {html.escape(eg.group.id)}{step}</h2>"
+                    f"<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>{html.escape(eg.group.prompt)}</pre>")
+        body.append(render.rewards_table(v, eg.scored))
+        for i, r in enumerate(eg.group.rows):
+            logged = f" (logged {r.advantage:+.3f})" if r.advantage is not None and not math.isnan(r.advantage) else ""
+            body.append(f"<h3>Row {r.row} — advantage {v.final[i]:+.3f}{logged}</h3>")
+            body.append(render.response_html(v, i, vmax=vm))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{render.CSS}</style></head><body class='mrtpo'>{''.join(body)}</body></html>")

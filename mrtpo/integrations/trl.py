@@ -1,0 +1,205 @@
+"""MRTPO inside TRL: a small ``trl.GRPOTrainer`` subclass (optional extra ``trl``; tested with trl 1.16).
+
+What it changes, and nothing else: after TRL has generated and scored a batch
+(``_generate_and_score_completions``), the advantages are recomputed with mrtpo's estimator registry from TRL's
+gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over the tokens by relevance:
+
+1. ``adv = mrtpo.advantages.compute(method, rewards (N, K), num_generations, reward_weights)`` on every process
+   (rewards are gathered over processes, as TRL does), then sliced to this process' rows;
+2. for ``mrtpo`` / ``mrtpo+<estimator>``: each local completion is replayed with the policy being trained
+   (:func:`mrtpo.relevance.replay_group`, no gradient) under P_all / P_\\k built from a user callback
+   ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``, giving ρ (B, K, T);
+3. ``inputs["advantages"]`` becomes the (B, T) token advantages of
+   :func:`mrtpo.advantages.token_advantages`, which TRL's ``_compute_loss`` accepts as is (it only unsqueezes
+   1-D advantages). Response-level methods (``gdpo``, ``dara``, ...) keep TRL's (B,) shape.
+
+β = 0 (or ``method="gdpo"``) reproduces TRL's ``multi_objective_aggregation="normalize_then_sum"``; the token mean
+of MRTPO's advantages always equals GDPO's response advantage. Rewards the callback leaves out get uniform credit.
+Multi-process (accelerate / DDP) behaviour is TRL's own: generation, reward gathering and slicing are untouched.
+
+Limits: the replay prompt is the last user turn of a conversational prompt (or the plain prompt text), wrapped in
+the tokenizer's chat template; DeepSpeed ZeRO-3 is supported through TRL's ``unwrap_model_for_generation``;
+completions for which every reward function returned None get advantage 0 but, unlike TRL, still count in the
+batch statistics.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from mrtpo import advantages as A
+from mrtpo.errors import MrtpoError
+from mrtpo.relevance import ReplayConfig, active_rewards, replay_group
+from mrtpo.templates import Template
+
+try:
+    from trl import GRPOTrainer
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "mrtpo.integrations.trl needs TRL: pip install 'trl==1.16.0' (the optional extra 'trl')"
+    ) from e
+
+VerifierInfoFn = Callable[[Any, Any, dict], dict[str, str]]
+
+
+@dataclass
+class MRTPOConfig:
+    """How the trainer computes advantages (see METHOD.md)."""
+
+    method: str = "mrtpo"  # any of mrtpo.advantages.method_names(): mrtpo, mrtpo+dara, gdpo, gd2po, ...
+    beta: float = 0.5  # reallocation strength β (0 = the response-level estimator)
+    warmup: int | None = 10  # smoothstep warmup of β over this many optimizer steps (None/0: none)
+    cap: float | None = None  # optional cap on mean_t ρ² (>= 1)
+    template: Template | dict | None = None  # verifier-information template for P_all / P_\k
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+
+    def __post_init__(self):
+        self.parsed = A.parse_method(self.method)  # MrtpoError for an unknown method
+        if self.beta < 0 or self.beta > 1:
+            raise MrtpoError(f"beta must be in [0, 1], got {self.beta}")
+        if not isinstance(self.template, Template):
+            self.template = Template.from_dict(self.template)
+
+
+def prompt_text(prompt: Any) -> str:
+    """The task prompt x of a TRL prompt: a plain string, or the last user message of a conversation."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (list, tuple)) and prompt:
+        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"] or list(prompt)
+        return _content(users[-1].get("content", "") if isinstance(users[-1], dict) else users[-1])
+    raise MrtpoError(f"cannot read the prompt text of a {type(prompt).__name__} prompt")
+
+
+def completion_text(completion: Any) -> str:
+    """A TRL completion as text (plain string, or the assistant messages joined)."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(_content(m.get("content", "")) for m in completion if isinstance(m, dict))
+
+
+def _content(c: Any) -> str:
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type", "text") == "text")
+    return str(c)
+
+
+class MRTPOGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with mrtpo advantages (any registry estimator, MRTPO token credit).
+
+    Extra arguments: ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}`` (needed by
+    MRTPO methods; ``example`` is the dataset row) and ``mrtpo_config`` (:class:`MRTPOConfig`).
+    After each generation ``self.mrtpo_last`` holds this process' ``trl_advantages`` (B,) as TRL computed them,
+    ``advantages`` ((B,) or (B, T)), ``mask`` (B, T) and the replay statistics.
+    """
+
+    def __init__(self, *args, verifier_info_fn: VerifierInfoFn | None = None,
+                 mrtpo_config: MRTPOConfig | None = None, **kwargs):
+        self.mrtpo_config = mrtpo_config or MRTPOConfig()
+        if self.mrtpo_config.parsed.tokens and verifier_info_fn is None:
+            raise MrtpoError(f"method '{self.mrtpo_config.method}' reallocates over tokens and needs "
+                             "verifier_info_fn(prompt, completion, example) -> {reward: text}")
+        self.verifier_info_fn = verifier_info_fn
+        self.mrtpo_last: dict = {}
+        self._mrtpo_batch: tuple | None = None
+        super().__init__(*args, **kwargs)
+
+    # TRL calls this once per generation batch with the local rows; it returns rewards gathered over processes.
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._mrtpo_batch = (inputs, prompts, completions, completion_ids_list, rewards)
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        local_inputs, prompts, completions, ids_list, rewards = self._mrtpo_batch
+        self._mrtpo_batch = None
+        mode = "train" if self.model.training else "eval"
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        cfg = self.mrtpo_config
+        adv = A.compute(cfg.method, rewards, G, self.reward_weights.to(rewards.device))  # all processes' rows
+        B = len(prompts)
+        lo = self.accelerator.process_index * B
+        local = A.Advantages(adv.per_reward[lo:lo + B], adv.final[lo:lo + B], adv.center, adv.scale,
+                             adv.keep[lo:lo + B], adv.diagnostics)
+        mask = out["completion_mask"].bool()
+        if "tool_mask" in out:
+            mask = mask & out["tool_mask"].bool()
+        beta_s = A.smoothstep_beta(cfg.beta, self.state.global_step, cfg.warmup)
+        stats = {"beta": beta_s, "replay_seconds": 0.0, "replay_forward_tokens": 0}
+        if cfg.parsed.tokens and beta_s > 0:
+            rho = self._relevance(local_inputs, prompts, completions, ids_list, rewards, lo, G, mask.shape[1], stats)
+            token_adv = A.token_advantages(local, rho.to(mask.device), mask, beta=beta_s, cap=cfg.cap)
+        else:
+            token_adv = None
+        new = local.final.to(out["advantages"].dtype) if token_adv is None else token_adv.to(out["advantages"].dtype)
+        self.mrtpo_last = {"trl_advantages": out["advantages"].detach().clone(), "advantages": new.detach(),
+                           "mask": mask, **stats}
+        out["advantages"] = new
+        for k, v in stats.items():
+            self._metrics[mode][f"mrtpo/{k}"].append(float(v))
+        return out
+
+    @torch.no_grad()
+    def _relevance(self, inputs, prompts, completions, ids_list, rewards, lo: int, G: int, T: int,
+                   stats: dict) -> torch.Tensor:
+        """ρ (B, K, T) for this process' completions: replays grouped by prompt group, ones where not replayed."""
+        from trl.models import unwrap_model_for_generation
+
+        from mrtpo.model import LoadedModel
+
+        names = list(self.reward_func_names)
+        K = len(names)
+        B = len(prompts)
+        rho = torch.ones(B, K, T)
+        by_group: dict[int, list[int]] = {}
+        for i in range(B):
+            if len(ids_list[i]):
+                by_group.setdefault((lo + i) // G, []).append(i)
+        t0 = time.perf_counter()
+        with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                         gather_deepspeed3_params=self.args.ds3_gather_for_generation) as model:
+            was_training = model.training
+            model.eval()
+            param = next(model.parameters())
+            lm = LoadedModel(model=model, tokenizer=self._tokenizer, name="policy", device=param.device,
+                             dtype=param.dtype)
+            try:
+                for g, rows in by_group.items():
+                    infos = [self._verifier_info(prompts[i], completions[i], inputs[i], names) for i in rows]
+                    keys = [k for k in names if all(k in info for info in infos)]  # others: uniform credit
+                    if not keys:
+                        continue
+                    cols = [names.index(k) for k in keys]
+                    R = rewards[g * G:(g + 1) * G][:, cols].float().cpu().numpy()  # the whole group, for skipping
+                    if not active_rewards(keys, R)[0]:
+                        continue  # every reward constant in the group: Â = 0, nothing to reallocate
+                    res = replay_group(lm, prompt_text(prompts[rows[0]]), [{k: info[k] for k in keys} for info in infos],
+                                       [list(ids_list[i]) for i in rows], self.mrtpo_config.template, rewards=R,
+                                       config=self.mrtpo_config.replay)
+                    stats["replay_forward_tokens"] += res.forward_tokens
+                    for i, r in zip(rows, res.responses):
+                        for k, v in r.relevance.items():
+                            rho[i, names.index(k), : len(v)] = torch.from_numpy(v).float()
+            finally:
+                model.train(was_training)
+        stats["replay_seconds"] = time.perf_counter() - t0
+        return rho
+
+    def _verifier_info(self, prompt, completion, example, names: list[str]) -> dict[str, str]:
+        info = self.verifier_info_fn(prompt, completion, example)
+        if not isinstance(info, dict):
+            raise MrtpoError(f"verifier_info_fn must return a dict {{reward: text}}, got {type(info).__name__}")
+        unknown = [k for k in info if k not in names]
+        if unknown:
+            raise MrtpoError(f"verifier_info_fn returned unknown reward name(s) {unknown}; the reward functions are "
+                             f"{names}")
+        bad = [k for k, v in info.items() if not isinstance(v, str)]
+        if bad:
+            raise MrtpoError(f"verifier_info_fn must return text for every reward; not a string: {bad}")
+        return info

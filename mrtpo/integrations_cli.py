@@ -1,0 +1,63 @@
+"""CLI subcommand ``rollouts``: explain your own rollouts (TRL completions parquet, verl JSONL) with heatmaps.
+
+    python -m mrtpo rollouts --input completions/ --format trl --verifier-template vt.json \\
+        --output out.jsonl --html out.html [--model default] [--method mrtpo] [--beta 0.5] [--step 10]
+
+The verifier template is a JSON object {reward column: text template over the row's fields}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def cmd_rollouts(a) -> int:
+    from mrtpo.advantages import parse_method
+    from mrtpo.integrations import rollouts as ro
+    from mrtpo.model import load_model
+    from mrtpo.templates import Template
+
+    parse_method(a.method)  # a bad method fails before any work
+    vt = ro.VerifierTemplate.from_file(a.verifier_template)
+    template = Template.from_file(a.template) if a.template else None
+    rows = ro.read_rollouts(a.input, a.format)
+    groups = [g for g in ro.group_rows(rows) if a.step is None or g.step == a.step]
+    for g in groups:  # validate every row before loading the model
+        for r in g.rows:
+            vt.rewards_of(r), vt.info(r)
+    lm = load_model(a.model, a.device)
+    items = ro.explain_rollouts(lm, rows, vt, template, a.method, a.beta, a.step, a.max_groups)
+    out = sys.stdout if a.output == "-" else open(a.output, "w", encoding="utf-8")
+    try:
+        for eg in items:
+            out.write(json.dumps(ro.group_json(eg), ensure_ascii=False) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    if a.html:
+        Path(a.html).write_text(ro.page_html(items, title=f"mrtpo rollouts — {Path(a.input).name}"), encoding="utf-8")
+    n_rows = sum(len(eg.group.rows) for eg in items)
+    more = f" (of {len(groups)}; raise --max-groups for more)" if len(groups) > len(items) else ""
+    print(f"{len(items)} groups{more}, {n_rows} rows explained → {a.output}" + (f", {a.html}" if a.html else ""),
+          file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from mrtpo.cli import _model_args
+
+    p = sub.add_parser("rollouts", help="heatmaps for your own rollouts (TRL completions parquet, verl JSONL)")
+    p.add_argument("--input", required=True, help="TRL completions .parquet (or a folder of them) or verl-style .jsonl")
+    p.add_argument("--format", default="auto", choices=["auto", "trl", "verl"], help="default: by file name")
+    p.add_argument("--verifier-template", required=True,
+                   help='JSON {reward column: text template over the row fields, e.g. "expected: {reference}"}')
+    p.add_argument("--output", required=True, help="JSONL out, one line per group ('-' for stdout)")
+    p.add_argument("--html", default=None, help="also write a self-contained HTML page of heatmaps")
+    p.add_argument("--method", default="mrtpo", help="advantage method, e.g. mrtpo, mrtpo+dara, gdpo")
+    p.add_argument("--beta", type=float, default=0.5)
+    p.add_argument("--step", type=int, default=None, help="only rows of this training step")
+    p.add_argument("--max-groups", type=int, default=20, help="explain at most this many groups (default 20)")
+    _model_args(p)
+    p.set_defaults(fn=cmd_rollouts)
