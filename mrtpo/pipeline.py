@@ -81,6 +81,7 @@ class TokenView:
     token_adv_per_reward: list[dict[str, np.ndarray]]  # per response: reward -> (T,) A_ikt (weighted)
     token_adv: list[np.ndarray]  # per response: (T,) combined A_it after batch normalization
     diagnostics: dict = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # rewards constant in the group: not replayed, advantage 0
 
 
 def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", beta: float = 0.5,
@@ -111,6 +112,7 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
                               for i, r in enumerate(replay.responses)],
         token_adv=[tok[i, : len(r.token_ids)].numpy() for i, r in enumerate(replay.responses)],
         diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in adv.diagnostics.items() if k != "zscore"},
+        skipped=list(replay.skipped),
     )
     return view
 
@@ -119,7 +121,7 @@ def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
     """Everything a view shows, as plain JSON."""
     r6 = lambda a: [round(float(x), 6) for x in a]  # noqa: E731
     out = {
-        "method": view.method, "beta": view.beta, "rewards": view.reward_names,
+        "method": view.method, "beta": view.beta, "rewards": view.reward_names, "skipped": view.skipped,
         "responses": [],
         "diagnostics": view.diagnostics,
     }

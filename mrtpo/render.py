@@ -88,6 +88,7 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
                   vmax: tuple[float, float] | None = None) -> str:
     """Heatmaps of response ``i``: per reward GDPO's uniform advantage, MRTPO's token advantage, relevance."""
     va, vr = vmax or scales(view)
+    base = _uniform_label(view.method)
     toks = view.tokens[i]
     T = len(toks)
     parts = []
@@ -97,19 +98,31 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
         rel, js, ta = view.relevance[i][k], view.js[i][k], view.token_adv_per_reward[i][k]
         uni = float(view.per_reward[i, j])
         tips = [f"{t['text']!r} | reward {k} | JS {js[n]:.4f} | relevance {rel[n]:.3f} | "
-                f"MRTPO advantage {ta[n]:+.4f} | GDPO advantage {uni:+.4f}" for n, t in enumerate(toks)]
+                f"MRTPO advantage {ta[n]:+.4f} | {base} advantage {uni:+.4f}" for n, t in enumerate(toks)]
+        if k in view.skipped:
+            parts.append(f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g} '
+                         f'<span class="lab">(same for every response in the group: advantage 0, not replayed)</span></div>')
+            continue
         parts.append(f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}</div>')
-        parts.append(token_row(f"GDPO (uniform) {uni:+.3f}", toks, [uni] * T, "diverging", va, tips))
+        parts.append(token_row(f"{base} (uniform) {uni:+.3f}", toks, [uni] * T, "diverging", va, tips))
         parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips))
         parts.append(token_row("relevance ρ", toks, rel, "sequential", vr, tips))
     if combined:
         fin, ta = float(view.final[i]), view.token_adv[i]
-        tips = [f"{t['text']!r} | combined | MRTPO advantage {ta[n]:+.4f} | GDPO advantage {fin:+.4f}"
+        tips = [f"{t['text']!r} | combined | MRTPO advantage {ta[n]:+.4f} | {base} advantage {fin:+.4f}"
                 for n, t in enumerate(toks)]
         parts.append('<div class="reward"><b>combined</b> (sum over rewards, batch-normalized)</div>')
-        parts.append(token_row(f"GDPO (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips))
+        parts.append(token_row(f"{base} (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips))
         parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips))
     return f'<div class="mrtpo">{legend(va, vr)}{"".join(parts)}</div>'
+
+
+def _uniform_label(method: str) -> str:
+    """The response-level estimator whose advantage is spread uniformly: GDPO for "mrtpo", DARA for "mrtpo+dara"."""
+    from mrtpo.advantages import parse_method
+
+    return {"gdpo": "GDPO", "grpo": "GRPO", "dara": "DARA", "dara-sym": "DARA-sym", "gd2po": "GD²PO",
+            "gd2po-snr": "GD²PO-SNR"}.get(parse_method(method).estimator, method)
 
 
 def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:

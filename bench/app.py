@@ -1,0 +1,120 @@
+"""Speed of the app: from a cold start (fresh ``streamlit run``, model not loaded in the process) to the first
+per-reward heatmap, in a real headless Chromium, default model on CPU, text-to-SQL, G = 4, 96 tokens.
+
+    python bench/app.py [--model default] [--family sql] [--shots /tmp/shots]
+
+Prints the figures measured in this one run (target: cold start → first heatmap ≤ 30 s). With ``--shots`` it also
+saves screenshots of every page (Explore, Templates, Methods, Teach) to that folder.
+Needs Debian's chromium and Playwright for Python (``make test-setup``).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+TARGET_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: str, port: int) -> subprocess.Popen:
+    env = dict(os.environ, MRTPO_MODEL=model, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def wait_health(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("streamlit exited before it was healthy")
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit("streamlit did not become healthy")
+
+
+def shoot(page, shots: Path, name: str) -> None:
+    page.wait_for_selector(IDLE, timeout=120_000)
+    page.wait_for_timeout(600)
+    page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--family", default="sql", help="the sidebar's family (must be the default one: sql)")
+    ap.add_argument("--shots", default=None, help="folder for screenshots of every page")
+    a = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    proc = start_server(a.model, port)
+    try:
+        wait_health(url, proc)
+        t_health = time.perf_counter()
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 2400})
+            page.goto(f"{url}/?family={a.family}", wait_until="domcontentloaded")
+            page.wait_for_selector(IDLE, timeout=60_000)
+            t_page = time.perf_counter()
+            page.get_by_role("button", name="Sample group").click()
+            page.wait_for_selector(".mrtpo .tok", state="visible", timeout=900_000)
+            t_heat = time.perf_counter()
+            page.wait_for_selector(IDLE, timeout=60_000)
+            caption = page.get_by_text(re.compile(r"model [\d.]+ s · sample")).first.inner_text()
+            n_tok = page.locator(".mrtpo .tok").count()
+            errors = page.locator("[data-testid='stAlertContentError']").count()
+            if a.shots:
+                shots = Path(a.shots)
+                shots.mkdir(parents=True, exist_ok=True)
+                shoot(page, shots, "explore")
+                page.locator(".mrtpo").first.screenshot(path=str(shots / "explore_heatmap.png"))
+                for title, name in (("Templates", "templates"), ("Methods", "methods"), ("Teach", "teach")):
+                    page.get_by_role("link", name=title).first.click()
+                    shoot(page, shots, name)
+                    if name == "templates":
+                        page.get_by_role("button", name="Re-run replay (same responses)").click()
+                        shoot(page, shots, "templates_after")
+            browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    cold = t_heat - t0
+    print(f"model={a.model} family={a.family} G=4 max_new_tokens=96 device=auto")
+    print(f"server healthy      {t_health - t0:6.2f} s")
+    print(f"page ready          {t_page - t0:6.2f} s")
+    print(f"click → heatmap     {t_heat - t_page:6.2f} s   (in-app: {caption})")
+    print(f"cold start → first heatmap {cold:6.2f} s   target ≤ {TARGET_S:.0f} s   ratio {cold / TARGET_S:.2f} of target")
+    print(f"heatmap spans {n_tok}, error boxes {errors}")
+    return 0 if cold <= TARGET_S and errors == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

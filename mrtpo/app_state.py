@@ -1,0 +1,292 @@
+"""Thin glue between the Streamlit pages and the library: cached model loading, cached sampling / replay keyed by
+their inputs, the sidebar's choices and the current group in ``st.session_state``, and error display.
+
+No computation lives here (that is :mod:`mrtpo.pipeline`, :mod:`mrtpo.relevance`, :mod:`mrtpo.render`); this module
+only decides *when* the library runs (on a button) and *remembers* what it returned, so that a slider never re-runs
+the model. Pages (including ``pages/train.py`` and ``pages/rollouts.py``) use:
+
+- :func:`sidebar` (called once by ``app.py``) and :func:`choices` → :class:`Choices` (model, device, family, example);
+- :func:`get_model(name, device) <get_model>` — the model, loaded once per process and shared by sessions;
+- :func:`sample_cached`, :func:`replay_cached` — the heavy work, cached by inputs;
+- :func:`set_run` / :func:`get_run` → :class:`Run` — the current group and its replay (one per session);
+- :func:`current_template` / :func:`set_template` — the verifier-info template in use (a plain dict);
+- :func:`show_error(e) <show_error>` and :func:`guard` — errors as ``st.error`` with what to do, never a traceback.
+
+Session-state keys (all prefixed ``mrtpo_``): ``mrtpo_model``, ``mrtpo_device``, ``mrtpo_family``, ``mrtpo_example``
+(sidebar widgets), ``mrtpo_run`` (a :class:`Run`), ``mrtpo_template`` ({family: template dict}).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+import streamlit as st
+
+from mrtpo.errors import MrtpoError
+from mrtpo.model import DEFAULT_MODEL, TINY_MODEL, LoadedModel, Sample, load_model, sample
+from mrtpo.pipeline import ScoredGroup, TokenView, template_for, token_view
+from mrtpo.relevance import ReplayResult, replay_group
+from mrtpo.tasks import family_names, get_family
+from mrtpo.tasks.base import Example, TaskFamily
+from mrtpo.templates import Template
+
+MODEL_ENV = "MRTPO_MODEL"  # the sidebar's default model (tests set "tiny-random")
+DEVICES = ["auto", "cpu", "cuda"]
+PREFERRED_FAMILY = "sql"
+
+
+# ---------------------------------------------------------------------------------------------- errors
+def show_error(e: BaseException, what: str = "") -> None:
+    """Show ``e`` as ``st.error`` with a hint on what to do; MrtpoError messages already say it. No traceback."""
+    head = f"{what}: " if what else ""
+    if isinstance(e, MrtpoError):
+        st.error(f"{head}{e}")
+    elif isinstance(e, MemoryError) or "out of memory" in str(e).lower():
+        st.error(f"{head}out of memory ({str(e).splitlines()[0] if str(e) else type(e).__name__}). "
+                 "Lower the group size or max tokens, or pick a smaller model.")
+    else:
+        msg = str(e).splitlines()[0] if str(e) else ""
+        st.error(f"{head}unexpected {type(e).__name__}{': ' + msg if msg else ''}. Check the inputs (model name, "
+                 "device, template, rewards) and try again; if it persists, run the same step with the CLI "
+                 "(`python -m mrtpo explain ...`) to see details.")
+
+
+@contextlib.contextmanager
+def guard(what: str = "") -> Iterator[None]:
+    """``with guard("sampling"): ...`` shows any error with :func:`show_error` and stops the page there.
+
+    Streamlit's own control flow (``st.stop``, ``st.rerun``) derives from BaseException and passes through.
+    """
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - the user sees a message, never a traceback
+        show_error(e, what)
+        st.stop()
+
+
+# ---------------------------------------------------------------------------------------------- model
+def default_model_name() -> str:
+    """The sidebar's default model: ``$MRTPO_MODEL`` or ``"default"`` (SmolLM2-135M-Instruct)."""
+    return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def get_model(name: str, device: str = "auto") -> LoadedModel:
+    """The model ``name`` on ``device``, loaded once per process and shared by every session (MrtpoError if missing)."""
+    return load_model(name, device)
+
+
+# ---------------------------------------------------------------------------------------------- families
+@st.cache_resource(show_spinner=False)
+def available_families() -> list[str]:
+    """Task families that import on this machine (a family still in progress is left out)."""
+    out = []
+    for name in family_names():
+        try:
+            get_family(name).examples()
+            out.append(name)
+        except (MrtpoError, ImportError, OSError):
+            continue
+    return out
+
+
+def family(name: str) -> TaskFamily:
+    return get_family(name)
+
+
+# ---------------------------------------------------------------------------------------------- sidebar
+@dataclass(frozen=True)
+class Choices:
+    """What the sidebar selects (read by every page)."""
+
+    model: str
+    device: str
+    family: str | None
+    example_id: str | None
+
+    def example(self) -> Example | None:
+        if self.family is None or self.example_id is None:
+            return None
+        return get_family(self.family).example(self.example_id)
+
+
+def _init_from_query() -> None:
+    """First run of a session: take family / example from the URL (``?family=sql&example=shop-01``)."""
+    if "mrtpo_family" in st.session_state:
+        return
+    fams = available_families()
+    fam = st.query_params.get("family")
+    st.session_state["mrtpo_family"] = fam if fam in fams else (PREFERRED_FAMILY if PREFERRED_FAMILY in fams
+                                                                  else (fams[0] if fams else None))
+    ex = st.query_params.get("example")
+    if ex and st.session_state["mrtpo_family"]:
+        ids = [e.id for e in get_family(st.session_state["mrtpo_family"]).examples()]
+        if ex in ids:
+            st.session_state["mrtpo_example"] = ex
+
+
+def sidebar() -> Choices:
+    """Render the sidebar (model, device, task family, example) and return the choices. Called by ``app.py``."""
+    _init_from_query()
+    sb = st.sidebar
+    sb.title("mrtpo")
+    default = default_model_name()
+    options = list(dict.fromkeys([default, DEFAULT_MODEL, TINY_MODEL]))
+    if "mrtpo_model" not in st.session_state:
+        st.session_state["mrtpo_model"] = default
+    sb.selectbox("Model", options, key="mrtpo_model", accept_new_options=True,
+                 help="default = SmolLM2-135M-Instruct; tiny-random = a 2-layer random model for tests; "
+                      "or type a Hugging Face id / local folder (must be in the local cache: no model hub here)")
+    sb.selectbox("Device", DEVICES, key="mrtpo_device", help="auto = CUDA (bfloat16) when available, else CPU")
+    fams = available_families()
+    if not fams:
+        sb.error("No task family could be loaded; check the installation (mrtpo/tasks).")
+        return Choices(st.session_state["mrtpo_model"], st.session_state["mrtpo_device"], None, None)
+    if st.session_state.get("mrtpo_family") not in fams:
+        st.session_state["mrtpo_family"] = fams[0]
+    fam = sb.selectbox("Task family", fams, key="mrtpo_family")
+    exs = get_family(fam).examples()
+    ids = [e.id for e in exs]
+    if st.session_state.get("mrtpo_example") not in ids:
+        st.session_state["mrtpo_example"] = ids[0]
+    prompts = {e.id: e.prompt for e in exs}
+    ex = sb.selectbox("Example", ids, key="mrtpo_example",
+                      format_func=lambda i: f"{i} — {_short(prompts[i], 40)}")
+    with contextlib.suppress(Exception):  # the URL is a convenience (shareable link), never an error
+        st.query_params["family"], st.query_params["example"] = fam, ex
+    return choices()
+
+
+def choices() -> Choices:
+    """The sidebar's current choices (defaults when the sidebar has not run, e.g. a page run on its own)."""
+    ss = st.session_state
+    fams = available_families()
+    fam = ss.get("mrtpo_family") or (PREFERRED_FAMILY if PREFERRED_FAMILY in fams else (fams[0] if fams else None))
+    ex = ss.get("mrtpo_example")
+    if fam is not None and ex is None:
+        ex = get_family(fam).examples()[0].id
+    return Choices(ss.get("mrtpo_model") or default_model_name(), ss.get("mrtpo_device") or "auto", fam, ex)
+
+
+def _short(text: str, n: int) -> str:
+    t = " ".join(text.split())
+    return t if len(t) <= n else t[: n - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------------- templates
+def current_template(fam: str | None) -> dict:
+    """The verifier-info template in use for family ``fam`` (the family's default until the user changes it)."""
+    saved = st.session_state.get("mrtpo_template", {}).get(fam or "")
+    if saved is not None:
+        return dict(saved)
+    return template_for(get_family(fam) if fam else None).to_dict()
+
+
+def set_template(fam: str | None, template: Template | dict) -> None:
+    """Make ``template`` the one in use for ``fam`` (validated: raises TemplateError when malformed)."""
+    t = template if isinstance(template, Template) else Template.from_dict(template)
+    st.session_state.setdefault("mrtpo_template", {})[fam or ""] = t.to_dict()
+
+
+# ---------------------------------------------------------------------------------------------- heavy work, cached
+@st.cache_data(show_spinner=False, max_entries=32)
+def sample_cached(model: str, device: str, prompt: str, n: int, max_new_tokens: int, temperature: float,
+                  seed: int) -> list[Sample]:
+    """``n`` sampled responses to ``prompt`` (one batched generate), cached by every input."""
+    return sample(get_model(model, device), prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                  seed=seed)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def replay_cached(model: str, device: str, prompt: str, verifier_info: Sequence[dict[str, str]],
+                  token_ids: Sequence[Sequence[int]], template: dict, rewards: Sequence[Sequence[float]] | None
+                  ) -> ReplayResult:
+    """Leave-one-out replay of one group, cached by every input.
+
+    verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
+    or None (replay every reward).
+    """
+    lm = get_model(model, device)
+    R = None if rewards is None else np.asarray(rewards, dtype=float)
+    return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
+                        Template.from_dict(template), rewards=R)
+
+
+def replay_for(ch: Choices, group: ScoredGroup, template: dict, skip_constant: bool = True,
+               verifier_info: Sequence[dict[str, str]] | None = None) -> ReplayResult:
+    """:func:`replay_cached` for a scored group (optionally with edited verifier information)."""
+    infos = list(verifier_info) if verifier_info is not None else group.verifier_info
+    return replay_cached(ch.model, ch.device, group.prompt, infos, [list(s.token_ids) for s in group.samples],
+                         template, group.rewards.tolist() if skip_constant else None)
+
+
+# ---------------------------------------------------------------------------------------------- the current group
+@dataclass
+class Run:
+    """The current group of a session: what was sampled, under which inputs, and its replay.
+
+    mode: "task" (a task example, scored by its verifiers) or "custom" (a typed prompt; rewards typed by the user).
+    """
+
+    mode: str
+    choices: Choices
+    group: ScoredGroup
+    replay: ReplayResult
+    template: dict
+    settings: dict = field(default_factory=dict)  # group size, temperature, max tokens, seed
+    timings: dict = field(default_factory=dict)  # seconds: model, sample, score, replay
+
+    @property
+    def label(self) -> str:
+        return f"{self.choices.family}/{self.group.example.id}" if self.mode == "task" else "your prompt"
+
+
+def set_run(run: Run) -> None:
+    st.session_state["mrtpo_run"] = run
+
+
+def get_run() -> Run | None:
+    """The session's current group, or None before the first Sample."""
+    return st.session_state.get("mrtpo_run")
+
+
+def require_run() -> Run:
+    """The current group; when there is none, say how to get one and stop the page."""
+    run = get_run()
+    if run is None:
+        st.info("No group yet: open **Explore**, pick an example and press **Sample group**.")
+        st.page_link("pages/explore.py", label="Go to Explore", icon=":material/search:")
+        st.stop()
+    return run
+
+
+def with_rewards(run: Run, rewards: np.ndarray) -> Run:
+    """A copy of ``run`` whose group has the rewards ``rewards`` (G, K) (custom mode: typed by the user)."""
+    g = run.group
+    group = ScoredGroup(g.example, g.prompt, g.samples, g.reward_names, np.asarray(rewards, dtype=float), g.reasons,
+                        g.verifier_info)
+    return Run(run.mode, run.choices, group, run.replay, run.template, run.settings, run.timings)
+
+
+def view(run: Run, method: str = "mrtpo", beta: float = 0.5) -> TokenView:
+    """The token view of the current group under ``method`` and ``β`` (no model calls; cheap)."""
+    return token_view(run.group, run.replay, method=method, beta=beta)
+
+
+class Timer:
+    """``with Timer(d, "sample"): ...`` records the seconds in ``d["sample"]``."""
+
+    def __init__(self, into: dict, name: str):
+        self.into, self.name = into, name
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.into[self.name] = round(time.perf_counter() - self.t0, 3)
+        return False

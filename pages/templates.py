@@ -1,0 +1,105 @@
+"""Templates: edit the verifier-info template and each reward's text, re-run only the replay on the same
+responses, and compare relevance before and after, token by token."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from mrtpo import app_state as S
+from mrtpo import render
+from mrtpo.errors import MrtpoError
+from mrtpo.templates import Template
+
+st.title("Templates")
+st.caption("P_all = the task prompt with every reward's verifier information (filled into the template); P_\\k "
+           "leaves reward k's item out. Fields: prompt: `{prompt}`, `{verifier_info}`; item: `{reward}`, `{text}`; "
+           "write `{{` and `}}` for literal braces. The template is data: nothing in it runs.")
+run = S.require_run()
+g, ch = run.group, S.choices()
+fam_key = run.choices.family if run.mode == "task" else None
+st.markdown(f"Group **{run.label}**, G = {len(g.samples)}; rewards: {', '.join(g.reward_names)}")
+
+cur = run.template
+c1, c2 = st.columns([3, 1])
+t_prompt = c1.text_area("prompt", cur["prompt"], height=120, key="tpl_prompt")
+t_item = c2.text_area("item", cur["item"], height=60, key="tpl_item")
+t_sep = c2.text_input("separator (use \\n for a new line)", cur["separator"].replace("\n", "\\n"), key="tpl_sep")
+
+i = st.selectbox("Response", list(range(len(g.samples))), key="tpl_response",
+                 format_func=lambda j: f"#{j} — {S._short(g.samples[j].text, 70)}")
+st.markdown("**Each reward's verifier text.** Prefilled with response #%d's text; a changed text replaces that "
+            "reward's text for every response of the group (unchanged ones keep their per-response texts)." % i)
+edits: dict[str, str] = {}
+for k in g.reward_names:
+    orig = g.verifier_info[i][k]
+    new = st.text_area(k, orig, height=68, key=f"tpl_text_{i}_{k}")
+    if new != orig:
+        edits[k] = new
+
+try:
+    new_template = Template.from_dict({"prompt": t_prompt, "item": t_item, "separator": t_sep.replace("\\n", "\n")})
+except MrtpoError as e:
+    S.show_error(e, "template")
+    st.stop()
+
+infos = [{k: edits.get(k, v) for k, v in info.items()} for info in g.verifier_info]
+with st.expander("P_all for this response with the edited template (what the model reads)"):
+    st.code(new_template.fill(g.prompt, infos[i]), language=None, wrap_lines=True)
+
+every = st.checkbox("Replay every reward, also those constant in the group (their advantage is 0 anyway)",
+                    key="tpl_every", value=run.mode == "custom")
+skip = not every and run.mode == "task"
+if st.button("Re-run replay (same responses)", type="primary", key="tpl_rerun"):
+    with st.status("Replaying with the edited template…") as status, S.guard("replay"):
+        before_all = run.replay if not every or run.mode == "custom" else S.replay_for(
+            run.choices, g, run.template, skip_constant=False)
+        after = S.replay_for(run.choices, g, new_template.to_dict(), skip_constant=skip, verifier_info=infos)
+        status.update(label=f"Replay done ({after.seconds:.1f} s, {after.forward_passes} forward passes)",
+                      state="complete")
+    st.session_state["tpl_after"] = {"template": new_template.to_dict(), "infos": infos, "replay": after,
+                                     "before": before_all, "run_id": run.settings.get("id")}
+
+after = st.session_state.get("tpl_after")
+if not after or after["run_id"] != run.settings.get("id"):
+    st.info("Edit the template or a reward's text, then press **Re-run replay** to compare relevance.")
+    st.stop()
+
+before, new = after["before"].responses[i], after["replay"].responses[i]
+toks = before.tokens()
+shown = [k for k in g.reward_names if k in before.relevance or k in new.relevance]
+if not shown:
+    st.info("Every reward is constant in this group, so none was replayed (their advantage is 0). Tick "
+            "**Replay every reward** to compare relevance anyway.")
+    st.stop()
+vmax_rel = max([float(r.relevance[k].max()) for r in (before, new) for k in shown if k in r.relevance and len(toks)]
+               + [1.0])
+rows, summary = [], []
+for k in shown:
+    rb = before.relevance.get(k, np.ones(len(toks)))
+    ra = new.relevance.get(k, np.ones(len(toks)))
+    jb, ja = before.js.get(k, np.zeros(len(toks))), new.js.get(k, np.zeros(len(toks)))
+    diff = ra - rb
+    vd = float(np.abs(diff).max()) if len(diff) else 0.0
+    tips = [f"{t['text']!r} | {k} | before: JS {jb[n]:.4f}, ρ {rb[n]:.3f} | after: JS {ja[n]:.4f}, ρ {ra[n]:.3f} | "
+            f"Δρ {diff[n]:+.3f}" for n, t in enumerate(toks)]
+    rows.append(f'<div class="reward"><b>{k}</b></div>')
+    rows.append(render.token_row("ρ before", toks, rb, "sequential", vmax_rel, tips))
+    rows.append(render.token_row("ρ after", toks, ra, "sequential", vmax_rel, tips))
+    rows.append(render.token_row(f"Δρ (±{vd:.3g})", toks, diff, "diverging", vd or 1.0, tips))
+    summary.append({"reward": k, "mean JS before": float(jb.mean()) if len(jb) else 0.0,
+                    "mean JS after": float(ja.mean()) if len(ja) else 0.0,
+                    "max |Δρ|": vd, "corr(ρ before, ρ after)": float(np.corrcoef(rb, ra)[0, 1])
+                    if len(rb) > 1 and rb.std() > 0 and ra.std() > 0 else float("nan")})
+st.subheader(f"Relevance of response #{i}: before and after")
+st.html(f"<style>{render.CSS}</style><div class='mrtpo'>"
+        f"<div class='legend'>relevance: orange (0 … {vmax_rel:.3g}); Δρ = after − before: blue up, red down</div>"
+        f"{''.join(rows)}</div>")
+st.dataframe(pd.DataFrame(summary), hide_index=True, width="stretch")
+if st.button("Use this template and these texts in Explore", key="tpl_adopt"):
+    run.template, run.replay = after["template"], after["replay"]
+    run.group.verifier_info = after["infos"]
+    if run.mode == "task":
+        S.set_template(fam_key, after["template"])
+    S.set_run(run)
+    st.success("Explore, Methods and Teach now use the edited template and texts.")

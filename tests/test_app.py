@@ -1,0 +1,203 @@
+"""The Streamlit app under AppTest with the tiny random model (no browser): every page runs and shows real numbers."""
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+os.environ["MRTPO_MODEL"] = "tiny-random"
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from mrtpo.advantages import compute  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+ROW = re.compile(r'<div class="row"><div class="lab">(.*?)</div><div class="toks">(.*?)</div></div>', re.S)
+BG = re.compile(r'<span class="tok" style="background:([^"]*)"')
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def _rows(body: str) -> list[tuple[str, list[str]]]:
+    """(label, [background per token]) for every heatmap row."""
+    return [(lab, BG.findall(toks)) for lab, toks in ROW.findall(body)]
+
+
+@pytest.fixture()
+def sampled() -> AppTest:
+    """Explore after sampling G = 4 × 96 tokens for instructions/tea-note (seed 0: the no-comma reward varies)."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    _ok(at)
+    at.selectbox(key="mrtpo_family").set_value("instructions").run()
+    at.selectbox(key="mrtpo_example").set_value("tea-note").run()
+    at.button(key="explore_sample").click().run()
+    _ok(at)
+    return at
+
+
+def test_sidebar_defaults_from_env_and_sql_first():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    _ok(at)
+    assert at.selectbox(key="mrtpo_model").value == "tiny-random"
+    assert at.selectbox(key="mrtpo_family").value == "sql"
+    assert at.selectbox(key="mrtpo_example").value == "shop-01"
+    assert any("Press **Sample group**" in i.value for i in at.info)
+
+
+def test_explore_table_heatmap_spans_and_beta(sampled: AppTest):
+    at = sampled
+    run = at.session_state["mrtpo_run"]
+    R = run.group.rewards
+    assert R.shape == (4, 2) and np.ptp(R[:, 0]) > 0  # no_comma varies, so its advantage is not 0
+    # the table holds GDPO's per-reward advantages and final advantage, equal to the library's
+    df = at.dataframe[0].value
+    gd = compute("gdpo", torch.tensor(R, dtype=torch.float32), 4)
+    np.testing.assert_allclose(df["GDPO A"].to_numpy(), gd.final.numpy(), atol=1e-3)
+    np.testing.assert_allclose(df["Â punctuation:no_comma"].to_numpy(), gd.diagnostics["zscore"][:, 0].numpy(), atol=1e-3)
+    # heatmap of response 0: per replayed reward 3 rows (GDPO uniform, MRTPO, relevance) + 2 combined rows, one span
+    # per token; the keywords reward is constant in the group (advantage 0), so it is not replayed and not shown
+    assert run.replay.rewards == ["punctuation:no_comma"] and run.replay.skipped == ["keywords:existence"]
+    T = len(run.replay.responses[0].token_ids)
+    body = at.get("html")[0].proto.body
+    assert body.count('<span class="tok"') == T * (3 * 1 + 2)
+    rows = _rows(body)
+    assert len(rows) == 5 and all(len(bg) == T for _, bg in rows)
+    assert any("not replayed): keywords:existence" in c.value for c in at.caption)
+    assert "GDPO (uniform)" in rows[0][0] and "mrtpo β=0.5" in rows[1][0]
+    assert len(set(rows[0][1])) == 1  # GDPO: the whole response one color
+    assert 'title="' in body and "JS " in body and "relevance " in body  # hover tooltips
+    assert "legend" in body
+    # β re-colors (fragment, no model call): β = 0 → MRTPO row equals GDPO's uniform row; β = 1 differs
+    at.slider(key="explore_beta").set_value(0.0).run()
+    _ok(at)
+    rows0 = _rows(at.get("html")[0].proto.body)
+    assert rows0[1][1] == rows0[0][1]
+    at.slider(key="explore_beta").set_value(1.0).run()
+    rows1 = _rows(at.get("html")[0].proto.body)
+    assert rows1[1][1] != rows0[1][1] and len(set(rows1[1][1])) > 1
+    assert at.session_state["mrtpo_run"] is not None and len(at.get("download_button")) == 2
+
+
+def test_explore_method_choice_and_combined(sampled: AppTest):
+    at = sampled
+    assert "mrtpo+dara" in at.selectbox(key="explore_method").options
+    at.selectbox(key="explore_method").set_value("mrtpo+gd2po").run()
+    _ok(at)
+    assert "mrtpo+gd2po A" in at.dataframe[0].value.columns
+    assert "combined" in at.get("html")[0].proto.body
+
+
+def test_methods_page(sampled: AppTest):
+    at = sampled
+    at.switch_page("pages/methods.py").run()
+    _ok(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "distinct reward combinations" in text and "Hard filter" in text
+    assert len(at.get("plotly_chart")) == 2
+    frames = [d.value for d in at.dataframe]
+    dara = next(f for f in frames if "density π_k" in f.columns)
+    assert dara["density π_k"].tolist() == [1.0, 0.0]  # no_comma varies in the group, keywords does not
+    assert dara["weight w_k"].tolist() == [1.0, 1.0]
+    demo = next(f for f in frames if "group" in f.columns)
+    np.testing.assert_allclose(np.abs(demo["GRPO A"].to_numpy(float)), 0.707, atol=1e-3)  # all groups collapse
+    assert len(set(np.round(demo["GDPO A"].to_numpy(float), 3))) == 4  # GDPO keeps the (0,2) group apart
+    assert at.get("html")[0].proto.body.count('<span class="tok"') > 0
+
+
+def test_teach_page(sampled: AppTest):
+    at = sampled
+    at.switch_page("pages/teach.py").run()
+    _ok(at)
+    codes = [c.value for c in at.code]
+    run = at.session_state["mrtpo_run"]
+    assert run.replay.rewards == ["punctuation:no_comma"]  # the constant keywords reward is skipped
+    v = run.group.verifier_info[0]["punctuation:no_comma"]
+    assert len(codes) == 2 and codes[0].count(v) == codes[1].count(v) + 1  # P_all has v_k, P_\k leaves it out
+    assert len(at.latex) >= 5
+    text = " ".join(m.value for m in at.markdown)
+    assert "= GDPO's A_0" in text
+
+
+def test_templates_page_malformed_then_rerun(sampled: AppTest):
+    at = sampled
+    at.switch_page("pages/templates.py").run()
+    _ok(at)
+    at.text_area(key="tpl_prompt").set_value("{prompt} {oops}").run()
+    assert any("unknown placeholder '{oops}'" in e.value for e in at.error)
+    assert not at.exception
+    at.text_area(key="tpl_prompt").set_value("").run()
+    assert any("is empty" in e.value for e in at.error)
+    at.text_area(key="tpl_prompt").set_value("{prompt}\n\nRules:\n{verifier_info}").run()
+    at.text_area(key="tpl_text_0_punctuation:no_comma").set_value("Do not write the letter e.").run()
+    at.checkbox(key="tpl_every").check().run()
+    at.button(key="tpl_rerun").click().run()
+    _ok(at)
+    body = at.get("html")[0].proto.body
+    labels = [lab for lab, _ in _rows(body)]
+    assert len(labels) == 6  # both rewards replayed (the constant one too): before, after, difference
+    assert labels[:2] == ["ρ before", "ρ after"] and labels[2].startswith("Δρ")
+    diff = BG.findall(ROW.findall(body)[2][1])
+    assert any(c != "transparent" for c in diff)  # the edited text changes relevance somewhere
+    after = at.session_state["tpl_after"]
+    assert all(info["punctuation:no_comma"] == "Do not write the letter e." for info in after["infos"])
+    assert "Rules:" in after["replay"].prompts[0]["__all__"]
+
+
+def test_custom_prompt_rewards_default_zero():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.radio(key="explore_mode").set_value("Your own prompt").run()
+    at.number_input(key="explore_max").set_value(16).run()
+    at.button(key="explore_sample").click().run()
+    _ok(at)
+    run = at.session_state["mrtpo_run"]
+    assert run.mode == "custom" and run.group.reward_names == ["no_comma", "mentions_green"]
+    assert (run.group.rewards == 0).all() and sorted(run.replay.rewards) == sorted(run.group.reward_names)
+    assert any("every advantage is 0" in i.value for i in at.info)
+    table = next(d.value for d in at.dataframe if "GDPO A" in d.value.columns)
+    assert (table["GDPO A"] == 0).all()
+
+
+def test_bad_model_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("MRTPO_MODEL", "/no/such/model")  # (AppTest cannot type a new option into the selectbox)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert at.selectbox(key="mrtpo_model").value == "/no/such/model"
+    at.button(key="explore_sample").click().run()
+    assert not at.exception
+    assert any("cannot load model" in e.value for e in at.error)
+
+
+def test_pages_without_a_group_say_what_to_do():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("pages/methods.py").run()
+    assert not at.exception
+    assert any("No group yet" in i.value for i in at.info)
+
+
+def test_config_hides_error_details():
+    cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert cfg["client"]["showErrorDetails"] == "none"
+    assert cfg["server"]["fileWatcherType"] == "none"  # the watcher slowed sampling ~8× (bench/app.py)
+
+
+def test_custom_empty_prompt_is_a_clear_error():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.radio(key="explore_mode").set_value("Your own prompt").run()
+    at.text_area(key="explore_prompt").set_value("   ").run()
+    at.button(key="explore_sample").click().run()
+    assert not at.exception
+    assert any("the prompt is empty" in e.value for e in at.error)
+    assert "mrtpo_run" not in at.session_state
