@@ -1,0 +1,119 @@
+"""Benchmark of the training loop on the default model (SmolLM2-135M-Instruct).
+
+1. Overhead: step time of MRTPO / step time of GDPO, same seed and batch (target <= 1.10; the paper reports
+   10-20 %). The two trainers step alternately (so load from other processes hits both alike); printed are the
+   ratio of mean step times, and the ratio (GDPO step + MRTPO replay) / GDPO step, which ignores that the two
+   policies sample responses of different lengths once they diverge. Where the time goes is printed per phase.
+2. Learning: ``--steps`` steps of each method on the instruction task for ``--seeds`` seeds; per-reward mean
+   reward curves (mean over seeds) and the mean of the last 5 steps.
+
+    PYTHONPATH=. python bench/train.py [--steps 20] [--seeds 2] [--overhead-steps 4] [--skip-learning]
+
+Prints the figures whatever they show. Runs in memory (no run store), probe off.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from mrtpo.train import TrainConfig, Trainer  # noqa: E402
+
+
+def config(method: str, seed: int, a) -> TrainConfig:
+    return TrainConfig(model=a.model, device=a.device, task=a.task, method=method, seed=seed, group_size=a.group,
+                       prompts_per_step=a.prompts, max_new_tokens=a.max_new_tokens, lr=a.lr, beta=0.5,
+                       warmup=a.warmup, probe_size=0)
+
+
+def overhead(a) -> None:
+    print(f"== overhead: {a.model} on {a.device}, task {a.task}, G={a.group} × B={a.prompts}, "
+          f"{a.max_new_tokens} new tokens, {a.overhead_steps} steps each (step 1 = warm-up, not counted)")
+    trainers = {m: Trainer(config(m, 0, a)) for m in ("gdpo", "mrtpo")}
+    rec: dict[str, list[dict]] = {m: [] for m in trainers}
+    for s in range(a.overhead_steps):
+        for m, tr in trainers.items():
+            rec[m].append(tr.step())
+            r = rec[m][-1]
+            print(f"  step {s + 1} {m:6s} step {r['time/step']:6.2f} s  sample {r['time/sample']:6.2f}  replay "
+                  f"{r['time/replay']:6.2f}  update {r['time/update']:6.2f}  tokens {r['response_tokens']:.0f}", flush=True)
+    phases = ["time/step", "time/sample", "time/replay", "time/update", "response_tokens"]
+    mean = {m: {k: float(np.mean([r[k] for r in rec[m][1:]])) for k in phases} for m in rec}
+    for m in rec:
+        print(f"  {m:6s} " + "  ".join(f"{k.split('/')[-1]} {mean[m][k]:7.2f}" for k in phases))
+    g, r = mean["gdpo"], mean["mrtpo"]
+    print(f"  RATIO step time MRTPO / GDPO           = {r['time/step'] / g['time/step']:.3f}")
+    print(f"  RATIO (GDPO step + MRTPO replay) / GDPO = {(g['time/step'] + r['time/replay']) / g['time/step']:.3f}")
+    print(f"  replay share of the MRTPO step         = {r['time/replay'] / r['time/step']:.3f}  "
+          f"(sampling {r['time/sample'] / r['time/step']:.3f}, update {r['time/update'] / r['time/step']:.3f})")
+
+
+def learning(a) -> None:
+    print(f"\n== learning: {a.steps} steps × {a.seeds} seeds per method, lr {a.lr}, warmup {a.warmup}")
+    curves: dict[str, dict[str, list[list[float]]]] = {}
+    t0 = time.perf_counter()
+    for method in ("gdpo", "mrtpo"):
+        for seed in range(a.seeds):
+            tr = Trainer(config(method, seed, a))
+            per_key: dict[str, list[float]] = {}
+            for s in range(a.steps):
+                m = tr.step()
+                for k, v in m.items():
+                    if k.startswith("reward/"):
+                        per_key.setdefault(k, [float("nan")] * a.steps)[s] = v
+            for k, v in per_key.items():
+                curves.setdefault(k, {}).setdefault(method, []).append(v)
+            print(f"  {method} seed {seed}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+    keys = sorted(curves, key=lambda k: (k not in ("reward/mean", "reward/all_pass"), k))
+    for k in keys:
+        cells = {}
+        for method in ("gdpo", "mrtpo"):
+            runs = curves[k].get(method)
+            cells[method] = np.nanmean(np.array(runs), axis=0) if runs else np.full(a.steps, np.nan)
+        n_obs = sum(np.sum(~np.isnan(np.array(curves[k].get(m, [[np.nan]])))) for m in ("gdpo", "mrtpo"))
+        if k not in ("reward/mean", "reward/all_pass") and n_obs < a.steps // 2:
+            continue  # a constraint seen only on a few steps: no curve worth printing
+        print(f"\n  {k}")
+        print("  step " + "".join(f"{s + 1:>6d}" for s in range(a.steps)))
+        for method in ("gdpo", "mrtpo"):
+            print(f"  {method:5s}" + "".join("     —" if np.isnan(v) else f"{v:6.2f}" for v in cells[method]))
+        last = {m: np.nanmean(cells[m][-5:]) if np.any(~np.isnan(cells[m][-5:])) else float("nan") for m in cells}
+        first = {m: np.nanmean(cells[m][:5]) if np.any(~np.isnan(cells[m][:5])) else float("nan") for m in cells}
+        print(f"  first5 gdpo {first['gdpo']:.3f} mrtpo {first['mrtpo']:.3f} | "
+              f"last5 gdpo {last['gdpo']:.3f} mrtpo {last['mrtpo']:.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--task", default="instructions")
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--overhead-steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--skip-learning", action="store_true")
+    ap.add_argument("--skip-overhead", action="store_true")
+    a = ap.parse_args()
+    import torch
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    if not a.skip_overhead:
+        overhead(a)
+    if not a.skip_learning:
+        learning(a)
+
+
+if __name__ == "__main__":
+    main()

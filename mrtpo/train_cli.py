@@ -1,0 +1,194 @@
+"""CLI subcommands of the training loop: ``train``, ``runs``, ``compare`` (registered by ``mrtpo.cli``).
+
+    python -m mrtpo train --task instructions --method mrtpo --steps 20 --run NAME
+    python -m mrtpo runs
+    python -m mrtpo compare RUN RUN [--every N]
+
+``--steps N`` trains until the run has N steps: re-running the same command after a kill resumes it.
+The run store is ``--db`` or ``$MRTPO_RUNS`` or ``runs/mrtpo.db``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+
+from mrtpo.errors import MrtpoError
+
+# CLI flag -> TrainConfig field, for the fields given as plain flags
+_FLAGS = {
+    "task": str, "method": str, "model": str, "device": str, "examples": str, "beta": float, "warmup": int,
+    "cap": float, "group_size": int, "prompts_per_step": int, "lr": float, "weight_decay": float,
+    "clip_low": float, "clip_high": float, "kl_coef": float, "aggregation": str, "ppo_epochs": int,
+    "minibatches": int, "max_grad_norm": float, "max_new_tokens": int, "temperature": float, "top_p": float,
+    "seed": int, "lora_rank": int, "lora_alpha": int, "checkpoint_every": int, "probe_size": int,
+}
+
+
+def register(sub) -> None:
+    from mrtpo.train import TrainConfig
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    p = sub.add_parser("train", help="train a policy with the verifiers' rewards (resumable run in the run store)")
+    p.add_argument("--run", default=None, help="run name (default: TASK-METHOD-SEED); an existing run is resumed")
+    p.add_argument("--steps", type=int, required=True, help="train until the run has this many steps")
+    p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
+    p.add_argument("--lora", action="store_true", help=fields["lora"].metadata["help"])
+    p.add_argument("--example-ids", default=None, help="comma-separated example ids to train on")
+    p.add_argument("--template", default=None, help="verifier-info template file (JSON {prompt,item,separator})")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    for name, typ in _FLAGS.items():
+        f = fields[name]
+        default = f.default if f.default is not dataclasses.MISSING else None
+        p.add_argument("--" + name.replace("_", "-"), type=typ, default=None,
+                       help=f"{f.metadata.get('help', '')} (default {default})")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("runs", help="list the runs in the run store")
+    p.add_argument("--db", default=None)
+    p.add_argument("--json", action="store_true", help="one JSON object per run")
+    p.set_defaults(fn=cmd_runs)
+
+    p = sub.add_parser("compare", help="per-reward mean-reward curves of runs, side by side")
+    p.add_argument("runs", nargs="+", help="two or more run names")
+    p.add_argument("--db", default=None)
+    p.add_argument("--every", type=int, default=1, help="show every N-th step")
+    p.add_argument("--key", action="append", default=None,
+                   help="metric keys to compare (default: every reward/... key); repeatable")
+    p.add_argument("--json", action="store_true", help="print {run: {key: {step: value}}} instead")
+    p.set_defaults(fn=cmd_compare)
+
+
+def _config_from_args(a):
+    from mrtpo.train import TrainConfig
+
+    kw = {name: getattr(a, name) for name in _FLAGS if getattr(a, name) is not None}
+    if a.lora:
+        kw["lora"] = True
+    if a.example_ids:
+        kw["example_ids"] = [s.strip() for s in a.example_ids.split(",") if s.strip()]
+    if a.template:
+        from mrtpo.templates import Template
+
+        t = Template.from_file(a.template)
+        kw["template"] = t.to_dict()
+    return TrainConfig(**kw), kw
+
+
+def cmd_train(a) -> int:
+    from mrtpo.store import Store
+    from mrtpo.train import Trainer
+
+    if a.steps < 0:
+        raise MrtpoError("--steps must be >= 0")
+    store = Store(a.db)
+    cfg, given = _config_from_args(a)
+    name = a.run or f"{cfg.task}-{cfg.method}-s{cfg.seed}"
+    log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    existing = store.get_run(name)
+    if existing is not None:
+        stored = existing.config
+        diff = [k for k, v in given.items() if stored.get(k) != v]
+        if diff:
+            log(f"run '{name}' exists: using its stored config (ignoring {', '.join('--' + d.replace('_', '-') for d in diff)})")
+        tr = Trainer(None, store, name, log=log)
+    else:
+        log(f"creating run '{name}' in {store.path}")
+        tr = Trainer(cfg, store, name, log=log)
+    todo = a.steps - tr.steps_done
+    if todo <= 0:
+        log(f"run '{name}' already has {tr.steps_done} steps (asked for {a.steps}); nothing to do")
+        return 0
+    bar = None
+    if not a.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(total=a.steps, initial=tr.steps_done, desc=name, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+    def on_step(step, m):
+        if bar is not None:
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", loss=f"{m['loss']:+.4f}", s=f"{m['time/step']:.1f}")
+            bar.update(1)
+        else:
+            print(f"step {step}: reward {m['reward/mean']:.3f} loss {m['loss']:+.4f} ({m['time/step']:.1f} s)",
+                  file=sys.stderr)
+
+    try:
+        tr.train(todo, callback=on_step)
+    finally:
+        if bar is not None:
+            bar.close()
+    run = store.require_run(name)
+    log(f"run '{name}': {run.steps_done} steps, last checkpoint at step {run.last_checkpoint}")
+    return 0
+
+
+def _fmt(v) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def _last_mean(series: dict[int, float], n: int = 5) -> float | None:
+    vals = [series[s] for s in sorted(series)[-n:] if series[s] is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def cmd_runs(a) -> int:
+    from mrtpo.store import Store
+
+    store = Store(a.db)
+    runs = store.list_runs()
+    if not runs:
+        print(f"no runs in {store.path}")
+        return 0
+    rows = []
+    for r in runs:
+        m = store.metrics(r.id)
+        holder = store.lock_holder(r.id)
+        rows.append({
+            "name": r.name, "task": r.config.get("task"), "method": r.config.get("method"),
+            "model": r.config.get("model"), "steps": r.steps_done, "checkpoint": r.last_checkpoint,
+            "reward_last5": _last_mean(m.get("reward/mean", {})),
+            "status": f"training (pid {holder['pid']} on {holder['host']})" if holder else "idle",
+            "updated": time.strftime("%Y-%m-%d %H:%M", time.localtime(r.updated)),
+        })
+    if a.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    cols = ["name", "task", "method", "model", "steps", "checkpoint", "reward_last5", "status", "updated"]
+    table = [[_fmt(row[c]) if c == "reward_last5" else str(row[c]) for c in cols] for row in rows]
+    widths = [max(len(c), *(len(t[i]) for t in table)) for i, c in enumerate(cols)]
+    print("  ".join(c.ljust(w) for c, w in zip(cols, widths)))
+    for t in table:
+        print("  ".join(x.ljust(w) for x, w in zip(t, widths)))
+    return 0
+
+
+def cmd_compare(a) -> int:
+    from mrtpo.store import Store
+
+    store = Store(a.db)
+    runs = [store.require_run(n) for n in a.runs]
+    metrics = {r.name: store.metrics(r.id) for r in runs}
+    keys = a.key or sorted({k for m in metrics.values() for k in m if k.startswith("reward/")},
+                           key=lambda k: (k != "reward/mean", k))
+    if a.json:
+        print(json.dumps({n: {k: m.get(k, {}) for k in keys} for n, m in metrics.items()}))
+        return 0
+    every = max(1, a.every)
+    names = [r.name for r in runs]
+    w = max(8, *(len(n) for n in names))
+    for key in keys:
+        steps = sorted({s for m in metrics.values() for s in m.get(key, {})})
+        if not steps:
+            continue
+        print(f"\n{key}")
+        print("step".rjust(5) + "  " + "  ".join(n.rjust(w) for n in names))
+        shown = [s for i, s in enumerate(steps) if i % every == 0 or s == steps[-1]]
+        for s in shown:
+            print(f"{s:5d}  " + "  ".join(_fmt(metrics[n].get(key, {}).get(s)).rjust(w) for n in names))
+        print("last5".rjust(5) + "  " + "  ".join(_fmt(_last_mean(metrics[n].get(key, {}))).rjust(w) for n in names))
+    return 0

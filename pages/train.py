@@ -1,0 +1,213 @@
+"""Train: start or resume a run, step it, compare per-reward curves of runs, watch the probe's relevance shift.
+
+One :class:`mrtpo.train.Trainer` per run per process (``st.cache_resource``): it trains its own copy of the model
+(never the explorer's shared one). While a session steps a run, the run's lock in the store keeps every other
+session and process from stepping it; they see the curves grow with **Refresh**.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+from plotly.subplots import make_subplots
+
+from mrtpo import app_state as S
+from mrtpo import render
+from mrtpo.advantages import method_names
+from mrtpo.errors import MrtpoError
+from mrtpo.store import Store, default_path
+from mrtpo.train import TrainConfig, Trainer
+
+NEW = "➕ new run"
+
+st.title("🏋️ Train")
+st.caption("Sample → score with the verifiers → per-reward advantages → (MRTPO) replay and token reallocation → "
+           "clipped-surrogate update. Every step is stored (SQLite); a run resumes from its last checkpoint.")
+
+
+@st.cache_resource(show_spinner=False)
+def _store(path: str) -> Store:
+    return Store(path)
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _trainer(path: str, run: str, _config: TrainConfig | None = None) -> Trainer:
+    """The trainer of ``run`` in this process (created with ``_config`` if the run is new, else resumed)."""
+    return Trainer(_config, _store(path), run)
+
+
+db_path = str(default_path())
+with S.guard("run store"):
+    store = _store(db_path)
+runs = store.run_names()
+
+# ---------------------------------------------------------------------------------------------- pick a run
+if "train_run" not in st.session_state:
+    q = st.query_params.get("run")
+    st.session_state["train_run"] = q if q in runs else (runs[-1] if runs else NEW)
+if "train_run_pending" in st.session_state:  # a run just created (set before the selectbox exists)
+    st.session_state["train_run"] = st.session_state.pop("train_run_pending")
+if st.session_state["train_run"] not in runs + [NEW]:
+    st.session_state["train_run"] = NEW
+choice = st.selectbox("Run", [NEW] + runs, key="train_run", help=f"runs in {db_path}")
+
+if choice == NEW:
+    ch = S.choices()
+    fams = S.available_families()
+    c1, c2, c3 = st.columns(3)
+    task = c1.selectbox("Task", fams, index=fams.index("instructions") if "instructions" in fams else 0,
+                        key="train_task")
+    method = c2.selectbox("Method", method_names(), index=method_names().index("mrtpo"), key="train_method")
+    name = c3.text_input("Run name", value=f"{task}-{method}-s0", key="train_name")
+    c1, c2, c3, c4 = st.columns(4)
+    group = c1.number_input("Group size G", 2, 64, 4, key="train_group")
+    prompts = c2.number_input("Prompts per step B", 1, 64, 2, key="train_prompts")
+    max_tok = c3.number_input("Max new tokens", 4, 1024, 48, key="train_max_tokens")
+    seed = c4.number_input("Seed", 0, 10 ** 6, 0, key="train_seed")
+    c1, c2, c3, c4 = st.columns(4)
+    lr = c1.number_input("Learning rate", 1e-8, 1.0, 1e-5, format="%.1e", key="train_lr")
+    beta = c2.number_input("β (MRTPO)", 0.0, 1.0, 0.5, key="train_beta")
+    warmup = c3.number_input("β warmup steps", 0, 1000, 10, key="train_warmup")
+    kl = c4.number_input("KL coefficient", 0.0, 10.0, 0.0, key="train_kl")
+    c1, c2 = st.columns(2)
+    lora = c1.checkbox("LoRA (peft)", value=False, key="train_lora")
+    probe = c2.number_input("Probe responses", 0, 16, 4, key="train_probe")
+    st.caption(f"Model **{ch.model}** on **{ch.device}** (sidebar).")
+    if st.button("Create run", key="train_create", type="primary"):
+        with S.guard("creating the run"):
+            if name in runs:
+                raise MrtpoError(f"a run named '{name}' exists; pick it above or choose another name")
+            cfg = TrainConfig(model=ch.model, device=ch.device, task=task, method=method, group_size=int(group),
+                              prompts_per_step=int(prompts), max_new_tokens=int(max_tok), seed=int(seed), lr=float(lr),
+                              beta=float(beta), warmup=int(warmup), kl_coef=float(kl), lora=bool(lora),
+                              probe_size=int(probe))
+            with st.spinner("loading the model and sampling the probe…"):
+                _trainer(db_path, name, cfg)
+        st.session_state["train_run_pending"] = name
+        st.rerun()
+    st.stop()
+
+# ---------------------------------------------------------------------------------------------- the run
+run = store.require_run(choice)
+st.query_params["run"] = choice
+cfg = run.config
+holder = store.lock_holder(run.id)
+st.markdown(f"**{run.name}** — {cfg['task']} · {cfg['method']} · model {cfg['model']} · G={cfg['group_size']} × "
+            f"B={cfg['prompts_per_step']} · {run.steps_done} steps (checkpoint at {run.last_checkpoint})")
+with st.expander("Config", expanded=False):
+    st.json(cfg)
+
+c1, c2, c3, c4 = st.columns([1, 1, 1, 2])
+n_steps = c3.number_input("N", 1, 1000, 5, key="train_n", label_visibility="collapsed")
+busy = holder is not None
+one = c1.button("Step 1", key="train_step1", disabled=busy, type="primary")
+many = c2.button(f"Step {int(n_steps)}", key="train_stepn", disabled=busy)
+c4.button("Refresh", key="train_refresh", help="re-read the store (watch a run another session trains)")
+if busy:
+    st.info(f"Being trained by process {holder['pid']} on {holder['host']} (heartbeat {holder['age_s']:.0f} s ago); "
+            f"watching — press **Refresh** to see new steps.")
+if one or many:
+    todo = 1 if one else int(n_steps)
+    bar = st.progress(0.0, text=f"training {todo} step(s)…")
+    with S.guard("training"):
+        tr = _trainer(db_path, run.name)
+
+        done = [0]
+
+        def _cb(step: int, m: dict) -> None:
+            done[0] += 1
+            bar.progress(done[0] / todo, text=f"step {step}: reward {m['reward/mean']:.3f}, loss {m['loss']:+.4f}, "
+                                              f"{m['time/step']:.1f} s")
+
+        tr.train(todo, callback=_cb)
+    run = store.require_run(choice)
+    st.success(f"{run.name}: {run.steps_done} steps")
+
+# ---------------------------------------------------------------------------------------------- curves
+st.subheader("Per-reward mean reward")
+same_task = [r for r in runs if r != run.name and store.get_run(r).config.get("task") == cfg["task"]]
+others = [r for r in same_task if store.get_run(r).config.get("method") != cfg["method"]][:3]
+compare = st.multiselect("Runs", runs, default=[run.name] + others, key="train_compare",
+                         help="e.g. an MRTPO run and a GDPO run with the same seed and batch")
+series = {n: store.metrics(store.get_run(n).id) for n in compare}
+keys = sorted({k for m in series.values() for k in m if k.startswith("reward/")},
+              key=lambda k: (k not in ("reward/mean", "reward/all_pass"), k))
+
+
+def _curves(keys: list[str], series: dict, cols: int = 3) -> go.Figure:
+    rows = max(1, math.ceil(len(keys) / cols))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[k.split("/", 1)[-1] for k in keys])
+    palette = ["#2166ac", "#b2182b", "#1b7837", "#762a83", "#e08214", "#4d4d4d"]
+    for j, (name, m) in enumerate(series.items()):
+        for i, k in enumerate(keys):
+            pts = sorted((s, v) for s, v in m.get(k, {}).items() if v is not None)
+            fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=name,
+                                     legendgroup=name, showlegend=i == 0, line={"color": palette[j % len(palette)]}),
+                          row=i // cols + 1, col=i % cols + 1)
+    fig.update_layout(height=260 * rows, margin={"t": 40, "b": 20, "l": 20, "r": 20})
+    return fig
+
+
+if keys:
+    st.plotly_chart(_curves(keys, series), key="train_curves", width="stretch")
+    with st.expander("Training metrics (loss, KL, clip fraction, times)"):
+        other = sorted({k for m in series.values() for k in m if not k.startswith("reward/")})
+        pick = st.multiselect("Metrics", other, default=[k for k in ("loss", "clip_frac", "time/step", "time/replay")
+                                                         if k in other], key="train_metric_keys")
+        if pick:
+            st.plotly_chart(_curves(pick, series), key="train_metrics", width="stretch")
+else:
+    st.info("No steps yet: press **Step 1**.")
+
+# ---------------------------------------------------------------------------------------------- probe
+st.subheader("Relevance shift on the probe")
+probe = store.probe(run.id)
+if not probe:
+    st.caption("This run has no probe responses.")
+else:
+    c1, c2 = st.columns(2)
+    pi = c1.selectbox("Probe response", list(range(len(probe))), key="train_probe_idx",
+                      format_func=lambda i: f"{i}: {probe[i]['text'][:60]!r}")
+    p = probe[pi]
+    reward = c2.selectbox("Reward", p["reward_names"], key="train_probe_reward")
+    steps, heat = store.probe_relevance(run.id, pi, reward)
+    st.caption(f"Example **{p['example_id']}** — verifier information for {reward}: "
+               f"“{p['verifier_info'].get(reward, '')}”. Rows: steps (0 = before training); columns: tokens; "
+               f"color: relevance ρ (mean 1 over the response).")
+    labels = [f"{n}:{t!r}" for n, t in enumerate(p["tokens"])]
+    fig = go.Figure(go.Heatmap(z=heat, x=labels, y=[f"step {s}" for s in steps], colorscale="Oranges", zmin=0,
+                               hovertemplate="%{y} · token %{x}<br>ρ = %{z:.3f}<extra></extra>"))
+    fig.update_layout(height=120 + 22 * len(steps), margin={"t": 10, "b": 10, "l": 10, "r": 10},
+                      yaxis={"autorange": "reversed"}, xaxis={"showticklabels": len(labels) <= 60})
+    st.plotly_chart(fig, key="train_probe_heatmap", width="stretch")
+
+# ---------------------------------------------------------------------------------------------- samples
+st.subheader("Sampled responses")
+if run.steps_done == 0:
+    st.caption("No steps yet.")
+else:
+    step = st.number_input("Step", 1, run.steps_done, run.steps_done, key="train_sample_step")
+    rows = store.samples(run.id, int(step))
+    table = pd.DataFrame([{"#": i, "example": r["example_id"], "advantage": round(r["advantage"], 3),
+                           **{k: v for k, v in r["rewards"].items()}, "response": r["text"][:120]}
+                          for i, r in enumerate(rows)])
+    st.dataframe(table, hide_index=True, width="stretch")
+    if rows:
+        i = st.selectbox("Response", list(range(len(rows))), key="train_sample_idx")
+        r = rows[i]
+        toks = [{"text": t} for t in r["tokens"]]
+        adv = r["token_advantage"]
+        va = max([abs(x) for x in adv] + [abs(r["advantage"]), 1e-9])
+        parts = [render.legend(va, max([max(v) for v in r["relevance"].values() if v] + [1.0]))]
+        tips = [f"{t['text']!r} | token advantage {a:+.4f}" for t, a in zip(toks, adv)]
+        parts.append(render.token_row(f"token advantage (resp. {r['advantage']:+.3f})", toks, adv, "diverging", va, tips))
+        vr = max([max(v) for v in r["relevance"].values() if v] + [1.0])
+        for k, rel in r["relevance"].items():
+            tips = [f"{t['text']!r} | {k} | relevance {x:.3f}" for t, x in zip(toks, rel)]
+            parts.append(render.token_row(f"ρ {k}", toks, rel, "sequential", vr, tips))
+        reasons = "; ".join(f"{k}: {v}" for k, v in r.get("reasons", {}).items() if v)
+        st.html(f"<style>{render.CSS}</style><div class='mrtpo'>{''.join(parts)}"
+                f"<p style='font-size:12px;color:#555'>{html.escape(reasons)}</p></div>")
