@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 from mrtpo.model import load_model, sample  # noqa: E402
 from mrtpo.pipeline import score_group, template_for  # noqa: E402
-from mrtpo.relevance import naive_replay_group, replay_group  # noqa: E402
+from mrtpo.relevance import ReplayConfig, _fast_bf16_cpu, naive_replay_group, replay_group  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
 
 
@@ -78,21 +78,25 @@ def main() -> None:
     group = score_group(fam, ex, samples)
     args = (lm, group.prompt, group.verifier_info, group.samples, template)
 
-    def timed(fn):
+    def timed(fn, **kw):
         best = float("inf")
         for _ in range(a.repeats):
             sync()
             t = time.perf_counter()
-            res = fn(*args)
+            res = fn(*args, **kw)
             sync()
             best = min(best, time.perf_counter() - t)
         return best, res
 
+    exact = ReplayConfig(precision="model")
     replay_group(*args)  # warm-up
     with PeakRSS() as mem:
-        t_fast, fast = timed(replay_group)
+        t_fast, fast = timed(replay_group)  # the default: bf16 autocast where the CPU has AMX / AVX512-BF16
+    t_exact, exact_res = timed(replay_group, config=exact)
     t_naive, naive = timed(naive_replay_group)
-    err = max(abs(f.js[k] - s.js[k]).max() for f, s in zip(fast.responses, naive.responses) for k in fast.rewards)
+    err = max(abs(f.js[k] - s.js[k]).max() for f, s in zip(exact_res.responses, naive.responses) for k in fast.rewards)
+    bf16_err = max(abs(f.js[k] - s.js[k]).mean() for f, s in zip(fast.responses, naive.responses) for k in fast.rewards)
+    bf16 = lm.device.type == "cpu" and _fast_bf16_cpu()
 
     T = sum(len(s.token_ids) for s in samples)
     V = lm.model.get_output_embeddings().weight.shape[0]
@@ -100,11 +104,14 @@ def main() -> None:
     print(f"model {lm.name} on {lm.device} ({lm.dtype}); example {ex.id}: prompt {n_prompt} tokens "
           f"(shared prefix {fast.prefix_tokens}), G = {a.group}, K = {len(fast.rewards)}, response tokens {T} "
           f"(mean {T / a.group:.0f}), vocab {V}")
-    print(f"generation: {t_gen:.2f} s   replay batched+prefix-shared: {t_fast:.2f} s "
-          f"({fast.forward_passes} passes, {fast.forward_tokens} tokens)   naive: {t_naive:.2f} s "
-          f"({naive.forward_passes} passes, {naive.forward_tokens} tokens)   max |JS diff| {err:.1e}")
-    print(f"(a) naive / batched replay time: {t_naive / t_fast:.2f}x")
-    print(f"(b) replay / generation time:    {t_fast / t_gen:.3f}   (target <= 0.3 on CPU)")
+    print(f"generation: {t_gen:.2f} s   naive replay: {t_naive:.2f} s ({naive.forward_passes} passes, "
+          f"{naive.forward_tokens} tokens)   batched+prefix-shared, model dtype: {t_exact:.2f} s "
+          f"({exact_res.forward_passes} passes, {exact_res.forward_tokens} tokens; max |JS diff| to naive {err:.1e})")
+    print(f"default replay ({'bf16 autocast' if bf16 else 'model dtype'}): {t_fast:.2f} s"
+          + (f" (mean |JS diff| to float32 {bf16_err:.1e})" if bf16 else ""))
+    print(f"(a) naive / batched replay time: {t_naive / t_exact:.2f}x (same dtype); {t_naive / t_fast:.2f}x (default)")
+    print(f"(b) replay / generation time:    {t_fast / t_gen:.3f} (default)   {t_exact / t_gen:.3f} (model dtype)"
+          f"   (target <= 0.3 on CPU)")
     print(f"(c) replay peak memory:          {(mem.peak - mem.base) / 2**20:.0f} MiB above baseline "
           f"(all logits at once would be {full_logits / 2**20:.0f} MiB)")
 

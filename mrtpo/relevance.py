@@ -30,6 +30,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, Sample, check_length, decode, token_offsets, tokenize_response
 from mrtpo.templates import ALL, Template
 
@@ -104,9 +105,33 @@ class ReplayResult:
 
 @dataclass
 class ReplayConfig:
-    token_budget: int = 4096  # max batch × padded length per forward pass
+    token_budget: int = 1024  # max batch × padded length per forward pass (small batches pad less)
     logits_budget: int = 1 << 24  # max tokens × vocab elements per log-softmax chunk (64 MiB in float32)
     share_prefix: bool = True
+    # "auto": the decoder runs in bfloat16 autocast on a CPU with AMX / AVX512-BF16 (as a GPU run does; about
+    # 2.3x faster), else in the model's dtype; "model": always the model's dtype (exact; what tests compare).
+    # The vocabulary projection, log-softmax and JS always run in float32.
+    precision: str = "auto"
+
+
+def _fast_bf16_cpu() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return " amx_bf16" in flags or " avx512_bf16" in flags
+
+
+def _autocast(lm: LoadedModel, precision: str):
+    """Context manager for the decoder passes of the replay."""
+    import contextlib
+
+    if precision not in ("auto", "model"):
+        raise MrtpoError(f"replay precision must be 'auto' or 'model', not {precision!r}")
+    if precision == "auto" and lm.device.type == "cpu" and lm.dtype == torch.float32 and _fast_bf16_cpu():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -181,7 +206,7 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict) -> ReplayResult:
     chunk = max(1, stats.pop("logits_budget") // vocab)
 
     def logprobs(h: torch.Tensor) -> torch.Tensor:
-        logits = head(h).float()
+        logits = head(h.to(head.weight.dtype)).float()
         if cap:
             logits = torch.tanh(logits / cap) * cap
         return torch.log_softmax(logits, dim=-1)
@@ -237,10 +262,17 @@ def replay_group(
     all_prompts = [plan.prompt_ids[i][v] for i, v in pairs]
     P = _common_prefix_len(all_prompts) if cfg.share_prefix else 0
     P = min(P, min(len(p) for p in all_prompts) - 1)  # every pair keeps >= 1 prompt token of its own
-    dev = lm.device
     backbone = _backbone(lm.model)
     stats = {"prefix_tokens": P, "forward_tokens": P, "forward_passes": 0, "logits_budget": cfg.logits_budget}
 
+    with _autocast(lm, cfg.precision):
+        hidden = _batched_hidden(lm, backbone, plan, pairs, all_prompts, P, cfg, stats)
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats)
+
+
+def _batched_hidden(lm, backbone, plan, pairs, all_prompts, P, cfg, stats) -> dict:
+    """Final hidden states (T, H) of every (response, variant) pair: prefix once, then padded batches."""
+    dev = lm.device
     prefix_cache = None
     if P > 0:
         ids = torch.tensor([all_prompts[0][:P]], device=dev)
@@ -283,7 +315,7 @@ def replay_group(
         stats["forward_tokens"] += b * L
         stats["forward_passes"] += 1
         start = end
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats)
+    return hidden
 
 
 @torch.no_grad()

@@ -7,6 +7,7 @@ import torch
 from scipy.spatial.distance import jensenshannon
 
 from mrtpo.relevance import active_rewards, js_distance, naive_replay_group, normalize_relevance, replay_group, ReplayConfig
+from mrtpo.errors import MrtpoError
 from mrtpo.templates import Template
 
 
@@ -54,7 +55,7 @@ RESPONSES = ["```sql\nSELECT name FROM users WHERE age > 30\n```", "SELECT * FRO
 @pytest.mark.parametrize("budget", [64, 4096])
 def test_batched_prefix_shared_equals_naive(tiny, budget):
     infos = [dict(INFO, correct=INFO["correct"] + f" (response {i})") for i in range(len(RESPONSES))]
-    fast = replay_group(tiny, PROMPT, infos, RESPONSES, config=ReplayConfig(token_budget=budget))
+    fast = replay_group(tiny, PROMPT, infos, RESPONSES, config=ReplayConfig(token_budget=budget, precision="model"))
     slow = naive_replay_group(tiny, PROMPT, infos, RESPONSES)
     assert fast.prefix_tokens > 20 and fast.forward_tokens < slow.forward_tokens
     for f, s in zip(fast.responses, slow.responses):
@@ -66,8 +67,8 @@ def test_batched_prefix_shared_equals_naive(tiny, budget):
 
 
 def test_small_logits_budget_chunks_vocab(tiny):
-    a = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(logits_budget=300))
-    b = replay_group(tiny, PROMPT, INFO, RESPONSES[:2])
+    a = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(logits_budget=300, precision="model"))
+    b = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(precision="model"))
     for x, y in zip(a.responses, b.responses):
         np.testing.assert_allclose(x.js["format"], y.js["format"], atol=1e-5)
 
@@ -106,7 +107,7 @@ def test_default_model_relevance_peaks_on_named_keyword(smol):
     """The real model: a verifier text naming 'banana' makes the 'banana' token more relevant than the rest."""
     info = {"keyword": "The response must contain the word 'banana'.", "length": "The response must be under 40 words."}
     text = "I love eating a banana every morning because it gives me energy for the day."
-    res = replay_group(smol, "Write one sentence about your breakfast.", info, [text])
+    res = replay_group(smol, "Write one sentence about your breakfast.", info, [text], config=ReplayConfig(precision="model"))
     r = res.responses[0]
     toks = [t["text"].strip().lower() for t in r.tokens()]
     i = toks.index("banana")
@@ -115,3 +116,17 @@ def test_default_model_relevance_peaks_on_named_keyword(smol):
     batched = res.responses[0].js["keyword"]
     naive = naive_replay_group(smol, "Write one sentence about your breakfast.", info, [text]).responses[0].js["keyword"]
     np.testing.assert_allclose(batched, naive, atol=1e-4)
+
+
+def test_bf16_autocast_replay_tracks_exact_replay(smol):
+    """precision="auto" (bf16 autocast on CPUs with AMX/AVX512-BF16) stays close to the float32 replay."""
+    info = {"keyword": "The response must contain the word 'banana'.", "length": "The response must be under 40 words."}
+    texts = ["I love eating a banana every morning because it gives me energy.", "Toast with jam and tea, always."]
+    exact = replay_group(smol, "Write one sentence about your breakfast.", info, texts, config=ReplayConfig(precision="model"))
+    fast = replay_group(smol, "Write one sentence about your breakfast.", info, texts, config=ReplayConfig(precision="auto"))
+    for a, b in zip(exact.responses, fast.responses):
+        for k in info:
+            assert np.corrcoef(a.js[k], b.js[k])[0, 1] > 0.9
+            assert np.abs(a.js[k] - b.js[k]).mean() < 0.02
+    with pytest.raises(MrtpoError, match="precision"):
+        replay_group(smol, "x", info, texts[:1], config=ReplayConfig(precision="fp8"))
