@@ -324,7 +324,7 @@ class Trainer:
         for b, g in enumerate(groups):
             cols = [names.index(k) for k in g.reward_names]
             R[b * G:(b + 1) * G, cols] = torch.tensor(g.rewards, dtype=torch.float32)
-            p = lm.encode(lm.chat_prompt(g.prompt))
+            p = lm.encode(lm.chat_prompt(g.example.prompt))  # the prompt the responses were sampled under
             for s in g.samples:
                 ended = len(s.token_ids) < cfg.max_new_tokens
                 prompt_ids.append(p)
@@ -471,7 +471,7 @@ class Trainer:
                 rep = replays[b].responses[gi] if replays[b] is not None else None
                 offs = rep.offsets if rep is not None else token_offsets(self.lm, s.token_ids)
                 rows.append({
-                    "example_id": g.example.id, "prompt": g.prompt, "text": s.text, "token_ids": list(s.token_ids),
+                    "example_id": g.example.id, "prompt": g.example.prompt, "text": s.text, "token_ids": list(s.token_ids),
                     "tokens": [s.text[a:e] for a, e in offs], "ended": len(ro.resp_ids[i]) > T,
                     "rewards": {k: float(v) for k, v in zip(g.reward_names, g.rewards[gi])},
                     "reasons": g.reasons[gi],
@@ -494,7 +494,7 @@ class Trainer:
                          temperature=cfg.temperature, top_p=cfg.top_p, seed=self._sample_seed(0, 7919))
         samples = [s for s in samples if s.token_ids] or samples[:0]
         g = score_group(self.family, ex, samples)
-        self.probe = [{"example_id": ex.id, "prompt": ex.prompt, "text": s.text, "token_ids": list(s.token_ids),
+        self.probe = [{"example_id": ex.id, "prompt": g.prompt, "text": s.text, "token_ids": list(s.token_ids),
                        "tokens": [s.text[a:e] for a, e in token_offsets(self.lm, s.token_ids)],
                        "reward_names": g.reward_names,
                        "rewards": {k: float(v) for k, v in zip(g.reward_names, g.rewards[i])},

@@ -351,3 +351,17 @@ def test_localization_spans_are_valid():
         outcomes |= {s.value for s in fam.score(ex, response).values()}
     assert outcomes == {0.0, 1.0}  # good and bad responses mixed
     assert sum(bool(s) for obj in lines for s in obj["spans"].values()) >= 40
+
+
+def test_replay_prompt_leaves_one_constraint_out_of_the_task_prompt():
+    """P_all is exactly the task prompt x; P_\\k is x without constraint k's wording."""
+    from mrtpo.pipeline import template_for
+    from mrtpo.tasks import get_family
+
+    fam = get_family("instructions")
+    for ex in fam.examples()[:10]:
+        info = fam.verifier_info(ex, "")
+        v = template_for(fam).variants(fam.replay_prompt(ex), info)
+        assert v["__all__"] == ex.prompt
+        for k, text in info.items():
+            assert text not in v[k] and len(v[k]) < len(ex.prompt)

@@ -182,6 +182,9 @@ def test_instructions_rollout_has_nan_for_rewards_that_do_not_apply():
         assert not torch.isnan(ro.R[b * 2:(b + 1) * 2, cols]).any()
     m = tr.step()  # estimators skip NaN
     assert math.isfinite(m["adv/mean"])
+    # the update conditions on the prompt the responses were sampled under (not the replay's base request)
+    for b, g in enumerate(ro.groups):
+        assert ro.prompt_ids[b * 2] == tr.lm.encode(tr.lm.chat_prompt(g.example.prompt))
 
 
 def test_bad_config_is_a_clear_error():
