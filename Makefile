@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8501
 
-.PHONY: setup test-setup app test bench
+.PHONY: setup test-setup app test bench bench-app bench-train
 
 $(STAMP): requirements.txt requirements-test.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,5 +28,13 @@ app: setup
 test: test-setup
 	$(BIN)/python -m pytest -q tests
 
+# benchmarks (not tests): print ratios measured in one run; figures go to the README
 bench: setup
 	$(BIN)/python bench/replay.py
+	$(BIN)/python bench/localization.py
+
+bench-app: test-setup
+	$(BIN)/python bench/app.py
+
+bench-train: setup
+	$(BIN)/python bench/train.py

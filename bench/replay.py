@@ -60,7 +60,10 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: peak RSS of one replay
     a = ap.parse_args()
+    if a.memory_of:
+        return memory_child(a)
 
     lm = load_model(a.model, a.device)
     fam = get_family("sql")
@@ -89,9 +92,9 @@ def main() -> None:
         return best, res
 
     exact = ReplayConfig(precision="model")
+    mem = {p: replay_memory(a, ex.id, samples, p) for p in ("auto", "model")}
     replay_group(*args)  # warm-up
-    with PeakRSS() as mem:
-        t_fast, fast = timed(replay_group)  # the default: bf16 autocast where the CPU has AMX / AVX512-BF16
+    t_fast, fast = timed(replay_group)  # the default: bf16 autocast where the CPU has AMX / AVX512-BF16
     t_exact, exact_res = timed(replay_group, config=exact)
     t_naive, naive = timed(naive_replay_group)
     err = max(abs(f.js[k] - s.js[k]).max() for f, s in zip(exact_res.responses, naive.responses) for k in fast.rewards)
@@ -112,8 +115,42 @@ def main() -> None:
     print(f"(a) naive / batched replay time: {t_naive / t_exact:.2f}x (same dtype); {t_naive / t_fast:.2f}x (default)")
     print(f"(b) replay / generation time:    {t_fast / t_gen:.3f} (default)   {t_exact / t_gen:.3f} (model dtype)"
           f"   (target <= 0.3 on CPU)")
-    print(f"(c) replay peak memory:          {(mem.peak - mem.base) / 2**20:.0f} MiB above baseline "
-          f"(all logits at once would be {full_logits / 2**20:.0f} MiB)")
+    print(f"(c) replay peak memory:          {mem['auto'] / 2**20:.0f} MiB (default), {mem['model'] / 2**20:.0f} MiB "
+          f"(model dtype) above the loaded model (weights paged in), in a fresh process (all logits at once would be "
+          f"{full_logits / 2**20:.0f} MiB)")
+
+
+def replay_memory(a, example_id: str, samples, precision: str) -> int:
+    """Peak RSS growth of one replay of ``samples`` in a fresh process (no allocator cache from sampling)."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"example": example_id, "token_ids": [s.token_ids for s in samples], "precision": precision}, f)
+    out = subprocess.run([sys.executable, __file__, "--model", a.model, "--device", a.device, "--memory-of", f.name],
+                         capture_output=True, text=True, check=True).stdout
+    os.unlink(f.name)
+    return int(out.strip().splitlines()[-1])
+
+
+def memory_child(a) -> None:
+    import json
+
+    from mrtpo.model import Sample
+
+    job = json.loads(Path(a.memory_of).read_text())
+    lm = load_model(a.model, a.device)
+    fam = get_family("sql")
+    ex = fam.example(job["example"])
+    samples = [Sample(ids, "") for ids in job["token_ids"]]
+    group = score_group(fam, ex, [Sample(s.token_ids, lm.tokenizer.decode(s.token_ids)) for s in samples])
+    with torch.no_grad():  # page in the (memory-mapped) weights first: they are the model's memory, not the replay's
+        lm.model(torch.tensor([[1]], device=lm.device))
+    with PeakRSS() as mem:
+        replay_group(lm, group.prompt, group.verifier_info, group.samples, template_for(fam),
+                     config=ReplayConfig(precision=job["precision"]))
+    print(mem.peak - mem.base)
 
 
 if __name__ == "__main__":

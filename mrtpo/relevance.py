@@ -46,11 +46,12 @@ def js_distance(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     Natural log, so d ∈ [0, sqrt(ln 2)]; equals ``scipy.spatial.distance.jensenshannon(p, q)``.
     """
     logp, logq = logp.float(), logq.float()
-    logm = torch.logaddexp(logp, logq) - LN2
-    p, q = logp.exp(), logq.exp()
-    kl_pm = torch.where(p > 0, p * (logp - logm), torch.zeros_like(p)).sum(-1)
-    kl_qm = torch.where(q > 0, q * (logq - logm), torch.zeros_like(q)).sum(-1)
-    return (0.5 * (kl_pm + kl_qm)).clamp_min(0.0).sqrt()
+    logm = torch.logaddexp(logp, logq).sub_(LN2)
+    total = None
+    for lx in (logp, logq):  # Σ x (log x − log m), one temporary at a time; 0 · (−inf) → 0
+        t = (lx - logm).mul_(lx.exp()).nan_to_num_(nan=0.0).sum(-1)
+        total = t if total is None else total.add_(t)
+    return total.mul_(0.5).clamp_min_(0.0).sqrt_()
 
 
 def normalize_relevance(d: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -106,7 +107,7 @@ class ReplayResult:
 @dataclass
 class ReplayConfig:
     token_budget: int = 1024  # max batch × padded length per forward pass (small batches pad less)
-    logits_budget: int = 1 << 24  # max tokens × vocab elements per log-softmax chunk (64 MiB in float32)
+    logits_budget: int = 1 << 22  # max tokens × vocab elements per log-softmax chunk (16 MiB in float32)
     share_prefix: bool = True
     # "auto": the decoder runs in bfloat16 autocast on a CPU with AMX / AVX512-BF16 (as a GPU run does; about
     # 2.3x faster), else in the model's dtype; "model": always the model's dtype (exact; what tests compare).
