@@ -102,6 +102,9 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto") -> LoadedModel:
 
 def _load_pretrained(path: str, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Loading weights" bars in CLI output and logs
 
     try:
         tok = AutoTokenizer.from_pretrained(path)
