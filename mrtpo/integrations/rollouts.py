@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mrtpo.errors import MrtpoError, TaskFileError
+from mrtpo.jsonl import json_objects
 from mrtpo.pipeline import ScoredGroup, TokenView, token_view, view_to_json
 from mrtpo.tasks.base import Example
 from mrtpo.templates import Template, TemplateError, fill_fields, template_fields
@@ -225,22 +226,8 @@ def read_verl(path: str | Path) -> list[RolloutRow]:
     ``score`` as an object adds its entries as columns (reward values); columns already present win.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RolloutFileError(path, None, "-", "file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise RolloutFileError(path, None, "-", f"cannot read as UTF-8 text ({e})") from None
     rows = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise RolloutFileError(path, n, "-", f"not valid JSON ({e.msg} at character {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise RolloutFileError(path, n, "-", "each line must be a JSON object")
+    for n, obj in json_objects(path, lambda n, problem: RolloutFileError(path, n or None, "-", problem)):
         values = dict(obj)
         if isinstance(obj.get("score"), dict):
             for k, v in obj["score"].items():

@@ -5,12 +5,12 @@ The rest of mrtpo (CLI, app, trainer, relevance) only uses this interface.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from mrtpo.errors import TaskFileError
+from mrtpo.jsonl import json_objects
 
 
 @dataclass
@@ -97,20 +97,7 @@ class TaskFamily:
 
 
 def _load_jsonl(path: str | Path, parse) -> Iterable:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TaskFileError(str(path), 0, "-", f"cannot read file: {e.strerror or e}") from None
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TaskFileError(str(path), n, "-", f"not valid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(obj, dict):
-            raise TaskFileError(str(path), n, "-", "each line must be a JSON object")
+    for n, obj in json_objects(path, lambda n, problem: TaskFileError(str(path), n, "-", problem)):
         try:
             yield parse(obj)
         except KeyError as e:
