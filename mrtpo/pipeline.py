@@ -99,7 +99,9 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
             if k in r.relevance:
                 rho[i, j, : len(r.token_ids)] = torch.from_numpy(r.relevance[k]).float()
     b = beta if m.tokens else 0.0
-    tok = adv_mod.token_advantages(adv, rho, mask, beta=b, cap=cap)  # (G, T)
+    if cap is not None:  # cap once, so the per-reward rows and the combined row use the same relevance
+        rho = adv_mod.cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cap)
+    tok = adv_mod.token_advantages(adv, rho, mask, beta=b)  # (G, T)
     per_tok = adv_mod.reallocate(adv.per_reward, rho, mask, b) / adv.scale  # (G, K, T)
     view = TokenView(
         method=method, beta=b, reward_names=group.reward_names, rewards=group.rewards,

@@ -146,3 +146,24 @@ def test_grpo_scale_options():
     assert A.compute("grpo", R, 2, scale="none").final.tolist() == [-1.0, 1.0, 0.0, 0.0]
     b = A.compute("grpo", R, 2, scale="batch").final
     assert b[1].item() == pytest.approx(1.0 / (np.std([0, 2, 1, 1], ddof=1) + 1e-4), rel=1e-5)
+
+
+def test_token_view_cap_applies_to_every_row():
+    """With a second-moment cap, the per-reward token rows sum (minus the center) to the combined row."""
+    import numpy as np
+
+    from mrtpo.model import Sample
+    from mrtpo.pipeline import ScoredGroup, token_view
+    from mrtpo.relevance import ReplayResult, ResponseRelevance
+    from mrtpo.tasks.base import Example
+
+    R = np.array([[1.0, 0.0], [0.0, 1.0]])
+    rels = [ResponseRelevance("abc", [1, 2, 3], [(0, 1), (1, 2), (2, 3)], {"a": np.ones(3), "b": np.ones(3)},
+                              {"a": np.array([3.0, 0.0, 0.0]), "b": np.array([0.0, 0.0, 3.0])}) for _ in range(2)]
+    g = ScoredGroup(Example("x", "p"), "p", [Sample([1, 2, 3], "abc")] * 2, ["a", "b"], R, [{}, {}], [{}, {}])
+    v = token_view(g, ReplayResult(rels, [{}, {}], ["a", "b"], []), "mrtpo", beta=1.0, cap=1.5)
+    adv = A.compute("gdpo", torch.tensor(R, dtype=torch.float32), 2)
+    for i in range(2):
+        summed = sum(v.token_adv_per_reward[i][k] for k in ("a", "b")) - float(adv.center / adv.scale)
+        np.testing.assert_allclose(summed, v.token_adv[i], atol=1e-5)
+        assert v.relevance[i]["a"].max() == 3.0 and v.token_adv_per_reward[i]["a"].max() < 3 * abs(v.per_reward[i, 0]) - 1e-3
