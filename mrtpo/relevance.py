@@ -21,8 +21,9 @@ q_t = π(·|P_\\k, y<t):
 """
 from __future__ import annotations
 
-import copy
+import contextlib
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from mrtpo.errors import MrtpoError
+from mrtpo.kvtrie import shared_hidden
 from mrtpo.model import LoadedModel, Sample, check_length, decode, token_offsets, tokenize_response
 from mrtpo.templates import ALL, Template
 
@@ -38,19 +40,34 @@ LN2 = math.log(2.0)
 
 
 # ---------------------------------------------------------------------------------------------- pure math
-def js_distance(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+def js_distance(logp: torch.Tensor, logq: torch.Tensor, p: torch.Tensor | None = None) -> torch.Tensor:
     """Jensen-Shannon distance between distributions given as log-probabilities.
 
-    logp, logq: (..., V) log-probabilities (e.g. log_softmax outputs).  Returns (...).
-    d = sqrt(½ Σ p (log p − log m) + ½ Σ q (log q − log m)),  log m = logaddexp(log p, log q) − ln 2.
-    Natural log, so d ∈ [0, sqrt(ln 2)]; equals ``scipy.spatial.distance.jensenshannon(p, q)``.
+    logp, logq: (..., V) log-probabilities (e.g. log_softmax outputs); p: optional exp(logp), to reuse it.
+    Returns (...).  Per vocabulary entry, with a = |log q − log p| and m = ½(p + q):
+
+        p log(p/m) + q log(q/m) = −min(p, q)·a − (p + q)·log1p(expm1(−a) / 2)     (symmetric in p, q)
+
+    d = sqrt(½ Σ_v of that).  Every term is ≥ 0 and exactly 0 where p = q, so nothing cancels across the
+    vocabulary: identical distributions give exactly 0 and close ones keep their relative accuracy.  A zero
+    probability (log = −inf) contributes (p + q)·ln 2.  Natural log, so d ∈ [0, sqrt(ln 2)]; equals
+    ``scipy.spatial.distance.jensenshannon(p, q)``.
     """
     logp, logq = logp.float(), logq.float()
-    logm = torch.logaddexp(logp, logq).sub_(LN2)
-    total = None
-    for lx in (logp, logq):  # Σ x (log x − log m), one temporary at a time; 0 · (−inf) → 0
-        t = (lx - logm).mul_(lx.exp()).nan_to_num_(nan=0.0).sum(-1)
-        total = t if total is None else total.add_(t)
+    p = logp.exp() if p is None else p
+    q = logq.exp()
+    a = torch.sub(logq, logp).abs_()
+    f = torch.neg(a).expm1_().mul_(0.5).log1p_()  # log(m / max(p, q)) ∈ [−ln 2, 0]
+    s = torch.add(p, q)
+    t = torch.minimum(p, q).mul_(a).add_(s.mul_(f))
+    total = t.sum(-1).neg_()
+    bad = ~torch.isfinite(total)
+    if bad.any():  # zero probabilities (−inf log-probs): those terms are (p + q)·ln 2
+        lp, lq = logp[bad], logq[bad]
+        pp, qq = lp.exp(), lq.exp()
+        aa = (lq - lp).abs()
+        tt = -(torch.minimum(pp, qq) * aa + (pp + qq) * torch.log1p(torch.expm1(-aa) / 2))
+        total[bad] = torch.where(torch.isfinite(tt), tt, (pp + qq) * LN2).sum(-1)
     return total.mul_(0.5).clamp_min_(0.0).sqrt_()
 
 
@@ -106,12 +123,17 @@ class ReplayResult:
 
 @dataclass
 class ReplayConfig:
-    token_budget: int = 1024  # max batch × padded length per forward pass (small batches pad less)
-    logits_budget: int = 1 << 22  # max tokens × vocab elements per log-softmax chunk (16 MiB in float32)
+    token_budget: int = 2048  # max batch × padded new tokens per forward pass (small batches pad less)
+    kv_budget: int = 4096  # max batch × padded (cached + new) tokens per forward pass: bounds the KV copies
+    logits_budget: int = 1 << 22  # max (1 + K) × tokens × vocab logits per chunk (16 MiB in float32)
+    # KV reuse over a trie of the group's sequences: every shared prefix (the task prompt; the items before the
+    # one left out; verifier text that is the same for several responses) runs once and its KV cache serves
+    # every sequence through it.  False: every (response, variant) sequence runs in full (still batched).
     share_prefix: bool = True
-    # "auto": the decoder runs in bfloat16 autocast on a CPU with AMX / AVX512-BF16 (as a GPU run does; about
-    # 2.3x faster), else in the model's dtype; "model": always the model's dtype (exact; what tests compare).
-    # The vocabulary projection, log-softmax and JS always run in float32.
+    # "auto": on a CPU with AMX / AVX512-BF16 the decoder runs on bfloat16 copies of the weights (what a GPU run
+    # does; about 3x faster than float32), else in the model's dtype; "model": always the model's dtype (exact;
+    # what tests compare).  Log-softmax and JS always run in float32; with bf16 weights the vocabulary projection
+    # runs in bf16 on P_all and on the difference h(P_\k) − h(P_all), which keeps the JS close to float32.
     precision: str = "auto"
 
 
@@ -124,15 +146,50 @@ def _fast_bf16_cpu() -> bool:
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
 
-def _autocast(lm: LoadedModel, precision: str):
-    """Context manager for the decoder passes of the replay."""
-    import contextlib
-
+def _compute_dtype(lm: LoadedModel, precision: str) -> torch.dtype:
+    """The dtype the decoder passes of the replay run in."""
     if precision not in ("auto", "model"):
         raise MrtpoError(f"replay precision must be 'auto' or 'model', not {precision!r}")
     if precision == "auto" and lm.device.type == "cpu" and lm.dtype == torch.float32 and _fast_bf16_cpu():
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+        return torch.bfloat16
+    return lm.dtype
+
+
+class _Decoder:
+    """The decoder stack, called with its parameters cast to ``dtype`` (torch.func.functional_call).
+
+    The model's own weights are untouched; the cast copies live for one replay (a trainer changes the weights)."""
+
+    def __init__(self, backbone: torch.nn.Module, dtype: torch.dtype):
+        self.module, self.dtype = backbone, dtype
+        self.params = None
+        if any(p.dtype != dtype and p.is_floating_point() for p in backbone.parameters()):
+            self.params = {n: p.detach().to(dtype) for n, p in backbone.named_parameters()}
+        self.cache_kwarg = _cache_kwarg(backbone)
+
+    def __call__(self, **kwargs):
+        with _sdpa_gqa(kwargs["input_ids"].device):
+            if self.params is None:
+                return self.module(**kwargs)
+            from torch.func import functional_call
+
+            return functional_call(self.module, self.params, (), kwargs)
+
+
+@contextlib.contextmanager
+def _sdpa_gqa(device: torch.device):
+    """On a CPU, let transformers' SDPA attention use grouped-query heads as they are (``enable_gqa``) instead of
+    copying the keys and values for every query head: the replay's rows carry long cached pasts, and those copies
+    cost more than the attention itself (2-3x on SmolLM2's 9 query / 3 KV heads).  Results are the same."""
+    name = "TRANSFORMERS_SDPA_FORCE_GQA"
+    if device.type != "cpu" or os.environ.get(name):
+        yield
+        return
+    os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -199,27 +256,53 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
     return _Plan(texts, ids, offs, ptexts, pids, act, skip)
 
 
-def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict) -> ReplayResult:
-    """JS + normalization from final hidden states ``hidden_of(i, variant) -> (T, H)``, in vocab-bounded chunks."""
+def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype) -> ReplayResult:
+    """JS + normalization from final hidden states ``hidden_of(i, variant) -> (T, H)``, in vocab-bounded chunks.
+
+    Per chunk of a response's tokens, one matrix product projects every variant onto the vocabulary (in
+    ``dtype``).  Below float32 it projects P_all's states and the differences h(P_\\k) − h(P_all)
+    (logits_k = logits_all + W·(h_k − h_all)): both distributions then share the rounding of logits_all, and
+    their difference is as exact as the hidden states allow."""
     head = lm.model.get_output_embeddings()
+    Wt = head.weight.detach().to(dtype).t().contiguous()  # (H, V)
+    bias = getattr(head, "bias", None)
+    bias = None if bias is None else bias.detach().float()
     cap = getattr(lm.model.config, "final_logit_softcapping", None)
-    vocab = head.weight.shape[0]
-    chunk = max(1, stats.pop("logits_budget") // vocab)
+    exact = dtype == torch.float32
+    chunk = max(1, stats.pop("logits_budget") // (Wt.shape[1] * (1 + len(plan.rewards))))
 
-    def logprobs(h: torch.Tensor) -> torch.Tensor:
-        logits = head(h.to(head.weight.dtype)).float()
+    def logprobs(z: torch.Tensor) -> torch.Tensor:
+        if bias is not None:
+            z = z + bias
         if cap:
-            logits = torch.tanh(logits / cap) * cap
-        return torch.log_softmax(logits, dim=-1)
+            z = torch.tanh(z / cap) * cap
+        return torch.log_softmax(z, dim=-1)
 
+    rows_max = min(chunk, max((len(r) for r in plan.resp_ids), default=1)) * (1 + len(plan.rewards))
+    z32 = torch.empty((rows_max, Wt.shape[1]), device=Wt.device)
+    zlow = None if exact else torch.empty((rows_max, Wt.shape[1]), dtype=dtype, device=Wt.device)
     out = []
     for i, rid in enumerate(plan.resp_ids):
         T = len(rid)
         js = {k: torch.zeros(T) for k in plan.rewards}
         for s in range(0, T, chunk):
-            lp = logprobs(hidden_of(i, ALL)[s : s + chunk])
-            for k in plan.rewards:
-                js[k][s : s + chunk] = js_distance(lp, logprobs(hidden_of(i, k)[s : s + chunk])).cpu()
+            h_all = hidden_of(i, ALL)[s : s + chunk]  # (n, H)
+            n = h_all.shape[0]
+            # rewards whose P_\k state equals P_all's here (an empty item) have d = 0 and are not projected
+            todo = [k for k in plan.rewards if not torch.equal(hidden_of(i, k)[s : s + chunk], h_all)]
+            rows = [h_all] + [hidden_of(i, k)[s : s + chunk] if exact else
+                              hidden_of(i, k)[s : s + chunk].float() - h_all.float() for k in todo]
+            m = sum(r.shape[0] for r in rows)
+            if exact:
+                z = torch.matmul(torch.cat(rows), Wt, out=z32[:m])  # ((1 + |todo|) n, V)
+            else:  # project into a reused buffer: fresh 30 MB blocks cost page faults on every chunk
+                z = z32[:m].copy_(torch.matmul(torch.cat(rows).to(dtype), Wt, out=zlow[:m]))
+            z_all = z[:n]
+            lp = logprobs(z_all)
+            p = lp.exp()
+            for j, k in enumerate(todo, start=1):
+                z_k = z[j * n : (j + 1) * n] if exact else z[j * n : (j + 1) * n].add_(z_all)
+                js[k][s : s + chunk] = js_distance(lp, logprobs(z_k), p=p).cpu()
         rel = {k: normalize_relevance(v) for k, v in js.items()}
         out.append(ResponseRelevance(
             text=plan.texts[i], token_ids=rid, offsets=plan.offsets[i],
@@ -247,76 +330,36 @@ def replay_group(
     rewards: np.ndarray | torch.Tensor | None = None,
     config: ReplayConfig | None = None,
 ) -> ReplayResult:
-    """Batched, prefix-shared leave-one-out replay of one group.
+    """Batched leave-one-out replay of one group, with KV reuse across variants.
 
     prompt:        the task prompt x (user message the responses were sampled under).
     verifier_info: {reward: text}, shared by the group, or one such dict per response (v_k(x, y)).
     responses:     G responses, as text (tokenized with offsets) or sampled token ids / Samples.
     rewards:       optional (G, K) rewards in verifier_info's key order; constant columns are skipped.
     Returns per-response tokens, JS distances d (T,) and relevance ρ (T,) for every replayed reward.
+
+    The (1 + K') × G sequences P_all + y_i, P_\\k + y_i go through :func:`mrtpo.kvtrie.shared_hidden`: a trie of
+    their tokens, each shared prefix (the task prompt, the items before the one left out, response-independent
+    verifier text) computed once and reused as KV cache, the rest in padded batches under the token budgets.
     """
     cfg = config or ReplayConfig()
     t0 = time.perf_counter()
     plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
-    variants = [ALL] + plan.rewards
-    pairs = [(i, v) for i in range(len(plan.resp_ids)) for v in variants]
-    all_prompts = [plan.prompt_ids[i][v] for i, v in pairs]
-    P = _common_prefix_len(all_prompts) if cfg.share_prefix else 0
-    P = min(P, min(len(p) for p in all_prompts) - 1)  # every pair keeps >= 1 prompt token of its own
-    backbone = _backbone(lm.model)
-    stats = {"prefix_tokens": P, "forward_tokens": P, "forward_passes": 0, "logits_budget": cfg.logits_budget}
-
-    with _autocast(lm, cfg.precision):
-        hidden = _batched_hidden(lm, backbone, plan, pairs, all_prompts, P, cfg, stats)
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats)
-
-
-def _batched_hidden(lm, backbone, plan, pairs, all_prompts, P, cfg, stats) -> dict:
-    """Final hidden states (T, H) of every (response, variant) pair: prefix once, then padded batches."""
-    dev = lm.device
-    prefix_cache = None
-    if P > 0:
-        ids = torch.tensor([all_prompts[0][:P]], device=dev)
-        out = backbone(input_ids=ids, use_cache=True)
-        prefix_cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-        stats["forward_passes"] += 1
-
-    # (suffix + response) per pair; the hidden state predicting response token t sits at index S - 1 + t.
-    seqs = [(all_prompts[n][P:], plan.resp_ids[i]) for n, (i, _) in enumerate(pairs)]
-    order = sorted(range(len(pairs)), key=lambda n: len(seqs[n][0]) + len(seqs[n][1]))
-    hidden: dict[tuple[int, str], torch.Tensor] = {}
+    dtype = _compute_dtype(lm, cfg.precision)
+    keys = [(i, v) for i in range(len(plan.resp_ids)) for v in [ALL] + plan.rewards]
+    seqs = [plan.prompt_ids[i][v] + plan.resp_ids[i] for i, v in keys]
+    # the state before response token t predicts it: positions S - 1 ... S + T - 2
+    want = [(len(plan.prompt_ids[i][v]) - 1, len(plan.prompt_ids[i][v]) - 1 + len(plan.resp_ids[i])) for i, v in keys]
     pad = lm.tokenizer.pad_token_id
-    start = 0
-    while start < len(order):
-        # grow the batch while batch × longest stays within the token budget (sorted: last is longest)
-        end = start + 1
-        while end < len(order) and (end + 1 - start) * _len(seqs[order[end]]) <= cfg.token_budget:
-            end += 1
-        batch = order[start:end]
-        L = _len(seqs[batch[-1]])
-        b = len(batch)
-        input_ids = torch.full((b, L), pad, dtype=torch.long)
-        mask = torch.zeros((b, P + L), dtype=torch.long)
-        mask[:, :P] = 1
-        for row, n in enumerate(batch):
-            s = seqs[n][0] + seqs[n][1]
-            input_ids[row, : len(s)] = torch.tensor(s)
-            mask[row, P : P + len(s)] = 1
-        pos = (P + torch.arange(L)).unsqueeze(0).expand(b, L)
-        kwargs = {}
-        if prefix_cache is not None:
-            cache = copy.deepcopy(prefix_cache)
-            cache.batch_repeat_interleave(b)
-            kwargs[_cache_kwarg(backbone)] = cache
-        h = backbone(input_ids=input_ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev),
-                     use_cache=prefix_cache is not None, **kwargs).last_hidden_state
-        for row, n in enumerate(batch):
-            S, T = len(seqs[n][0]), len(seqs[n][1])
-            hidden[pairs[n]] = h[row, S - 1 : S - 1 + T]
-        stats["forward_tokens"] += b * L
-        stats["forward_passes"] += 1
-        start = end
-    return hidden
+    states, trie, passes = shared_hidden(
+        _Decoder(_backbone(lm.model), dtype), 0 if pad is None else pad, lm.device, seqs, want,
+        cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix)
+    top = trie.segments[trie.paths[0][0]] if seqs else None
+    shared = len(top.tokens) if top is not None and all(p[0] == trie.paths[0][0] for p in trie.paths) else 0
+    stats = {"prefix_tokens": shared, "forward_tokens": passes.forward_tokens,
+             "forward_passes": passes.forward_passes, "logits_budget": cfg.logits_budget}
+    hidden = dict(zip(keys, states))
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype)
 
 
 @torch.no_grad()
@@ -342,7 +385,7 @@ def naive_replay_group(
             hidden[(i, v)] = h[len(p) - 1 : len(p) - 1 + len(rid)]
             stats["forward_tokens"] += ids.shape[1]
             stats["forward_passes"] += 1
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats)
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, lm.dtype)
 
 
 def _cache_kwarg(backbone) -> str:
@@ -350,18 +393,3 @@ def _cache_kwarg(backbone) -> str:
     import inspect
 
     return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"
-
-
-def _len(seq: tuple[list[int], list[int]]) -> int:
-    return len(seq[0]) + len(seq[1])
-
-
-def _common_prefix_len(seqs: list[list[int]]) -> int:
-    first = seqs[0]
-    n = min(len(s) for s in seqs)
-    for s in seqs[1:]:
-        j = 0
-        while j < n and s[j] == first[j]:
-            j += 1
-        n = j
-    return n

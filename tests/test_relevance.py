@@ -32,6 +32,23 @@ def test_js_bounds_and_zeros():
     assert jensenshannon([1, 0, 0], [0, 1, 0]) == pytest.approx(d.item(), abs=1e-6)
 
 
+def test_js_exact_zero_and_accurate_when_close():
+    """Identical distributions give exactly 0; nearly identical ones keep their relative accuracy (each term of
+    the sum is >= 0, so nothing cancels), against a float64 reference; zero probabilities are handled."""
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(6, 5000, generator=g) * 4
+    lp = torch.log_softmax(z, -1)
+    assert torch.all(js_distance(lp, lp) == 0.0)
+    for eps in (1e-4, 1e-2, 1.0):
+        lq = torch.log_softmax(z + eps * torch.randn(6, 5000, generator=g), -1)
+        ref = np.array([jensenshannon(p, q) for p, q in zip(lp.double().exp().numpy(), lq.double().exp().numpy())])
+        np.testing.assert_allclose(js_distance(lp, lq).numpy(), ref, rtol=2e-3, atol=1e-7)
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.2, 0.8]])
+    q = torch.tensor([[0.5, 0.25, 0.25], [0.0, 0.2, 0.8]])
+    d = js_distance(torch.log(p), torch.log(q)).numpy()
+    np.testing.assert_allclose(d, [jensenshannon(p[0].numpy(), q[0].numpy()), 0.0], atol=1e-6)
+
+
 def test_normalize_relevance():
     d = torch.tensor([[0.0, 1.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
@@ -118,8 +135,8 @@ def test_default_model_relevance_peaks_on_named_keyword(smol):
     np.testing.assert_allclose(batched, naive, atol=1e-4)
 
 
-def test_bf16_autocast_replay_tracks_exact_replay(smol):
-    """precision="auto" (bf16 autocast on CPUs with AMX/AVX512-BF16) stays close to the float32 replay."""
+def test_bf16_replay_tracks_exact_replay(smol):
+    """precision="auto" (bf16 weights on CPUs with AMX/AVX512-BF16) stays close to the float32 replay."""
     info = {"keyword": "The response must contain the word 'banana'.", "length": "The response must be under 40 words."}
     texts = ["I love eating a banana every morning because it gives me energy.", "Toast with jam and tea, always."]
     exact = replay_group(smol, "Write one sentence about your breakfast.", info, texts, config=ReplayConfig(precision="model"))

@@ -1,0 +1,79 @@
+"""The trie of shared prefixes: its segments, and hidden states equal to one-sequence-at-a-time passes."""
+import numpy as np
+import pytest
+import torch
+
+from mrtpo.kvtrie import build_trie, shared_hidden
+from mrtpo.relevance import _Decoder, _backbone
+
+SEQS = [
+    [1, 2, 3, 4, 5, 6, 7],
+    [1, 2, 3, 4, 9, 9],
+    [1, 2, 3, 4, 5, 6, 7],  # identical to the first
+    [1, 2, 3, 8],
+    [1, 2],  # a prefix of the others
+    [5, 5, 5, 5],  # shares nothing
+]
+
+
+def _path_tokens(trie, n):
+    return [t for i in trie.paths[n] for t in trie.segments[i].tokens]
+
+
+def test_trie_segments_rebuild_every_sequence():
+    trie = build_trie(SEQS, min_saved=0)
+    for n, s in enumerate(SEQS):
+        assert _path_tokens(trie, n) == s
+        starts = [trie.segments[i].start for i in trie.paths[n]]
+        lens = [len(trie.segments[i].tokens) for i in trie.paths[n]]
+        assert starts == list(np.cumsum([0] + lens[:-1]))  # contiguous, from position 0
+    # trie nodes: [1 2] [3] [4] [5 6 7] [9 9] [8] [5 5 5 5], each once
+    assert sum(len(s.tokens) for s in trie.segments) == 14
+    top = trie.segments[trie.paths[0][0]]
+    assert top.tokens == [1, 2] and top.has_children and top.level == 0
+
+
+def test_fold_short_shared_segments():
+    # [3] saves (2 - 1) * 1 token, then [3 4] (2 - 1) * 2: both fold; [1 2] stays, a sequence ends there
+    trie = build_trie(SEQS, min_saved=5)
+    for n, s in enumerate(SEQS):
+        assert _path_tokens(trie, n) == s
+    shared = sorted(seg.tokens for seg in trie.segments if seg.has_children)
+    assert shared == [[1, 2]]
+    flat = build_trie(SEQS, share=False)
+    assert all(len(p) == 1 for p in flat.paths) and sum(len(s.tokens) for s in flat.segments) == sum(map(len, SEQS))
+
+
+@pytest.mark.parametrize("budgets", [(16, 32), (4096, 8192)])
+def test_shared_hidden_equals_single_passes(tiny, budgets):
+    g = torch.Generator().manual_seed(0)
+    V = tiny.model.config.vocab_size
+    prompt = torch.randint(5, V, (30,), generator=g).tolist()
+    items = [torch.randint(5, V, (n,), generator=g).tolist() for n in (12, 7, 20)]
+    seqs, want = [], []
+    for r in range(3):
+        resp = torch.randint(5, V, (9 + r,), generator=g).tolist()
+        for drop in (None, 0, 1, 2):  # P_all and each leave-one-out variant
+            p = prompt + [t for j, it in enumerate(items) if j != drop for t in it]
+            seqs.append(p + resp)
+            want.append((len(p) - 1, len(p) - 1 + len(resp)))
+    backbone = _backbone(tiny.model)
+    dec = _Decoder(backbone, torch.float32)
+    with torch.no_grad():
+        out, trie, stats = shared_hidden(dec, 0, tiny.device, seqs, want, *budgets)
+        for s, (lo, hi), h in zip(seqs, want, out):
+            ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0, lo:hi]
+            np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
+    assert stats.forward_tokens < sum(map(len, seqs)) or budgets[0] == 16
+    assert sum(len(seg.tokens) for seg in trie.segments) < sum(map(len, seqs)) // 2
+
+
+def test_shared_hidden_prefix_and_identical_sequences(tiny):
+    """Sequences that end inside another's path, duplicates and unrelated ones all get their own states."""
+    backbone = _backbone(tiny.model)
+    want = [(0, len(s)) for s in SEQS]
+    with torch.no_grad():
+        out, trie, _ = shared_hidden(_Decoder(backbone, torch.float32), 0, tiny.device, SEQS, want, 64, 256)
+        for s, h in zip(SEQS, out):
+            ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0]
+            np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
