@@ -13,6 +13,7 @@ sequences, so a cached key (already rotated) means the same as in a one-sequence
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -255,11 +256,14 @@ def _buffer_cache(buf: torch.Tensor, past: int):
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    cache.layers = [_BufferLayer(buf[layer, 0], buf[layer, 1], past) for layer in range(buf.shape[0])]
+    layer_class = _buffer_layer_class()
+    cache.layers = [layer_class(buf[layer, 0], buf[layer, 1], past) for layer in range(buf.shape[0])]
     return cache
 
 
+@functools.cache
 def _buffer_layer_class():
+    """transformers is imported lazily (the CLI starts fast), so the DynamicLayer subclass is made on first use."""
     from transformers.cache_utils import DynamicLayer
 
     class BufferLayer(DynamicLayer):
@@ -280,16 +284,6 @@ def _buffer_layer_class():
             return self.keys, self.values
 
     return BufferLayer
-
-
-def _BufferLayer(keys, values, past):
-    global _BUFFER_LAYER
-    if _BUFFER_LAYER is None:
-        _BUFFER_LAYER = _buffer_layer_class()
-    return _BUFFER_LAYER(keys, values, past)
-
-
-_BUFFER_LAYER = None
 
 
 def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
