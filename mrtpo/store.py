@@ -1,7 +1,7 @@
 """The run store: one SQLite file (WAL mode) holding every training run of mrtpo.
 
-Default path ``runs/mrtpo.db`` (ignored by git), or ``$MRTPO_RUNS``. Checkpoints live next to it, under
-``<db folder>/checkpoints/<run name>/``.
+Default path ``runs/mrtpo.db`` (ignored by git), or ``$MRTPO_RUNS``. Checkpoints live next to it, in a folder
+keyed by the run's id (never its name): ``<db folder>/checkpoints/<run id>/step-NNNNNN.pt``.
 
 Tables (schema version in ``schema_version``)::
 
@@ -10,16 +10,29 @@ Tables (schema version in ``schema_version``)::
     samples          (run_id, step, idx) -> example, text, token ids, rewards, advantage, token data (JSON)
     probe            (run_id, idx) -> the fixed probe responses (example, text, token ids, tokens, rewards, info)
     probe_relevance  (run_id, step, idx, reward) -> js, relevance (JSON lists); step 0 = before training
-    locks            run_id -> owner, pid, host, heartbeat     (one trainer per run; anyone may read)
+    locks            run_id -> owner, pid, host, heartbeat, started (one trainer per run; anyone may read)
 
 A step's rows are written in one transaction after the step completes (:meth:`Store.write_step`), so a run
 killed mid-step has every completed step and nothing of the interrupted one. Steps are numbered from 1.
+
+**Run names** match :data:`RUN_NAME_PATTERN` (a letter or digit, then up to 99 letters, digits, ``.``, ``_``,
+``+``, ``-``): no path separators, never ``.`` or ``..`` (:func:`validate_run_name`).
+
+**The lock.** A trainer takes the run's lock before it changes anything of the run (:meth:`Store.locked`), renews
+its heartbeat from a thread every :data:`HEARTBEAT_S` seconds, and every write (:meth:`Store.write_step`,
+:meth:`Store.truncate`, :meth:`Store.write_probe`, checkpoint files) first checks, in the same transaction, that
+the caller still owns the lock (else MrtpoError "lost the lock"). A lock is free when absent, or held by a
+process of this host that is dead (or whose pid now belongs to a process started later), or — for a holder on
+another host — when its heartbeat is older than :data:`STALE_LOCK_S`. A live process on this host keeps its
+lock however old its heartbeat.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import re
 import socket
 import sqlite3
 import threading
@@ -32,8 +45,11 @@ from typing import Any, Iterator
 
 from mrtpo.errors import MrtpoError
 
-SCHEMA_VERSION = 1
-STALE_LOCK_S = 120.0  # a lock whose heartbeat is older than this is considered abandoned
+SCHEMA_VERSION = 2
+STALE_LOCK_S = 120.0  # a lock of another host whose heartbeat is older than this is considered abandoned
+HEARTBEAT_S = 5.0  # the lock holder renews its heartbeat this often (from a thread)
+RUN_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}"
+_RUN_NAME = re.compile(RUN_NAME_PATTERN)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -66,9 +82,67 @@ CREATE TABLE IF NOT EXISTS probe_relevance (
     PRIMARY KEY (run_id, step, idx, reward)
 );
 CREATE TABLE IF NOT EXISTS locks (
-    run_id INTEGER PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER, host TEXT, heartbeat REAL NOT NULL
+    run_id INTEGER PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER, host TEXT, heartbeat REAL NOT NULL, started TEXT
 );
 """
+
+
+def validate_run_name(name: Any) -> str:
+    """``name`` if it is a valid run name (:data:`RUN_NAME_PATTERN`), else MrtpoError saying why.
+
+    Run names are labels, never paths: the CLI, the app and :meth:`Store.create_run` all check them here.
+    """
+    if not isinstance(name, str) or not name:
+        raise MrtpoError("a run needs a name (letters, digits, '.', '_', '+', '-'; up to 100 characters)")
+    if len(name) > 100:
+        raise MrtpoError(f"run name '{name[:40]}…' is {len(name)} characters long; at most 100")
+    if not _RUN_NAME.fullmatch(name):
+        bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._+-"))})
+        why = (f"it contains {', '.join(repr(c) for c in bad)}" if bad
+               else "it must start with a letter or digit")
+        raise MrtpoError(f"bad run name {name!r}: {why}. A run name is a letter or digit followed by up to 99 "
+                         f"letters, digits, '.', '_', '+' or '-' (no '/', no '..' paths)")
+    return name
+
+
+# ---------------------------------------------------------------------------------------------- processes
+_held: set[str] = set()  # lock owners held by this process (a leftover row of this pid outside it is free)
+_held_mu = threading.Lock()
+
+
+def _process_start(pid: int) -> str | None:
+    """A token of when process ``pid`` of this host started (boot id + start time), "" if unknown, None if dead.
+
+    Linux: field 22 of /proc/<pid>/stat (clock ticks since boot); a zombie counts as dead. Elsewhere:
+    ``os.kill(pid, 0)`` (alive or not, start unknown).
+    """
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+    except OSError:
+        pass
+    else:
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime 22
+        if fields and fields[0] in ("Z", "X"):
+            return None
+        return f"{_boot_id()}:{fields[19]}" if len(fields) > 19 else ""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return None
+    except (PermissionError, OSError):
+        pass
+    return ""
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
 
 
 def default_path() -> Path:
@@ -85,7 +159,7 @@ class RunInfo:
     updated: float
     steps_done: int
     last_checkpoint: int
-    checkpoint_path: str | None
+    checkpoint_path: str | None  # relative to the store's folder (older stores: as it was written)
 
 
 def _json(obj: Any) -> str:
@@ -95,6 +169,16 @@ def _json(obj: Any) -> str:
 def _finite(v) -> float | None:
     v = float(v)
     return v if math.isfinite(v) else None
+
+
+_DISK_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                errno.EPERM: "permission denied"}
+
+
+def disk_problem(e: OSError) -> str:
+    """A short phrase for a failed write (``the disk is full`` for ENOSPC, ...)."""
+    return _DISK_ERRNOS.get(e.errno, e.strerror or str(e))
 
 
 class Store:
@@ -109,13 +193,25 @@ class Store:
             self._conn.execute("PRAGMA busy_timeout=30000")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
-            row = self._conn.execute("SELECT version FROM schema_version").fetchone()
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute("SELECT version FROM schema_version").fetchone()
+                if row is None:
+                    self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                elif row[0] == 1:  # version 1 had no lock start time; its checkpoint paths are still read
+                    self._conn.execute("ALTER TABLE locks ADD COLUMN started TEXT")
+                    self._conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+                elif row[0] != SCHEMA_VERSION:
+                    raise MrtpoError(f"run store {self.path} has schema version {row[0]}, this mrtpo reads "
+                                     f"{SCHEMA_VERSION}")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             raise MrtpoError(f"cannot open run store {self.path}: {e}") from None
-        if row is None:
-            self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-        elif row[0] != SCHEMA_VERSION:
-            raise MrtpoError(f"run store {self.path} has schema version {row[0]}, this mrtpo reads {SCHEMA_VERSION}")
+        except OSError as e:
+            raise MrtpoError(f"cannot create the run store {self.path}: {disk_problem(e)}") from None
         self._mu = threading.RLock()
 
     def close(self) -> None:
@@ -127,16 +223,29 @@ class Store:
         return self.path.parent / "checkpoints"
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction (BEGIN IMMEDIATE … COMMIT, rolled back on error)."""
+    def _tx(self, run_id: int | None = None, owner: str | None = None) -> Iterator[sqlite3.Connection]:
+        """One write transaction (BEGIN IMMEDIATE … COMMIT, rolled back on error).
+
+        With ``owner``: first checks that ``owner`` holds the lock of ``run_id`` (MrtpoError "lost the lock").
+        A failing write (full disk, busy store) is a MrtpoError naming the store.
+        """
         with self._mu:
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if owner is not None:
+                        self._check_owner(self._conn, run_id, owner)
+                    yield self._conn
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except sqlite3.OperationalError as e:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise MrtpoError(f"cannot write the run store {self.path}: {e}; nothing of this write was "
+                                 f"stored (free disk space, or wait for the other writer, and retry)") from None
 
     def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._mu:
@@ -144,8 +253,7 @@ class Store:
 
     # ------------------------------------------------------------------------------------------ runs
     def create_run(self, name: str, config: dict) -> RunInfo:
-        if not name or not name.strip():
-            raise MrtpoError("a run needs a name")
+        validate_run_name(name)
         now = time.time()
         try:
             with self._tx() as c:
@@ -178,20 +286,25 @@ class Store:
         return [self.get_run(n) for n in self.run_names()]
 
     def delete_run(self, name: str) -> None:
+        """Delete a run's rows and its checkpoint folder (refused while someone trains it)."""
+        import shutil
+
         run = self.require_run(name)
-        with self._tx() as c:
-            for t in ("metrics", "samples", "probe", "probe_relevance", "locks"):
+        with self.locked(run.id) as owner, self._tx(run.id, owner) as c:
+            for t in ("metrics", "samples", "probe", "probe_relevance"):
                 c.execute(f"DELETE FROM {t} WHERE run_id = ?", (run.id,))
             c.execute("DELETE FROM runs WHERE id = ?", (run.id,))
+        shutil.rmtree(self.checkpoint_dir(run.id), ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------ steps
     def write_step(self, run_id: int, step: int, metrics: dict[str, float], samples: list[dict],
-                   probe: list[dict] | None = None, checkpoint: str | None = None) -> None:
-        """All rows of one completed step in one transaction; ``checkpoint`` = path saved for this step.
+                   probe: list[dict] | None = None, checkpoint: Path | None = None, *, owner: str) -> None:
+        """All rows of one completed step in one transaction, if ``owner`` still holds the run's lock.
 
-        samples: [{"example_id", "prompt", "text", ...token data}]; probe: [{"idx", "reward", "js", "relevance"}].
+        samples: [{"example_id", "prompt", "text", ...token data}]; probe: [{"idx", "reward", "js", "relevance"}];
+        checkpoint: the file saved for this step (:meth:`save_checkpoint`), recorded as the run's last.
         """
-        with self._tx() as c:
+        with self._tx(run_id, owner) as c:
             c.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)",
                           [(run_id, step, k, _finite(v)) for k, v in metrics.items()])
             c.executemany("INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -201,25 +314,108 @@ class Store:
                 self._write_probe_rel(c, run_id, step, probe)
             c.execute("UPDATE runs SET steps_done = ?, updated = ? WHERE id = ?", (step, time.time(), run_id))
             if checkpoint is not None:
+                rel = Path(checkpoint).relative_to(self.path.parent).as_posix()
                 c.execute("UPDATE runs SET last_checkpoint = ?, checkpoint_path = ? WHERE id = ?",
-                          (step, checkpoint, run_id))
+                          (step, rel, run_id))
 
     @staticmethod
     def _write_probe_rel(c, run_id, step, probe):
         c.executemany("INSERT OR REPLACE INTO probe_relevance VALUES (?, ?, ?, ?, ?, ?)",
                       [(run_id, step, p["idx"], p["reward"], _json(p["js"]), _json(p["relevance"])) for p in probe])
 
-    def truncate(self, run_id: int, after_step: int) -> None:
-        """Forget every step after ``after_step`` (used when resuming from an older checkpoint)."""
-        with self._tx() as c:
+    def truncate(self, run_id: int, after_step: int, *, owner: str) -> None:
+        """Forget every step after ``after_step`` (used when resuming from an older checkpoint); lock holder only."""
+        with self._tx(run_id, owner) as c:
             for t in ("metrics", "samples", "probe_relevance"):
                 c.execute(f"DELETE FROM {t} WHERE run_id = ? AND step > ?", (run_id, after_step))
             c.execute("UPDATE runs SET steps_done = ?, updated = ? WHERE id = ?", (after_step, time.time(), run_id))
 
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def checkpoint_dir(self, run_id: int) -> Path:
+        """``<db folder>/checkpoints/<run id>``: keyed by id, so a run's name never becomes a path."""
+        return self.checkpoint_root / str(int(run_id))
+
+    def checkpoint_file(self, run: RunInfo) -> Path | None:
+        """The file of the run's last checkpoint (None before the first one).
+
+        New stores record it relative to the store's folder; version-1 stores recorded it as written (absolute,
+        or relative to the working directory then), which is tried second.
+        """
+        if not run.checkpoint_path or run.last_checkpoint <= 0:
+            return None
+        rel = self.path.parent / run.checkpoint_path
+        return rel if rel.exists() or not Path(run.checkpoint_path).exists() else Path(run.checkpoint_path)
+
+    def save_checkpoint(self, run_id: int, step: int, state: dict, *, owner: str) -> Path:
+        """Write ``state`` (torch.save) to ``checkpoint_dir/step-NNNNNN.pt`` atomically; returns the path.
+
+        Temp file in the same folder → fsync → ``os.replace`` → fsync of the folder. On any failure the temp file
+        is removed and a write error (full disk, quota, read-only, permissions) is a MrtpoError naming the folder.
+        The file is not the run's checkpoint until :meth:`write_step` records it.
+        """
+        import torch
+
+        self.check_owner(run_id, owner)
+        d = self.checkpoint_dir(run_id)
+        path = d / f"step-{step:06d}.pt"
+        tmp = d / f".step-{step:06d}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            _fsync_dir(d)
+        except OSError as e:
+            raise MrtpoError(
+                f"cannot write the checkpoint of step {step} in {d}: {disk_problem(e)} ({e.strerror or e}). "
+                f"Step {step} was not stored; free space there (or set $MRTPO_RUNS to a store on another disk) "
+                f"and start the run again: it resumes from its last stored checkpoint") from None
+        finally:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        return path
+
+    def load_checkpoint(self, run: RunInfo) -> dict | None:
+        """The state of the run's last checkpoint (None before the first one); MrtpoError if the file is gone."""
+        import torch
+
+        if run.last_checkpoint <= 0:
+            return None
+        path = self.checkpoint_file(run)
+        if path is None:
+            raise MrtpoError(f"run '{run.name}': the store records a checkpoint at step {run.last_checkpoint} but "
+                             f"no file; delete the run")
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise MrtpoError(f"run '{run.name}': checkpoint {path} of step {run.last_checkpoint} is missing; "
+                             f"delete the run or restore the file") from None
+        except (OSError, RuntimeError, EOFError) as e:
+            raise MrtpoError(f"run '{run.name}': cannot read checkpoint {path} of step {run.last_checkpoint} "
+                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+    def prune_checkpoints(self, run_id: int, *, owner: str) -> None:
+        """Delete the run's checkpoint files other than its recorded last one (and leftover temp files)."""
+        self.check_owner(run_id, owner)
+        rows = self._q("SELECT name FROM runs WHERE id = ?", (run_id,))
+        run = self.get_run(rows[0][0]) if rows else None
+        keep = self.checkpoint_file(run) if run else None
+        d = self.checkpoint_dir(run_id)
+        for p in [*d.glob("step-*.pt"), *d.glob(".step-*.tmp")]:
+            if keep is None or p.resolve() != keep.resolve():
+                try:
+                    p.unlink(missing_ok=True)
+                except OSError:
+                    pass
+
     # ------------------------------------------------------------------------------------------ probe
-    def write_probe(self, run_id: int, items: list[dict], relevance: list[dict]) -> None:
+    def write_probe(self, run_id: int, items: list[dict], relevance: list[dict], *, owner: str) -> None:
         """The fixed probe responses and their relevance under the initial policy (step 0), in one transaction."""
-        with self._tx() as c:
+        with self._tx(run_id, owner) as c:
             c.execute("DELETE FROM probe WHERE run_id = ?", (run_id,))
             c.executemany("INSERT INTO probe VALUES (?, ?, ?, ?, ?, ?)",
                           [(run_id, i, p.get("example_id"), p.get("prompt"), p.get("text"), _json(p))
@@ -249,48 +445,118 @@ class Store:
                 self._q("SELECT data FROM samples WHERE run_id = ? AND step = ? ORDER BY idx", (run_id, step))]
 
     # ------------------------------------------------------------------------------------------ lock
-    def acquire_lock(self, run_id: int, owner: str | None = None) -> str:
-        """Take the training lock of a run; returns the owner token. Raises MrtpoError if someone holds it.
+    def acquire_lock(self, run_id: int) -> str:
+        """Take the training lock of a run; returns the owner token. MrtpoError if a live trainer holds it.
 
-        A lock is free when absent, older than STALE_LOCK_S, or held by a dead process on this host.
+        Free locks (module docstring): absent; this host's and its process dead or its pid reused; another
+        host's with a heartbeat older than STALE_LOCK_S. Prefer :meth:`locked`, which also keeps it alive.
         """
-        owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         host, pid = socket.gethostname(), os.getpid()
+        owner = f"{host}:{pid}:{uuid.uuid4().hex[:12]}"
         with self._tx() as c:
-            row = c.execute("SELECT owner, pid, host, heartbeat FROM locks WHERE run_id = ?", (run_id,)).fetchone()
-            if row is not None and row[0] != owner and not self._abandoned(row):
-                raise MrtpoError(
-                    f"this run is being trained by process {row[1]} on {row[2]} (heartbeat "
-                    f"{time.time() - row[3]:.0f} s ago); you can watch it, or wait until it stops")
-            c.execute("INSERT OR REPLACE INTO locks VALUES (?, ?, ?, ?, ?)", (run_id, owner, pid, host, time.time()))
+            row = c.execute("SELECT owner, pid, host, heartbeat, started FROM locks WHERE run_id = ?",
+                            (run_id,)).fetchone()
+            if row is not None and not self._abandoned(row):
+                raise MrtpoError(f"run '{self._name(c, run_id)}' is being trained by {self._who(row)}; nothing was "
+                                 f"changed. Watch it, or start again when it stops")
+            c.execute("INSERT OR REPLACE INTO locks VALUES (?, ?, ?, ?, ?, ?)",
+                      (run_id, owner, pid, host, time.time(), _process_start(pid)))
+            with _held_mu:
+                _held.add(owner)
         return owner
 
     @staticmethod
-    def _abandoned(row) -> bool:
-        _, pid, host, beat = row
-        if time.time() - beat > STALE_LOCK_S:
-            return True
-        if host == socket.gethostname() and pid is not None:
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                return True
-            except PermissionError:
-                return False
-        return False
+    def _name(c, run_id) -> str:
+        row = c.execute("SELECT name FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return row[0] if row else f"#{run_id}"
 
-    def heartbeat(self, run_id: int, owner: str) -> None:
+    @staticmethod
+    def _who(row) -> str:
+        _, pid, host, beat, _ = row
+        return f"pid {pid} on host {host} (heartbeat {max(0.0, time.time() - beat):.0f} s ago)"
+
+    @staticmethod
+    def _abandoned(row) -> bool:
+        owner, pid, host, beat, started = row
+        if host == socket.gethostname() and pid is not None:
+            if int(pid) == os.getpid():
+                with _held_mu:
+                    return owner not in _held  # a row this process left behind (its release failed)
+            now = _process_start(int(pid))
+            return now is None or bool(started and now and now != started)
+        return time.time() - beat > STALE_LOCK_S
+
+    def _check_owner(self, c, run_id: int, owner: str) -> None:
+        row = c.execute("SELECT owner, pid, host, heartbeat, started FROM locks WHERE run_id = ?",
+                        (run_id,)).fetchone()
+        if row is None or row[0] != owner:
+            holder = f"to {self._who(row)}" if row is not None else "(the lock was removed)"
+            raise MrtpoError(f"lost the lock of run '{self._name(c, run_id)}' {holder}; this trainer stopped and "
+                             f"wrote nothing more")
+
+    def check_owner(self, run_id: int, owner: str) -> None:
+        """MrtpoError "lost the lock" unless ``owner`` holds the lock of ``run_id``."""
+        with self._mu:
+            self._check_owner(self._conn, run_id, owner)
+
+    def heartbeat(self, run_id: int, owner: str) -> bool:
+        """Renew the lock's heartbeat; False if ``owner`` no longer holds it."""
         with self._tx() as c:
-            c.execute("UPDATE locks SET heartbeat = ? WHERE run_id = ? AND owner = ?", (time.time(), run_id, owner))
+            return c.execute("UPDATE locks SET heartbeat = ? WHERE run_id = ? AND owner = ?",
+                             (time.time(), run_id, owner)).rowcount == 1
 
     def release_lock(self, run_id: int, owner: str) -> None:
+        with _held_mu:
+            _held.discard(owner)
         with self._tx() as c:
             c.execute("DELETE FROM locks WHERE run_id = ? AND owner = ?", (run_id, owner))
 
+    @contextmanager
+    def locked(self, run_id: int) -> Iterator[str]:
+        """Hold the run's lock for the block: acquire, renew the heartbeat every HEARTBEAT_S from a daemon thread,
+        release at the end (also on errors). Yields the owner token that writes must pass."""
+        owner = self.acquire_lock(run_id)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(HEARTBEAT_S):
+                try:
+                    if not self.heartbeat(run_id, owner):
+                        return  # lost: the next write says so
+                except Exception:  # noqa: BLE001 - a busy or full store: try again; writes check ownership
+                    pass
+
+        t = threading.Thread(target=beat, name=f"mrtpo-lock-{run_id}", daemon=True)
+        t.start()
+        try:
+            yield owner
+        finally:
+            stop.set()
+            t.join()
+            try:
+                self.release_lock(run_id, owner)
+            except MrtpoError:
+                pass  # e.g. a full disk: this process no longer holds it (see _abandoned), and other
+                #      processes see it free once this one exits
+
     def lock_holder(self, run_id: int) -> dict | None:
         """Who trains the run now ({owner, pid, host, age_s}), or None (abandoned locks count as free)."""
-        rows = self._q("SELECT owner, pid, host, heartbeat FROM locks WHERE run_id = ?", (run_id,))
+        rows = self._q("SELECT owner, pid, host, heartbeat, started FROM locks WHERE run_id = ?", (run_id,))
         if not rows or self._abandoned(rows[0]):
             return None
-        o, pid, host, beat = rows[0]
+        o, pid, host, beat, _ = rows[0]
         return {"owner": o, "pid": pid, "host": host, "age_s": time.time() - beat}
+
+
+def _fsync_dir(d: Path) -> None:
+    """Make a rename in ``d`` durable (best effort: not every platform can open a folder)."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -9,22 +9,25 @@ Steps are numbered from 1. Everything random is seeded from (seed, step), so a r
 seed on CPU, and resuming from a checkpoint reproduces the steps a run would have taken.
 
 With a :class:`mrtpo.store.Store` the trainer writes every step (metrics, sampled responses with their token
-data, probe relevance) in one transaction after the step completes, and saves a checkpoint (the LoRA adapter
-or the full weights, the AdamW state and the RNG state; written to a temp file, then ``os.replace``) every
-``checkpoint_every`` steps (default 1, so a killed run loses nothing). If the store holds steps after the last
-checkpoint, resuming drops them, restores the checkpoint and says so; the dropped steps are recomputed
-identically. The training lock of the run is held while stepping; other trainers and viewers can read.
+data, probe relevance) in one transaction after the step completes, and every ``checkpoint_every`` steps
+(default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable parameters — with the AdamW
+state and the RNG state (atomically: temp file, fsync, ``os.replace``), keeping only the last one.
+
+Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
+the run's lock (``Store.locked``: a heartbeat thread keeps it alive while steps run) before it changes
+anything; then, if the store holds steps after the last checkpoint, it drops them and says so (they are
+recomputed identically). Every write checks that this trainer still owns the lock. A step that fails (full
+disk, lost lock, any error) is not stored, and the next ``train()`` restores the trainer from the store, so
+memory never runs ahead of what the store has. Other trainers and viewers can read meanwhile.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
-import math
-import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -35,7 +38,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, load_model, sample, token_offsets
 from mrtpo.pipeline import ScoredGroup, replay_scored, score_group, template_for
 from mrtpo.relevance import replay_group
-from mrtpo.store import Store
+from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import get_family
 from mrtpo.tasks.base import TaskFamily
 
@@ -74,7 +77,8 @@ class TrainConfig:
     lora_rank: int = field(default=8, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
     template: dict | None = field(default=None, metadata={"help": "verifier-info template {prompt,item,separator}"})
-    checkpoint_every: int = field(default=1, metadata={"help": "save a checkpoint every N steps (store only)"})
+    checkpoint_every: int = field(default=10, metadata={"help": "save a checkpoint every N steps (store only; "
+                                                                   "the last one is kept)"})
     probe_size: int = field(default=4, metadata={"help": "probe responses whose relevance is tracked (0: none)"})
 
     def __post_init__(self):
@@ -217,9 +221,11 @@ class Trainer:
                  family: TaskFamily | None = None):
         self.log = log or (lambda msg: None)
         self.store, self.run_name, self.run_id = store, run, None
-        existing = store.get_run(run) if store is not None and run else None
         if store is not None and not run:
             raise MrtpoError("a run stored in the run store needs a name")
+        existing = store.get_run(run) if store is not None else None
+        if store is not None and existing is None:
+            validate_run_name(run)
         if existing is not None:
             stored = TrainConfig.from_dict(existing.config)
             if config is not None and config.to_dict() != stored.to_dict():
@@ -246,15 +252,26 @@ class Trainer:
         self.steps_done = 0
         self.probe: list[dict] = []
         self._mu = threading.Lock()
+        self._owner: str | None = None  # the lock's owner token while train() holds it
+        self._seen: tuple | None = None  # the store's mark this trainer's memory matches (None: restore first)
         if store is not None:
             if existing is None:
                 self.run_id = store.create_run(run, cfg.to_dict()).id
-                self._init_probe()
+                try:
+                    with store.locked(self.run_id) as self._owner:
+                        self._init_probe()
+                finally:
+                    self._owner = None
                 self._seen = self._store_mark()
             else:
                 self.run_id = existing.id
                 self.probe = store.probe(self.run_id)
-                self._restore()
+                try:
+                    self._restore(existing)  # reads only: steps after the checkpoint are dropped under the lock
+                except MrtpoError:
+                    if store.lock_holder(self.run_id) is None:
+                        raise
+                    self.steps_done = existing.last_checkpoint  # being trained now: train() restores under the lock
 
     # ------------------------------------------------------------------------------------------ model
     def _setup_model(self, lm: LoadedModel | None) -> None:
@@ -279,6 +296,7 @@ class Trainer:
         self.lm = LoadedModel(model=model, tokenizer=lm.tokenizer, name=lm.name, device=lm.device, dtype=lm.dtype)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self._pristine = True  # the initial weights and optimizer (no update or checkpoint applied yet)
 
     def _ref_logprobs(self, prompts, resp) -> torch.Tensor | None:
         cfg = self.config
@@ -336,31 +354,36 @@ class Trainer:
         return self.train(1)[-1]
 
     def train(self, n: int, callback: Callable[[int, dict], None] | None = None) -> list[dict[str, float]]:
-        """``n`` updates; ``callback(step, metrics)`` after each. Takes the run's lock for the duration."""
+        """``n`` updates; ``callback(step, metrics)`` after each.
+
+        With a store: takes the run's lock first (MrtpoError, nothing changed, if a live trainer holds it), keeps
+        it alive from a heartbeat thread, syncs with the store (:meth:`_sync`), steps, releases it at the end.
+        """
         if not self._mu.acquire(blocking=False):
             raise MrtpoError("this run is already training in another session of this process; watch it meanwhile")
-        owner = None
         try:
-            if self.store is not None:
-                owner = self.store.acquire_lock(self.run_id)
+            if self.store is None:
+                return self._steps(n, callback)
+            with self.store.locked(self.run_id) as self._owner:
                 self._sync()
-            out = []
-            for _ in range(n):
-                m = self._one_step()
-                out.append(m)
-                if owner:
-                    self.store.heartbeat(self.run_id, owner)
-                if callback:
-                    callback(self.steps_done, m)
-            return out
+                return self._steps(n, callback)
         finally:
-            if owner:
-                self.store.release_lock(self.run_id, owner)
+            self._owner = None
             self._mu.release()
+
+    def _steps(self, n: int, callback) -> list[dict[str, float]]:
+        out = []
+        for _ in range(n):
+            m = self._one_step()
+            out.append(m)
+            if callback:
+                callback(self.steps_done, m)
+        return out
 
     def _one_step(self) -> dict[str, float]:
         cfg, lm = self.config, self.lm
         s = self.steps_done + 1
+        self._seen = None  # until the step is stored, memory may be ahead of the store
         torch.manual_seed(self._sample_seed(s, 10_007))
         t0 = time.perf_counter()
         ro = self.rollout(s)
@@ -397,14 +420,23 @@ class Trainer:
         metrics.update({"time/step": step_time, "time/sample": t_sample, "time/replay": t_replay,
                         "time/update": t_update, "time/probe": t_probe})
         if self.store is not None:
+            rows = self._sample_rows(ro, adv, tok_adv, replays)
             t4 = time.perf_counter()
-            ckpt = self._save_checkpoint(s) if s % cfg.checkpoint_every == 0 else None
+            ckpt = None
+            if s % cfg.checkpoint_every == 0:
+                ckpt = self.store.save_checkpoint(self.run_id, s, self._checkpoint_state(s), owner=self._owner)
             metrics["time/checkpoint"] = time.perf_counter() - t4
-            self.store.write_step(self.run_id, s, metrics, self._sample_rows(ro, adv, tok_adv, replays),
-                                  probe_rows, checkpoint=str(ckpt) if ckpt else None)
+            try:
+                self.store.write_step(self.run_id, s, metrics, rows, probe_rows, checkpoint=ckpt, owner=self._owner)
+            except BaseException:
+                if ckpt is not None:  # not recorded: remove it (unless the lock is gone: then it is not ours to touch)
+                    with contextlib.suppress(Exception):
+                        self.store.check_owner(self.run_id, self._owner)
+                        ckpt.unlink(missing_ok=True)
+                raise
             self._seen = self._store_mark()
-            if ckpt:
-                self._prune_checkpoints(keep=ckpt)
+            if ckpt is not None:
+                self.store.prune_checkpoints(self.run_id, owner=self._owner)
         return metrics
 
     def _update(self, ro: _Rollout, tok_adv: torch.Tensor, mask: torch.Tensor, step: int) -> dict[str, float]:
@@ -438,6 +470,7 @@ class Trainer:
                 if cfg.max_grad_norm > 0:
                     norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)))
                 self.optimizer.step()
+                self._pristine = False
                 losses.append(float(loss.detach()))
                 stats.append(st)
         out = {"loss": float(np.mean(losses)), "grad_norm": float(np.mean(norms)) if norms else float("nan")}
@@ -500,7 +533,7 @@ class Trainer:
                        "rewards": {k: float(v) for k, v in zip(g.reward_names, g.rewards[i])},
                        "verifier_info": g.verifier_info[i]} for i, s in enumerate(samples)]
         if self.probe:
-            self.store.write_probe(self.run_id, self.probe, self._probe_rows())
+            self.store.write_probe(self.run_id, self.probe, self._probe_rows(), owner=self._owner)
 
     def _probe_rows(self) -> list[dict]:
         """Relevance of every probe response for every reward under the current policy (all rewards replayed)."""
@@ -512,66 +545,72 @@ class Trainer:
                 for i, r in enumerate(rep.responses) for k in r.relevance]
 
     # ------------------------------------------------------------------------------------------ checkpoints
-    def _ckpt_dir(self) -> Path:
-        return self.store.checkpoint_root / self.run_name
-
-    def _trainable_state(self) -> dict[str, torch.Tensor]:
+    def _checkpoint_state(self, step: int) -> dict:
+        """What an exact resume needs: what trains (the LoRA adapter, or the trainable parameters; no frozen
+        weights, no buffers), the AdamW state (two moments per trained value) and the RNG state."""
         if self.config.lora:
             from peft import get_peft_model_state_dict
 
-            return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(self.lm.model).items()}
-        return {k: v.detach().cpu() for k, v in self.lm.model.state_dict().items()}
+            weights = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.lm.model).items()}
+        else:
+            weights = {k: p.detach().cpu() for k, p in self.lm.model.named_parameters() if p.requires_grad}
+        return {"step": step, "lora": self.config.lora, "model": weights,
+                "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state()}
 
-    def _save_checkpoint(self, step: int) -> Path:
-        """Weights (adapter or full), AdamW state and RNG state, atomically (temp file, then os.replace)."""
-        d = self._ckpt_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / f"step-{step:06d}.pt"
-        tmp = d / f".step-{step:06d}.pt.tmp"
-        torch.save({"step": step, "lora": self.config.lora, "model": self._trainable_state(),
-                    "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state()}, tmp)
-        os.replace(tmp, path)
-        return path
+    def _load_trainable(self, weights: dict[str, torch.Tensor], path_hint: str) -> None:
+        if self.config.lora:
+            from peft import set_peft_model_state_dict
 
-    def _prune_checkpoints(self, keep: Path) -> None:
-        for p in self._ckpt_dir().glob("step-*.pt"):
-            if p != keep:
-                p.unlink(missing_ok=True)
+            set_peft_model_state_dict(self.lm.model, weights)
+            return
+        named = {k: p for k, p in self.lm.model.named_parameters() if p.requires_grad}
+        missing = [k for k in named if k not in weights]  # older checkpoints hold every weight: a superset
+        if missing:
+            raise MrtpoError(f"run '{self.run_name}': checkpoint {path_hint} lacks {len(missing)} trained "
+                             f"tensor(s) ({missing[0]}, …) of model '{self.config.model}'")
+        try:
+            with torch.no_grad():
+                for k, p in named.items():
+                    p.copy_(weights[k])
+        except RuntimeError as e:
+            raise MrtpoError(f"run '{self.run_name}': checkpoint {path_hint} does not fit model "
+                             f"'{self.config.model}': {str(e).splitlines()[0]}") from None
 
-    def _restore(self) -> None:
-        """Bring weights and optimizer to the stored run's last checkpoint; drop stored steps after it."""
-        run = self.store.require_run(self.run_name)
-        ck = run.last_checkpoint
-        if run.steps_done > ck:
-            self.log(f"run '{self.run_name}': steps {ck + 1}..{run.steps_done} came after the last checkpoint "
-                     f"(step {ck}); resuming from step {ck} and recomputing them")
-            self.store.truncate(self.run_id, ck)
-        if ck > 0:
-            path = Path(run.checkpoint_path or "")
-            if not path.exists():
-                raise MrtpoError(f"run '{self.run_name}': checkpoint {path} of step {ck} is missing; "
-                                 f"delete the run or restore the file")
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            if self.config.lora:
-                from peft import set_peft_model_state_dict
-
-                set_peft_model_state_dict(self.lm.model, state["model"])
-            else:
-                self.lm.model.load_state_dict(state["model"])
+    def _restore(self, run: RunInfo) -> None:
+        """Bring this trainer to the run's last checkpoint (weights, AdamW, RNG; the initial state when there is
+        none). Reads the store only; steps stored after the checkpoint are dropped by :meth:`_sync`."""
+        self._seen = None
+        state = self.store.load_checkpoint(run)
+        if state is None:
+            if not self._pristine:
+                self._setup_model(None)  # back to the initial weights and a fresh optimizer
+        else:
+            self._load_trainable(state["model"], str(self.store.checkpoint_file(run)))
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
-            self.log(f"run '{self.run_name}': resumed from the checkpoint of step {ck}")
-        self.steps_done = ck
-        self._seen = self._store_mark()
+            self._pristine = False
+            self.log(f"run '{self.run_name}': resumed from the checkpoint of step {run.last_checkpoint}")
+        self.steps_done = run.last_checkpoint
+        self._seen = self._mark(run)
 
-    def _store_mark(self) -> tuple[int, float]:
-        run = self.store.require_run(self.run_name)
-        return run.steps_done, run.updated
+    @staticmethod
+    def _mark(run: RunInfo) -> tuple:
+        return run.steps_done, run.last_checkpoint, run.updated
+
+    def _store_mark(self) -> tuple:
+        return self._mark(self.store.require_run(self.run_name))
 
     def _sync(self) -> None:
-        """Under the lock: if another trainer advanced the run meanwhile, reload its last checkpoint."""
-        if self._store_mark() != self._seen:
-            self._restore()
+        """Under the lock: if the store moved since this trainer last matched it (another trainer, or a failed
+        step of this one), restore from its last checkpoint; then drop stored steps after that checkpoint."""
+        run = self.store.require_run(self.run_name)
+        if self._mark(run) != self._seen:
+            self._restore(run)
+        if run.steps_done > self.steps_done:
+            self.log(f"run '{self.run_name}': steps {self.steps_done + 1}..{run.steps_done} came after the last "
+                     f"checkpoint (step {self.steps_done}); dropping and recomputing them")
+            self.store.truncate(self.run_id, self.steps_done, owner=self._owner)
+            self._seen = self._store_mark()
 
     def close(self) -> None:
         """Release resources (the lock is only held while stepping)."""

@@ -5,11 +5,11 @@
     python -m mrtpo compare RUN RUN [--every N]
 
 ``--steps N`` trains until the run has N steps: re-running the same command after a kill resumes it.
-The run store is ``--db`` or ``$MRTPO_RUNS`` or ``runs/mrtpo.db``.
+The run store is ``--db`` or ``$MRTPO_RUNS`` or ``runs/mrtpo.db``. Run names are checked
+(``mrtpo.store.validate_run_name``) before anything is opened or written.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -33,7 +33,8 @@ def register(sub) -> None:
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     p = sub.add_parser("train", help="train a policy with the verifiers' rewards (resumable run in the run store)")
-    p.add_argument("--run", default=None, help="run name (default: TASK-METHOD-SEED); an existing run is resumed")
+    p.add_argument("--run", default=None, help="run name (default: TASK-METHOD-SEED; letters, digits, '.', '_', "
+                                               "'+', '-'); an existing run is resumed")
     p.add_argument("--steps", type=int, required=True, help="train until the run has this many steps")
     p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
     p.add_argument("--lora", action="store_true", help=fields["lora"].metadata["help"])
@@ -79,14 +80,14 @@ def _config_from_args(a):
 
 
 def cmd_train(a) -> int:
-    from mrtpo.store import Store
+    from mrtpo.store import Store, validate_run_name
     from mrtpo.train import Trainer
 
     if a.steps < 0:
         raise MrtpoError("--steps must be >= 0")
-    store = Store(a.db)
     cfg, given = _config_from_args(a)
-    name = a.run or f"{cfg.task}-{cfg.method}-s{cfg.seed}"
+    name = validate_run_name(a.run if a.run is not None else f"{cfg.task}-{cfg.method}-s{cfg.seed}")
+    store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     existing = store.get_run(name)
     if existing is not None:

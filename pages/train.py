@@ -18,7 +18,7 @@ from mrtpo import app_state as S
 from mrtpo import render
 from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError
-from mrtpo.store import Store, default_path
+from mrtpo.store import Store, default_path, validate_run_name
 from mrtpo.train import TrainConfig, Trainer
 
 NEW = "➕ new run"
@@ -78,6 +78,7 @@ if choice == NEW:
     st.caption(f"Model **{ch.model}** on **{ch.device}** (sidebar).")
     if st.button("Create run", key="train_create", type="primary"):
         with S.guard("creating the run"):
+            validate_run_name(name)
             if name in runs:
                 raise MrtpoError(f"a run named '{name}' exists; pick it above or choose another name")
             cfg = TrainConfig(model=ch.model, device=ch.device, task=task, method=method, group_size=int(group),

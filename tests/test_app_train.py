@@ -93,3 +93,18 @@ def test_second_session_watches_while_locked(db):
     st.release_lock(run.id, owner)
     watcher.button(key="train_refresh").click().run()
     assert not watcher.button(key="train_step1").disabled
+
+
+def test_bad_run_name_is_a_message_and_nothing_is_written(db):
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    _ok(at)
+    for name in ("../escape", "x/."):
+        at.text_input(key="train_name").set_value(name)
+        at.run()
+        at.button(key="train_create").click().run()
+        assert not at.exception
+        assert any(f"bad run name {name!r}" in e.value for e in at.error), [e.value for e in at.error]
+    assert Store(db).run_names() == []
+    assert {p.name for p in db.parent.rglob("*")} <= {"runs.db", "runs.db-wal", "runs.db-shm"}  # no checkpoints
+    assert not (db.parent.parent / "escape").exists()
