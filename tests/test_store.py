@@ -247,7 +247,11 @@ def test_good_run_names_and_checkpoint_folder_by_id(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- a full disk
 def _full_disk(obj, f):
+    """torch.save on a full disk: part of the file written, then ENOSPC."""
+    if isinstance(f, (str, os.PathLike)):
+        f = open(f, "wb")  # noqa: SIM115 - left open like a crashed writer's
     f.write(b"PK\x03\x04 half a checkpoint")
+    f.flush()
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
