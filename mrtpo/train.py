@@ -353,8 +353,9 @@ class Trainer:
         """One update (see module docstring); returns the step's metrics. Holds the run's lock meanwhile."""
         return self.train(1)[-1]
 
-    def train(self, n: int, callback: Callable[[int, dict], None] | None = None) -> list[dict[str, float]]:
-        """``n`` updates; ``callback(step, metrics)`` after each.
+    def train(self, n: int, callback: Callable[[int, dict], None] | None = None,
+              checkpoint_last: bool = False) -> list[dict[str, float]]:
+        """``n`` updates; ``callback(step, metrics)`` after each; ``checkpoint_last``: also checkpoint the last one.
 
         With a store: takes the run's lock first (MrtpoError, nothing changed, if a live trainer holds it), keeps
         it alive from a heartbeat thread, syncs with the store (:meth:`_sync`), steps, releases it at the end.
@@ -366,21 +367,21 @@ class Trainer:
                 return self._steps(n, callback)
             with self.store.locked(self.run_id) as self._owner:
                 self._sync()
-                return self._steps(n, callback)
+                return self._steps(n, callback, checkpoint_last)
         finally:
             self._owner = None
             self._mu.release()
 
-    def _steps(self, n: int, callback) -> list[dict[str, float]]:
+    def _steps(self, n: int, callback, checkpoint_last: bool = False) -> list[dict[str, float]]:
         out = []
-        for _ in range(n):
-            m = self._one_step()
+        for i in range(n):
+            m = self._one_step(checkpoint=checkpoint_last and i == n - 1)
             out.append(m)
             if callback:
                 callback(self.steps_done, m)
         return out
 
-    def _one_step(self) -> dict[str, float]:
+    def _one_step(self, checkpoint: bool = False) -> dict[str, float]:
         cfg, lm = self.config, self.lm
         s = self.steps_done + 1
         self._seen = None  # until the step is stored, memory may be ahead of the store
@@ -423,7 +424,7 @@ class Trainer:
             rows = self._sample_rows(ro, adv, tok_adv, replays)
             t4 = time.perf_counter()
             ckpt = None
-            if s % cfg.checkpoint_every == 0:
+            if checkpoint or s % cfg.checkpoint_every == 0:
                 ckpt = self.store.save_checkpoint(self.run_id, s, self._checkpoint_state(s), owner=self._owner)
             metrics["time/checkpoint"] = time.perf_counter() - t4
             try:

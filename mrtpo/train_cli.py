@@ -99,10 +99,11 @@ def cmd_train(a) -> int:
     else:
         log(f"creating run '{name}' in {store.path}")
         tr = Trainer(cfg, store, name, log=log)
-    todo = a.steps - tr.steps_done
-    if todo <= 0:
-        log(f"run '{name}' already has {tr.steps_done} steps (asked for {a.steps}); nothing to do")
+    stored = store.require_run(name).steps_done  # tr.steps_done: where it resumes (the last checkpoint)
+    if stored >= a.steps:
+        log(f"run '{name}' already has {stored} steps (asked for {a.steps}); nothing to do")
         return 0
+    todo = a.steps - tr.steps_done
     bar = None
     if not a.quiet:
         from tqdm import tqdm
@@ -118,7 +119,7 @@ def cmd_train(a) -> int:
                   file=sys.stderr)
 
     try:
-        tr.train(todo, callback=on_step)
+        tr.train(todo, callback=on_step, checkpoint_last=True)  # a finished command resumes without recomputing
     finally:
         if bar is not None:
             bar.close()

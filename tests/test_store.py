@@ -90,6 +90,11 @@ def test_cli_second_command_while_the_first_runs(tmp_path, capsys):
             "--checkpoint-every", "2", "--quiet"]
     assert main(args + ["--run", "c", "--steps", "3", "--db", str(db)]) == 0
     st = Store(db)
+    run = st.get_run("c")
+    assert (run.steps_done, run.last_checkpoint) == (3, 3)  # every 2 steps, and the command's last step
+    capsys.readouterr()
+    assert main(args + ["--run", "c", "--steps", "3", "--db", str(db)]) == 0
+    assert "already has 3 steps" in capsys.readouterr().err and st.get_run("c") == run
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from mrtpo.store import Store; s = Store(sys.argv[1]); "
          "s.acquire_lock(s.get_run('c').id); print('locked', flush=True); time.sleep(120)", str(db)],
