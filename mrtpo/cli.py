@@ -5,15 +5,21 @@ advantages  advantages of an estimator for a rewards matrix
 explain     self-contained HTML heatmaps (and JSON) for one prompt and its group of responses
 sample      sample a group for a task example and print responses with their rewards
 score       score given responses against task examples
+
+Exit status: 0 done; 1 some lines of a line-oriented command (relevance, score) were bad, each reported on stderr
+with its line and field, and the others ran; 2 bad input (a message on stderr naming the file, line and field) or
+nothing could run; 130 interrupted.  Set MRTPO_DEBUG=1 to see a traceback for an internal error.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import os
 import sys
-from pathlib import Path
 
-from mrtpo.errors import MrtpoError
+from mrtpo import validate as V
+from mrtpo.errors import MrtpoError, TaskFileError
+from mrtpo.jsonl import dumps, json_lines, load_json, read_text, write_text
 
 # Subcommands contributed by other modules: module path -> it defines ``register(subparsers)``.
 EXTENSIONS = ["mrtpo.train_cli", "mrtpo.integrations_cli"]
@@ -21,7 +27,8 @@ EXTENSIONS = ["mrtpo.train_cli", "mrtpo.integrations_cli"]
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="default | tiny-random | HF id | local folder")
-    p.add_argument("--device", default="auto", help="auto (CUDA bf16 if available, else CPU) | cpu | cuda")
+    p.add_argument("--device", default="auto", type=V.device_flag,
+                   help="auto (CUDA bf16 if available, else CPU) | cpu | cuda | cuda:N | mps")
     p.add_argument("--template", default=None, help="verifier-info template file (JSON {prompt,item,separator} or text)")
 
 
@@ -29,33 +36,47 @@ def _load_template(path, family=None):
     from mrtpo.pipeline import template_for
     from mrtpo.templates import Template
 
-    return Template.from_file(path) if path else template_for(family)
+    if not path:
+        return template_for(family)
+    read_text(path)  # a missing or non-UTF-8 file: a message naming the file (and the bad byte)
+    return Template.from_file(path)
 
 
 def _write_json(obj, path: str | None):
-    text = json.dumps(obj, ensure_ascii=False)
     if path:
-        Path(path).write_text(text + "\n", encoding="utf-8")
+        write_text(path, dumps(obj) + "\n")
     else:
-        print(text)
+        print(dumps(obj))
+
+
+def _lines_summary(ok: int, bad: int) -> int:
+    """Exit status of a line-oriented command: 0 every line ran, 1 some were bad and the rest ran, 2 none ran."""
+    return 0 if not bad else 1 if ok else 2
+
+
+LINES_EPILOG = ("Exit status: 0 when every line ran; 1 when some lines were bad (each reported on stderr with its "
+                "line number and field) and the others ran; 2 when nothing could run.")
 
 
 # ---------------------------------------------------------------------------------------------- relevance
-def _check_case(obj, n: int) -> str | None:
-    if not isinstance(obj, dict):
-        return f"line {n}: must be a JSON object"
-    for f, typ in (("id", (str, int)), ("prompt", str), ("verifier_info", dict), ("response", str)):
-        if f not in obj:
-            return f"line {n}: field '{f}' is missing"
-        if not isinstance(obj[f], typ):
-            return f"line {n}: field '{f}' must be {'a string' if typ is str else 'an object' if typ is dict else 'a string or number'}"
-    if not obj["verifier_info"]:
-        return f"line {n}: field 'verifier_info' is empty (give at least one reward's text)"
-    for k, v in obj["verifier_info"].items():
-        if not isinstance(v, str):
-            return f"line {n}: field 'verifier_info.{k}' must be a string"
-    if not obj["response"]:
-        return f"line {n}: field 'response' is empty"
+def _check_case(obj: dict, n: int) -> str | None:
+    """None for a good relevance case {"id", "prompt", "verifier_info": {reward: text}, "response"}, else the
+    problem ``line N: field 'F': ...``."""
+    from mrtpo.templates import ALL
+
+    try:
+        for f in ("id", "prompt", "verifier_info", "response"):
+            if f not in obj:
+                raise V.BadValue(f, "missing")
+        if not isinstance(obj["id"], (str, int)) or isinstance(obj["id"], bool):
+            raise V.BadValue("id", f"must be a string or an integer, got {V._shown(obj['id'])}")
+        V.string(obj["prompt"], "prompt")
+        V.text_map(obj["verifier_info"], "verifier_info")
+        V.string(obj["response"], "response", nonempty=True)
+        if ALL in obj["verifier_info"]:
+            raise V.BadValue(f"verifier_info.{ALL}", f"the reward name '{ALL}' is reserved; rename it")
+    except V.BadValue as e:
+        return f"line {n}: {e}"
     return None
 
 
@@ -63,81 +84,139 @@ def cmd_relevance(a) -> int:
     from mrtpo.model import load_model
     from mrtpo.relevance import replay_group
 
-    try:
-        lines = Path(a.input).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise MrtpoError(f"cannot read {a.input}: {e.strerror or e}") from None
     template = _load_template(a.template)
     cases, bad = [], 0
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            print(f"{a.input}: line {n}: not valid JSON ({e.msg})", file=sys.stderr)
-            bad += 1
-            continue
-        err = _check_case(obj, n)
+    for n, obj, problem in json_lines(a.input):
+        err = f"line {n}: {problem}" if problem else _check_case(obj, n)
         if err:
             print(f"{a.input}: {err}", file=sys.stderr)
             bad += 1
             continue
         cases.append((n, obj))
+    if not cases:
+        raise MrtpoError(f"{a.input}: no case to run" + (f" ({bad} bad lines)" if bad else " (the file has no lines)"))
     lm = load_model(a.model, a.device)
-    # group cases sharing prompt and reward names: one batched, prefix-shared replay per group
+
+    def run(items):
+        res = replay_group(lm, items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
+                           [c["response"] for _, c in items], template)
+        out = {}
+        for (n, c), r in zip(items, res.responses):
+            j = r.to_json()
+            out[n] = {"id": c["id"], "tokens": j["tokens"], "js": j["js"], "relevance": j["relevance"]}
+        return out
+
+    # group cases sharing prompt and reward names: one batched, prefix-shared replay per group; a failing group
+    # runs again case by case, so only its bad lines fail
     groups: dict[tuple, list] = {}
     for n, c in cases:
         groups.setdefault((c["prompt"], tuple(c["verifier_info"])), []).append((n, c))
-    results = {}
-    for (prompt, _), items in groups.items():
+    results, debug = {}, bool(os.environ.get("MRTPO_DEBUG"))
+
+    def report(n, e):
+        if debug and not isinstance(e, MrtpoError):
+            raise e
+        print(f"{a.input}: line {n}: {_problem(e)}", file=sys.stderr)
+
+    for items in groups.values():
         try:
-            res = replay_group(lm, prompt, [c["verifier_info"] for _, c in items], [c["response"] for _, c in items],
-                               template)
-        except MrtpoError as e:
-            for n, _ in items:
-                print(f"{a.input}: line {n}: {e}", file=sys.stderr)
-            bad += len(items)
+            results.update(run(items))
             continue
-        for (n, c), r in zip(items, res.responses):
-            j = r.to_json()
-            results[n] = {"id": c["id"], "tokens": j["tokens"], "js": j["js"], "relevance": j["relevance"]}
-    with open(a.output, "w", encoding="utf-8") if a.output != "-" else sys.stdout as out:
-        for n in sorted(results):
-            out.write(json.dumps(results[n], ensure_ascii=False) + "\n")
+        except Exception as e:  # noqa: BLE001 - a group's failure is isolated to its bad lines
+            if len(items) == 1:
+                report(items[0][0], e)
+                bad += 1
+                continue
+        for item in items:
+            try:
+                results.update(run([item]))
+            except Exception as e:  # noqa: BLE001 - one bad line never stops the others
+                report(item[0], e)
+                bad += 1
+    if not results:
+        raise MrtpoError(f"{a.input}: no case could run ({bad} bad lines); nothing written to {a.output}")
+    text = "".join(dumps(results[n]) + "\n" for n in sorted(results))
+    if a.output == "-":
+        sys.stdout.write(text)
+    else:
+        write_text(a.output, text)
     print(f"{len(results)} cases written to {a.output}" + (f", {bad} bad lines skipped" if bad else ""), file=sys.stderr)
-    return 1 if bad else 0
+    return _lines_summary(len(results), bad)
+
+
+def _problem(e: Exception) -> str:
+    """A user-facing message for an exception raised while processing one line."""
+    if isinstance(e, MrtpoError):
+        return str(e)
+    return f"internal error ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); please report it"
 
 
 # ---------------------------------------------------------------------------------------------- advantages
+def _relevance_input(rel, names: list[str], N: int):
+    """``relevance``: N objects {reward: list of finite numbers >= 0}, the lists of one object of equal length.
+
+    Returns rho (N, K, T) (ones for a reward not given: uniform) and mask (N, T)."""
+    import torch
+
+    if not isinstance(rel, list):
+        raise V.BadValue("relevance", f"must be a list of {N} objects {{reward: [numbers]}}, got {V._shown(rel)}")
+    if len(rel) != N:
+        raise V.BadValue("relevance", f"has {len(rel)} entries for {N} responses")
+    rows = []
+    for i, r in enumerate(rel):
+        f = f"relevance[{i}]"
+        if not isinstance(r, dict) or not r:
+            raise V.BadValue(f, f"must be a non-empty object {{reward: [numbers >= 0]}}, got {V._shown(r)}")
+        unknown = [k for k in r if k not in names]
+        if unknown:
+            raise V.BadValue(f, f"names unknown reward {unknown[0]!r} (reward_names: {', '.join(names)})")
+        vals = {k: V.number_list(v, f"{f}.{k}", lo=0.0) for k, v in r.items()}
+        lengths = {len(v) for v in vals.values()}
+        if len(lengths) > 1:
+            raise V.BadValue(f, f"lists of different lengths {sorted(lengths)} (one number per token of the response)")
+        rows.append(vals)
+    T = max(len(next(iter(r.values()))) for r in rows)
+    mask = torch.zeros(N, T, dtype=torch.bool)
+    rho = torch.ones(N, len(names), T)
+    for i, r in enumerate(rows):
+        t = len(next(iter(r.values())))
+        mask[i, :t] = True
+        for j, k in enumerate(names):
+            if k in r:
+                rho[i, j, :t] = torch.tensor(r[k], dtype=torch.float32)
+    return rho, mask
+
+
 def cmd_advantages(a) -> int:
     import torch
 
     from mrtpo import advantages as A
 
-    try:
-        data = json.loads(Path(a.input).read_text(encoding="utf-8") if a.input != "-" else sys.stdin.read())
-    except OSError as e:
-        raise MrtpoError(f"cannot read {a.input}: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise MrtpoError(f"{a.input}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    method = A.parse_method(a.method)  # a bad method fails before reading anything
+    data = load_json(a.input)
     if isinstance(data, list):
         data = {"rewards": data}
     if not isinstance(data, dict) or "rewards" not in data:
         raise MrtpoError(f"{a.input}: expected a list of reward rows or an object with a 'rewards' field")
     try:
-        R = torch.tensor(data["rewards"], dtype=torch.float32)
-    except (ValueError, TypeError):
-        raise MrtpoError(f"{a.input}: field 'rewards' must be a rectangular list of numbers (N rows × K rewards)") from None
-    if R.ndim == 1:
-        R = R.unsqueeze(-1)
-    if R.ndim != 2:
-        raise MrtpoError(f"{a.input}: field 'rewards' must be N rows × K rewards")
-    names = data.get("reward_names") or [f"r{k}" for k in range(R.shape[1])]
-    if len(names) != R.shape[1]:
-        raise MrtpoError(f"{a.input}: field 'reward_names' has {len(names)} names for {R.shape[1]} rewards")
-    method = A.parse_method(a.method)
-    adv = A.compute(a.method, R, a.group_size, data.get("weights"))
+        rows = V.number_matrix(data["rewards"], "rewards", nan_ok=True)
+        N, K = len(rows), len(rows[0])
+        names = data.get("reward_names") or [f"r{k}" for k in range(K)]
+        if isinstance(names, list) and len(names) != K:
+            raise V.BadValue("reward_names", f"has {len(names)} names for {K} rewards")
+        names = V.string_list(names, "reward_names", distinct=True)
+        weights = data.get("weights")
+        if weights is not None:
+            weights = V.number_list(weights, "weights", length=K)
+        rho = mask = None
+        if data.get("relevance") is not None:
+            rho, mask = _relevance_input(data["relevance"], names, N)
+    except V.BadValue as e:
+        raise e.at(a.input) from None
+    if N % a.group_size:
+        raise MrtpoError(f"{a.input}: {N} responses do not split into groups of --group-size {a.group_size}")
+    R = torch.tensor(rows, dtype=torch.float32)
+    adv = A.compute(a.method, R, a.group_size, weights)
     out = {
         "method": method.name, "group_size": a.group_size, "reward_names": names,
         "advantages": [round(float(x), 6) for x in adv.final],
@@ -145,73 +224,134 @@ def cmd_advantages(a) -> int:
         "keep": [bool(x) for x in adv.keep],
         "diagnostics": {k: v.tolist() for k, v in adv.diagnostics.items() if k != "zscore"},
     }
-    if method.tokens and data.get("relevance") is not None:
-        rel = data["relevance"]
-        if len(rel) != R.shape[0]:
-            raise MrtpoError(f"{a.input}: field 'relevance' has {len(rel)} entries for {R.shape[0]} responses")
-        T = max(len(next(iter(r.values()))) for r in rel)
-        mask = torch.zeros(R.shape[0], T, dtype=torch.bool)
-        rho = torch.ones(R.shape[0], R.shape[1], T)
-        for i, r in enumerate(rel):
-            for j, k in enumerate(names):
-                v = torch.tensor(r.get(k, [1.0] * len(next(iter(r.values())))), dtype=torch.float32)
-                rho[i, j, : len(v)] = v
-                mask[i, : len(v)] = True
+    checked = [adv.final, adv.per_reward]
+    if method.tokens and rho is not None:
         tok = A.token_advantages(adv, rho, mask, beta=a.beta, step=a.step, warmup=a.warmup)
-        out["token_advantages"] = [[round(float(x), 6) for x in tok[i, : int(mask[i].sum())]] for i in range(R.shape[0])]
+        out["token_advantages"] = [[round(float(x), 6) for x in tok[i, : int(mask[i].sum())]] for i in range(N)]
+        checked.append(tok)
+    if not all(bool(torch.isfinite(t).all()) for t in checked):
+        big = max((abs(x) for row in rows for x in row if not math.isnan(x)), default=0.0)
+        raise MrtpoError(f"{a.input}: the advantages overflow float32 (largest |reward| {big:g}); rescale the "
+                         f"rewards{' or the relevance' if rho is not None else ''}")
     _write_json(out, a.output)
     return 0
 
 
 # ---------------------------------------------------------------------------------------------- explain
-def cmd_explain(a) -> int:
-    from mrtpo import render
-    from mrtpo.model import Sample, load_model, tokenize_response
-    from mrtpo.pipeline import ScoredGroup, replay_scored, sample_group, score_group, token_view, view_to_json
-    from mrtpo.tasks import get_family
-    from mrtpo.tasks.base import Example
+def _explain_input(path: str):
+    """The group of ``explain --input``: {"prompt", "verifier_info", "responses", "rewards", "reward_names"?, "id"?}.
 
+    verifier_info: {reward: text} for the whole group, or one such object per response (same rewards);
+    rewards: G rows × K numbers (null / NaN = not scored) in reward_names' order (default: verifier_info's).
+    The samples carry text only; the caller tokenizes them with the model."""
     import numpy as np
 
-    lm = load_model(a.model, a.device)
+    from mrtpo.model import Sample
+    from mrtpo.pipeline import ScoredGroup
+    from mrtpo.tasks.base import Example
+    from mrtpo.templates import ALL
+
+    d = load_json(path)
+    if not isinstance(d, dict):
+        raise MrtpoError(f"{path}: expected a JSON object {{\"prompt\", \"verifier_info\", \"responses\", \"rewards\"}}")
+    try:
+        for f in ("prompt", "verifier_info", "responses", "rewards"):
+            if f not in d:
+                raise V.BadValue(f, "missing")
+        prompt = V.string(d["prompt"], "prompt", nonempty=True)
+        responses = V.string_list(d["responses"], "responses")
+        if not responses:
+            raise V.BadValue("responses", "is empty (give at least one response)")
+        G = len(responses)
+        vi = d["verifier_info"]
+        if isinstance(vi, list):
+            if len(vi) != G:
+                raise V.BadValue("verifier_info", f"has {len(vi)} entries for {G} responses")
+            infos = [V.text_map(x, f"verifier_info[{i}]") for i, x in enumerate(vi)]
+            for i, x in enumerate(infos[1:], start=1):
+                if set(x) != set(infos[0]):
+                    raise V.BadValue(f"verifier_info[{i}]", f"has rewards {sorted(x)}, verifier_info[0] has {sorted(infos[0])}")
+        else:
+            infos = [V.text_map(vi, "verifier_info")] * G
+        if ALL in infos[0]:
+            raise V.BadValue(f"verifier_info.{ALL}", f"the reward name '{ALL}' is reserved; rename it")
+        names = d.get("reward_names") or list(infos[0])
+        names = V.string_list(names, "reward_names", distinct=True)
+        if set(names) != set(infos[0]):
+            raise V.BadValue("reward_names", f"names {sorted(names)}, but verifier_info has {sorted(infos[0])}")
+        rewards = V.number_matrix(d["rewards"], "rewards", rows=G, cols=len(names), nan_ok=True)
+        gid = d.get("id", "input")
+        if not isinstance(gid, (str, int)) or isinstance(gid, bool):
+            raise V.BadValue("id", f"must be a string or an integer, got {V._shown(gid)}")
+    except V.BadValue as e:
+        raise e.at(path) from None
+    infos = [{k: info[k] for k in names} for info in infos]  # the rewards' column order
+    samples = [Sample([], t) for t in responses]  # token ids: the caller's, once the model is loaded
+    return ScoredGroup(Example(str(gid), prompt), prompt, samples, names, np.asarray(rewards, dtype=float),
+                       [{} for _ in samples], infos)
+
+
+def _responses_file(path: str) -> list[str]:
+    """``--responses``: JSONL lines {"response": text}; a bad line is an error naming it."""
+    texts = []
+    for n, obj, problem in json_lines(path):
+        if problem:
+            raise TaskFileError(path, n, "-", problem)
+        if "response" not in obj:
+            raise TaskFileError(path, n, "response", "missing")
+        try:
+            texts.append(V.string(obj["response"], "response"))
+        except V.BadValue as e:
+            raise e.at(path, n) from None
+    if not texts:
+        raise MrtpoError(f"{path}: no responses (give JSONL lines {{\"response\": text}})")
+    return texts
+
+
+def cmd_explain(a) -> int:
+    from mrtpo import render
+    from mrtpo.advantages import parse_method
+    from mrtpo.model import Sample, load_model, tokenize_response
+    from mrtpo.pipeline import replay_scored, sample_group, score_group, token_view, view_to_json
+    from mrtpo.tasks import get_family
+
+    parse_method(a.method)  # a bad method fails before any model work
     if a.task:
         fam = get_family(a.task)
-        ex = fam.load_examples(a.examples)[0] if a.examples and a.example is None else (
-            _find(fam.load_examples(a.examples), a.example) if a.examples else fam.example(a.example or 0))
-        if a.responses:
-            texts = [json.loads(l)["response"] for l in Path(a.responses).read_text().splitlines() if l.strip()]
+        if a.examples:
+            ex = _find(fam.load_examples(a.examples), a.example or 0, a.examples)
+        else:
+            ex = fam.example(a.example or 0)
+        texts = _responses_file(a.responses) if a.responses else None
+        template = _load_template(a.template, fam)
+        lm = load_model(a.model, a.device)
+        if texts is not None:
             group = score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts])
         else:
             group = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens,
                                  temperature=a.temperature, seed=a.seed)
-        template = _load_template(a.template, fam)
     elif a.input:
-        d = json.loads(Path(a.input).read_text(encoding="utf-8"))
-        for f in ("prompt", "verifier_info", "responses", "rewards"):
-            if f not in d:
-                raise MrtpoError(f"{a.input}: field '{f}' is missing")
-        infos = d["verifier_info"] if isinstance(d["verifier_info"], list) else [d["verifier_info"]] * len(d["responses"])
-        names = d.get("reward_names") or list(infos[0])
-        samples = [Sample(tokenize_response(lm, t)[0], t) for t in d["responses"]]
-        group = ScoredGroup(Example(str(d.get("id", "input")), d["prompt"]), d["prompt"], samples, names,
-                            np.asarray(d["rewards"], dtype=float), [{} for _ in samples], infos)
         template = _load_template(a.template)
+        group = _explain_input(a.input)  # a bad file fails before the model loads
+        lm = load_model(a.model, a.device)
+        group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
     else:
         raise MrtpoError("explain needs --task FAMILY (with --example / --examples) or --input group.json")
     replay = replay_scored(lm, group, template)
     view = token_view(group, replay, method=a.method, beta=a.beta)
-    Path(a.html).write_text(render.page_html(view, group, title=f"mrtpo explain — {group.example.id}"), encoding="utf-8")
+    write_text(a.html, render.page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
     if a.json:
-        Path(a.json).write_text(json.dumps(view_to_json(view, group), ensure_ascii=False), encoding="utf-8")
+        write_text(a.json, dumps(view_to_json(view, group)))
     print(f"wrote {a.html}" + (f" and {a.json}" if a.json else ""), file=sys.stderr)
     return 0
 
 
-def _find(examples, key):
+def _find(examples, key, path):
     for i, ex in enumerate(examples):
         if ex.id == str(key) or str(i) == str(key):
             return ex
-    raise MrtpoError(f"no example '{key}' in the examples file")
+    raise MrtpoError(f"{path}: no example '{key}' (give an id from the file or an index 0..{len(examples) - 1})"
+                     if examples else f"{path}: no examples in the file")
 
 
 # ---------------------------------------------------------------------------------------------- sample / score
@@ -221,13 +361,13 @@ def cmd_sample(a) -> int:
     from mrtpo.tasks import get_family
 
     fam = get_family(a.task)
-    ex = _find(fam.load_examples(a.examples), a.example) if a.examples else fam.example(a.example)
+    ex = _find(fam.load_examples(a.examples), a.example, a.examples) if a.examples else fam.example(a.example)
     lm = load_model(a.model, a.device)
     g = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed)
     for i, s in enumerate(g.samples):
-        print(json.dumps({"example_id": ex.id, "index": i, "response": s.text,
-                          "rewards": dict(zip(g.reward_names, map(float, g.rewards[i]))),
-                          "reasons": {k: v for k, v in g.reasons[i].items() if v}}, ensure_ascii=False))
+        print(dumps({"example_id": ex.id, "index": i, "response": s.text,
+                     "rewards": dict(zip(g.reward_names, map(float, g.rewards[i]))),
+                     "reasons": {k: v for k, v in g.reasons[i].items() if v}}))
     return 0
 
 
@@ -237,26 +377,16 @@ def cmd_score(a) -> int:
     fam = get_family(a.task)
     examples = fam.load_examples(a.examples) if a.examples else fam.examples()
     by_id = {ex.id: ex for ex in examples}
-    try:
-        lines = Path(a.responses).read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise MrtpoError(f"cannot read {a.responses}: {e.strerror or e}") from None
-    bad = 0
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            if not isinstance(obj, dict):
-                raise ValueError("must be a JSON object")
-        except (json.JSONDecodeError, ValueError) as e:
-            print(f"{a.responses}: line {n}: not a JSON object ({e})", file=sys.stderr)
+    ok = bad = 0
+    for n, obj, problem in json_lines(a.responses):
+        if problem:
+            print(f"{a.responses}: line {n}: {problem}", file=sys.stderr)
             bad += 1
             continue
         eid, resp = obj.get("example_id"), obj.get("response")
-        if eid is None or str(eid) not in by_id:
-            print(f"{a.responses}: line {n}: field 'example_id': {'missing' if eid is None else f'unknown id {eid!r}'}",
-                  file=sys.stderr)
+        if eid is None or isinstance(eid, (dict, list)) or str(eid) not in by_id:
+            what = "missing" if eid is None else f"unknown id {V._shown(eid) if isinstance(eid, (dict, list)) else repr(eid)}"
+            print(f"{a.responses}: line {n}: field 'example_id': {what}", file=sys.stderr)
             bad += 1
             continue
         if not isinstance(resp, str):
@@ -264,21 +394,49 @@ def cmd_score(a) -> int:
             bad += 1
             continue
         ex = by_id[str(eid)]
-        sc = fam.score(ex, resp)
-        print(json.dumps({"example_id": ex.id, "scores": {k: v.value for k, v in sc.items()},
+        try:
+            sc = fam.score(ex, resp)
+            line = dumps({"example_id": ex.id, "scores": {k: v.value for k, v in sc.items()},
                           "reasons": {k: v.reason for k, v in sc.items() if v.value == 0 or v.reason},
-                          "verifier_info": fam.verifier_info(ex, resp)}, ensure_ascii=False))
-    return 1 if bad else 0
+                          "verifier_info": fam.verifier_info(ex, resp)})
+        except Exception as e:  # one line's failure never stops the others
+            if os.environ.get("MRTPO_DEBUG"):
+                raise
+            print(f"{a.responses}: line {n}: {_problem(e)}", file=sys.stderr)
+            bad += 1
+            continue
+        print(line)
+        ok += 1
+    if not ok:
+        raise MrtpoError(f"{a.responses}: no line could be scored ({bad} bad lines)" if bad else
+                         f"{a.responses}: no lines (give JSONL lines {{\"example_id\", \"response\"}})")
+    return _lines_summary(ok, bad)
 
 
 # ---------------------------------------------------------------------------------------------- main
+# flag types: each names the flag and the bad value (argparse exits with 2)
+POSITIVE = V.int_flag(1)
+NONNEG = V.int_flag(0)
+SEED = V.int_flag(-(2 ** 63), 2 ** 64 - 1)  # what torch.manual_seed takes
+BETA = V.float_flag(0.0, 1.0)
+TEMPERATURE = V.float_flag(0.0)
+
+
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--group", type=POSITIVE, default=8, help="responses to sample (>= 1)")
+    p.add_argument("--max-new-tokens", type=POSITIVE, default=96, help="(>= 1)")
+    p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
+    p.add_argument("--seed", type=SEED, default=0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from mrtpo.advantages import method_names
 
     ap = argparse.ArgumentParser(prog="python -m mrtpo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("relevance", help="per-token JS distance and relevance for cases in a JSONL file")
+    p = sub.add_parser("relevance", help="per-token JS distance and relevance for cases in a JSONL file",
+                       epilog=LINES_EPILOG)
     p.add_argument("--input", required=True, help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
     _model_args(p)
@@ -286,12 +444,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("advantages", help="advantages of an estimator for a rewards matrix")
     p.add_argument("--method", required=True, help="one of: " + ", ".join(method_names()))
-    p.add_argument("--group-size", type=int, required=True)
-    p.add_argument("--input", required=True, help='JSON: [[r_11..r_1K], ...] or {"rewards", "reward_names"?, "weights"?, "relevance"?}')
+    p.add_argument("--group-size", type=POSITIVE, required=True, help="responses per group (>= 1; divides N)")
+    p.add_argument("--input", required=True,
+                   help='JSON: [[r_11..r_1K], ...] or {"rewards", "reward_names"?, "weights"?, "relevance"?}; '
+                        "rewards finite (null = not scored: advantage 0), weights K finite numbers, relevance N "
+                        "objects {reward: [numbers >= 0], one per token}")
     p.add_argument("--output", default=None)
-    p.add_argument("--beta", type=float, default=0.5)
-    p.add_argument("--step", type=int, default=None, help="training step for the β warmup (default: none)")
-    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--beta", type=BETA, default=0.5, help="MRTPO's share of relevance-weighted credit, in [0, 1]")
+    p.add_argument("--step", type=NONNEG, default=None, help="training step for the β warmup (default: none)")
+    p.add_argument("--warmup", type=NONNEG, default=10)
     p.set_defaults(fn=cmd_advantages)
 
     p = sub.add_parser("explain", help="self-contained HTML heatmaps for one prompt and its responses")
@@ -300,12 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", default=None, help="your own examples file (JSONL, the family's format)")
     p.add_argument("--responses", default=None, help='JSONL lines {"response"} instead of sampling')
     p.add_argument("--input", default=None, help='group JSON {"prompt", "verifier_info", "responses", "rewards", "reward_names"?}')
-    p.add_argument("--group", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    _sampling_args(p)
     p.add_argument("--method", default="mrtpo")
-    p.add_argument("--beta", type=float, default=0.5)
+    p.add_argument("--beta", type=BETA, default=0.5, help="in [0, 1]")
     p.add_argument("--html", required=True)
     p.add_argument("--json", default=None, help="also write every number shown as JSON")
     _model_args(p)
@@ -315,14 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True)
     p.add_argument("--example", default="0", help="example id or index")
     p.add_argument("--examples", default=None, help="your own examples file (JSONL)")
-    p.add_argument("--group", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    _sampling_args(p)
     _model_args(p)
     p.set_defaults(fn=cmd_sample)
 
-    p = sub.add_parser("score", help="score given responses against task examples")
+    p = sub.add_parser("score", help="score given responses against task examples", epilog=LINES_EPILOG)
     p.add_argument("--task", required=True)
     p.add_argument("--examples", default=None, help="examples JSONL in the family's format (default: built-in)")
     p.add_argument("--responses", required=True, help='JSONL lines {"example_id", "response"}')
@@ -342,8 +497,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run one command; the exit status is returned, never raised.
+
+    0 done; 1 a line-oriented command skipped bad lines (each reported); 2 bad input or flags (``error: ...`` on
+    stderr, or argparse's usage message); 130 interrupted.  No traceback: an unexpected exception is reported in
+    one line as an internal error (``MRTPO_DEBUG=1`` re-raises it).
+    """
     ap = build_parser()
-    a = ap.parse_args(argv)
+    try:
+        a = ap.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a bad flag (2, message already printed)
+        return e.code if isinstance(e.code, int) else 2
     try:
         return a.fn(a) or 0
     except MrtpoError as e:
@@ -352,6 +516,17 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # a write to stdout / stderr, or a file opened outside the helpers
+        if os.environ.get("MRTPO_DEBUG"):
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # the promise: a message, never a traceback
+        if os.environ.get("MRTPO_DEBUG"):
+            raise
+        print(f"error: {_problem(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

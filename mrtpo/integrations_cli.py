@@ -8,9 +8,10 @@ The verifier template is a JSON object {reward column: text template over the ro
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from mrtpo.jsonl import dumps, write_text
 
 
 def cmd_rollouts(a) -> int:
@@ -29,15 +30,13 @@ def cmd_rollouts(a) -> int:
             vt.rewards_of(r), vt.info(r)
     lm = load_model(a.model, a.device)
     items = ro.explain_rollouts(lm, rows, vt, template, a.method, a.beta, a.step, a.max_groups)
-    out = sys.stdout if a.output == "-" else open(a.output, "w", encoding="utf-8")
-    try:
-        for eg in items:
-            out.write(json.dumps(ro.group_json(eg), ensure_ascii=False) + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
+    text = "".join(dumps(ro.group_json(eg)) + "\n" for eg in items)
+    if a.output == "-":
+        sys.stdout.write(text)
+    else:
+        write_text(a.output, text)
     if a.html:
-        Path(a.html).write_text(ro.page_html(items, title=f"mrtpo rollouts — {Path(a.input).name}"), encoding="utf-8")
+        write_text(a.html, ro.page_html(items, title=f"mrtpo rollouts — {Path(a.input).name}"))
     n_rows = sum(len(eg.group.rows) for eg in items)
     more = f" (of {len(groups)}; raise --max-groups for more)" if len(groups) > len(items) else ""
     print(f"{len(items)} groups{more}, {n_rows} rows explained → {a.output}" + (f", {a.html}" if a.html else ""),
@@ -46,7 +45,7 @@ def cmd_rollouts(a) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from mrtpo.cli import _model_args
+    from mrtpo.cli import BETA, NONNEG, POSITIVE, _model_args
 
     p = sub.add_parser("rollouts", help="heatmaps for your own rollouts (TRL completions parquet, verl JSONL)")
     p.add_argument("--input", required=True, help="TRL completions .parquet (or a folder of them) or verl-style .jsonl")
@@ -56,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", required=True, help="JSONL out, one line per group ('-' for stdout)")
     p.add_argument("--html", default=None, help="also write a self-contained HTML page of heatmaps")
     p.add_argument("--method", default="mrtpo", help="advantage method, e.g. mrtpo, mrtpo+dara, gdpo")
-    p.add_argument("--beta", type=float, default=0.5)
-    p.add_argument("--step", type=int, default=None, help="only rows of this training step")
-    p.add_argument("--max-groups", type=int, default=20, help="explain at most this many groups (default 20)")
+    p.add_argument("--beta", type=BETA, default=0.5, help="in [0, 1]")
+    p.add_argument("--step", type=NONNEG, default=None, help="only rows of this training step (>= 0)")
+    p.add_argument("--max-groups", type=POSITIVE, default=20, help="explain at most this many groups (default 20)")
     _model_args(p)
     p.set_defaults(fn=cmd_rollouts)

@@ -14,7 +14,10 @@
 from __future__ import annotations
 
 import importlib.util
+import math
+import numbers
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -67,15 +70,25 @@ def cache_dir() -> Path:
 
 
 def resolve_device(device: str = "auto") -> tuple[torch.device, torch.dtype]:
-    """``auto`` → (cuda, bfloat16) when CUDA is available, else (cpu, float32)."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise MrtpoError(f"unknown device '{device}'; use auto, cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise MrtpoError("device 'cuda' was asked for but no CUDA GPU is available; use --device cpu or auto")
+    """``auto`` → (cuda, bfloat16) when CUDA is available, else (cpu, float32).
+
+    Accepted: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` (N < the number of GPUs) and ``mps`` where available;
+    anything else (``meta``, ``tpu``, ...) is an MrtpoError.
+    """
+    name = str(device).strip().lower()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", name):
+        raise MrtpoError(f"unknown device {str(device)!r}; use auto, cpu, cuda, cuda:N or mps")
+    dev = torch.device(name)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise MrtpoError(f"device '{device}' was asked for but no CUDA GPU is available; use --device cpu or auto")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise MrtpoError(f"device '{device}': this machine has {torch.cuda.device_count()} CUDA GPU(s) "
+                             f"(cuda:0 ... cuda:{torch.cuda.device_count() - 1})")
+    if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise MrtpoError("device 'mps' was asked for but Apple's MPS is not available here; use --device cpu or auto")
     return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
 
 
@@ -225,7 +238,11 @@ def sample(
     top_p: float = 1.0,
     seed: int | None = 0,
 ) -> list[Sample]:
-    """Sample a group of ``n`` responses to one user ``prompt`` in one batched ``generate`` call."""
+    """Sample a group of ``n`` responses to one user ``prompt`` in one batched ``generate`` call.
+
+    n ≥ 1, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 = greedy), top_p in (0, 1]; else an MrtpoError.
+    """
+    _check_sample_args(n, max_new_tokens, temperature, top_p)
     ids = lm.encode(lm.chat_prompt(prompt))
     check_length(lm, len(ids) + max_new_tokens, "prompt + max_new_tokens")
     if seed is not None:
@@ -246,6 +263,24 @@ def sample(
             toks.append(t)
         samples.append(Sample(token_ids=toks, text=decode(lm, toks)))
     return samples
+
+
+def _check_sample_args(n, max_new_tokens, temperature, top_p) -> None:
+    def is_int(x):
+        return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+    def is_num(x):
+        return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+
+    checks = [
+        (is_int(n) and n >= 1, f"the group size must be an integer >= 1, got {n!r}"),
+        (is_int(max_new_tokens) and max_new_tokens >= 1, f"max new tokens must be an integer >= 1, got {max_new_tokens!r}"),
+        (is_num(temperature) and temperature >= 0, f"temperature must be a finite number >= 0, got {temperature!r}"),
+        (is_num(top_p) and 0 < top_p <= 1, f"top_p must be in (0, 1], got {top_p!r}"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise MrtpoError(msg)
 
 
 def decode(lm: LoadedModel, ids: list[int]) -> str:

@@ -16,15 +16,19 @@ import math
 import sys
 import time
 
+from mrtpo import validate as V
 from mrtpo.errors import MrtpoError
 
-# CLI flag -> TrainConfig field, for the fields given as plain flags
+# CLI flag -> TrainConfig field, for the fields given as plain flags; the types check ranges (finite numbers)
+_F, _I, _POS, _NONNEG = V.float_flag(), V.int_flag(), V.int_flag(1), V.int_flag(0)
 _FLAGS = {
-    "task": str, "method": str, "model": str, "device": str, "examples": str, "beta": float, "warmup": int,
-    "cap": float, "group_size": int, "prompts_per_step": int, "lr": float, "weight_decay": float,
-    "clip_low": float, "clip_high": float, "kl_coef": float, "aggregation": str, "ppo_epochs": int,
-    "minibatches": int, "max_grad_norm": float, "max_new_tokens": int, "temperature": float, "top_p": float,
-    "seed": int, "lora_rank": int, "lora_alpha": int, "checkpoint_every": int, "probe_size": int,
+    "task": str, "method": str, "model": str, "device": V.device_flag, "examples": str,
+    "beta": V.float_flag(0.0, 1.0), "warmup": _NONNEG, "cap": V.float_flag(1.0), "group_size": _POS,
+    "prompts_per_step": _POS, "lr": V.float_flag(0.0, lo_open=True), "weight_decay": _F, "clip_low": _F,
+    "clip_high": _F, "kl_coef": V.float_flag(0.0), "aggregation": str, "ppo_epochs": _POS, "minibatches": _POS,
+    "max_grad_norm": _F, "max_new_tokens": _POS, "temperature": V.float_flag(0.0),
+    "top_p": V.float_flag(0.0, 1.0, lo_open=True), "seed": V.int_flag(-(2 ** 63), 2 ** 64 - 1), "lora_rank": _POS, "lora_alpha": _I,
+    "checkpoint_every": _POS, "probe_size": _NONNEG,
 }
 
 
@@ -35,7 +39,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train a policy with the verifiers' rewards (resumable run in the run store)")
     p.add_argument("--run", default=None, help="run name (default: TASK-METHOD-SEED; letters, digits, '.', '_', "
                                                "'+', '-'); an existing run is resumed")
-    p.add_argument("--steps", type=int, required=True, help="train until the run has this many steps")
+    p.add_argument("--steps", type=V.int_flag(0), required=True, help="train until the run has this many steps")
     p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
     p.add_argument("--lora", action="store_true", help=fields["lora"].metadata["help"])
     p.add_argument("--example-ids", default=None, help="comma-separated example ids to train on")

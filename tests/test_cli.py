@@ -24,8 +24,8 @@ def test_relevance_cli(tmp_path, capsys):
     rc = main(["relevance", "--input", str(inp), "--output", str(out), "--model", "tiny-random", "--device", "cpu"])
     err = capsys.readouterr().err
     assert rc == 1
-    assert "line 2: not valid JSON" in err and "line 3: field 'verifier_info.kw' must be a string" in err
-    assert "line 4: field 'verifier_info' is missing" in err
+    assert "line 2: not valid JSON" in err and "line 3: field 'verifier_info.kw': must be a string, got 3" in err
+    assert "line 4: field 'verifier_info': missing" in err
     lines = [json.loads(l) for l in out.read_text().splitlines()]
     assert [l["id"] for l in lines] == ["a", "d"]
     first = lines[0]
@@ -44,10 +44,21 @@ def test_advantages_cli(tmp_path, capsys):
     assert main(["advantages", "--method", "mrtpo+dara", "--group-size", "2", "--input", str(inp)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["method"] == "mrtpo+dara" and "dara_weight" in out["diagnostics"]
-    inp.write_text(json.dumps({"rewards": [[0, 1], [1, 0]], "relevance": [{"a": [2, 0], "b": [1, 1]}, {"a": [1, 1], "b": [0, 2]}]}))
+    # relevance by reward name; a reward left out of an entry is uniform.  By hand: GDPO's per-reward advantages
+    # z = ±0.5 / (std 0.70711 + 1e-4) (group 1: both rewards; group 2: reward a only); response sums (0, 0, z, -z),
+    # batch std z·sqrt(2/3) + 1e-4; with beta 1, A_it = Σ_k Â_ik ρ_ikt / scale.
+    inp.write_text(json.dumps({"rewards": [[0, 1], [1, 0], [1, 1], [0, 1]], "reward_names": ["a", "b"],
+                               "relevance": [{"a": [2, 0], "b": [1, 1]}, {"a": [1, 1], "b": [0, 2]},
+                                             {"a": [0.5, 1.5]}, {"b": [3, 0, 0]}]}))
     assert main(["advantages", "--method", "mrtpo", "--group-size", "2", "--input", str(inp), "--beta", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["token_advantages"]) == 2 and len(out["token_advantages"][0]) == 2
+    z = 0.5 / (0.5 ** 0.5 + 1e-4)
+    s = z / (z * (2 / 3) ** 0.5 + 1e-4)
+    assert out["advantages"] == pytest.approx([0, 0, s, -s], abs=1e-4)
+    expected = [[-s, s], [s, -s], [0.5 * s, 1.5 * s], [-s, -s, -s]]
+    assert [len(t) for t in out["token_advantages"]] == [2, 2, 2, 3]
+    for got, want in zip(out["token_advantages"], expected):
+        assert got == pytest.approx(want, abs=1e-4)
     inp.write_text("[[1, 2], [3]]")
     assert main(["advantages", "--method", "gdpo", "--group-size", "2", "--input", str(inp)]) == 2
     assert "rectangular" in capsys.readouterr().err
@@ -96,3 +107,326 @@ def test_sample_and_score_cli(tmp_path, capsys):
 def test_module_entry_point_reports_errors_without_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mrtpo", "sample", "--task", "nope"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 2 and "unknown task family 'nope'" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------- every input validated
+def strict_json(text):
+    """json.loads that refuses NaN / Infinity (as every other JSON parser does)."""
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _run(capsys, *argv):
+    rc = main([str(x) for x in argv])
+    cap = capsys.readouterr()
+    assert "Traceback" not in cap.err and "internal error" not in cap.err
+    return rc, cap.out, cap.err
+
+
+def _adv(capsys, tmp_path, data, *extra, raw=None):
+    inp = tmp_path / "rewards.json"
+    inp.write_bytes(raw) if raw is not None else inp.write_text(json.dumps(data))
+    return _run(capsys, "advantages", "--method", "mrtpo", "--group-size", "2", "--input", inp, *extra)
+
+
+@pytest.mark.parametrize("data, field, problem", [
+    ({"rewards": [[1], [0]], "relevance": [[0.5, 1.5], [1, 1]]}, "relevance[0]", "must be a non-empty object"),
+    ({"rewards": [[1], [0]], "relevance": [{"r0": [1, 1]}]}, "relevance", "has 1 entries for 2 responses"),
+    ({"rewards": [[1], [0]], "relevance": [{"r0": [1, "x"]}, {"r0": [1]}]}, "relevance[0].r0[1]", "must be a number"),
+    ({"rewards": [[1], [0]], "relevance": [{"r0": [1, -2]}, {"r0": [1]}]}, "relevance[0].r0[1]", "must be >= 0"),
+    ({"rewards": [[1, 0], [0, 1]], "relevance": [{"r0": [1, 1], "r1": [1]}, {"r0": [1]}]}, "relevance[0]",
+     "lists of different lengths"),
+    ({"rewards": [[1, 0], [0, 1]], "weights": ["1", "2"]}, "weights[0]", "must be a number, got '1'"),
+    ({"rewards": [[1, 0], [0, 1]], "weights": [1]}, "weights", "has 1 numbers, expected 2"),
+    ({"rewards": [[1, 0], [0, 1]], "weights": 2}, "weights", "must be a list of numbers"),
+    ({"rewards": [[1], [0]], "reward_names": "r"}, "reward_names", "must be a list of strings"),
+])
+def test_advantages_bad_shapes_get_messages(tmp_path, capsys, data, field, problem):
+    rc, out, err = _adv(capsys, tmp_path, data)
+    assert rc == 2 and out == ""
+    assert err.startswith(f"error: {tmp_path / 'rewards.json'}: field '{field}': {problem}")
+
+
+def test_advantages_infinite_rewards_refused_nan_is_not_scored(tmp_path, capsys):
+    rc, _, err = _adv(capsys, tmp_path, None, raw=b'{"rewards": [[1, 0], [Infinity, 1]]}')
+    assert rc == 2 and "field 'rewards[1][0]': must be a finite number, got inf" in err
+    rc, _, err = _adv(capsys, tmp_path, {"rewards": [[1], [10 ** 400]]})
+    assert rc == 2 and "field 'rewards[1][0]': is too large" in err
+    # null (or NaN) = not scored, as in TRL: that response gets advantage 0, the rest of its group is unchanged
+    rc, out, _ = _adv(capsys, tmp_path, None, raw=b'{"rewards": [[1], [0], [1], [NaN], [0], [null]]}')
+    res = strict_json(out)
+    assert rc == 0 and res["advantages"][3] == 0 and res["advantages"][5] == 0
+    assert res["advantages"][0] == pytest.approx(-res["advantages"][1]) and res["advantages"][0] > 0
+
+
+def test_advantages_flags_checked(tmp_path, capsys):
+    data = {"rewards": [[0, 1], [1, 0]], "relevance": [{"r0": [2, 0]}, {"r1": [1, 1]}]}
+    for beta in ("-0.5", "1.5", "nan", "inf"):  # beta 4 gave token advantages of ±17,675
+        rc, out, err = _adv(capsys, tmp_path, data, "--beta", beta)
+        assert rc == 2 and out == "" and f"argument --beta: must be a finite number in [0, 1], got '{beta}'" in err
+    inp = tmp_path / "rewards.json"
+    for flag, value, problem in (("--group-size", "0", "an integer >= 1"), ("--group-size", "x", "an integer >= 1"),
+                                 ("--step", "-1", "an integer >= 0"), ("--warmup", "-3", "an integer >= 0")):
+        args = {"--group-size": "2", flag: value}
+        rc, _, err = _run(capsys, "advantages", "--method", "gdpo", "--input", inp,
+                          *[x for kv in args.items() for x in kv])
+        assert rc == 2 and f"argument {flag}: must be {problem}, got '{value}'" in err
+    rc, _, err = _run(capsys, "advantages", "--method", "gdpo", "--group-size", "3", "--input", inp)
+    assert rc == 2 and "2 responses do not split into groups of --group-size 3" in err
+
+
+def test_outputs_missing_folder_and_full_disk(tmp_path, capsys):
+    data = {"rewards": [[0], [1]]}
+    rc, out, err = _adv(capsys, tmp_path, data, "--output", tmp_path / "nope" / "a.json")
+    assert rc == 2 and err.strip() == f"error: cannot write {tmp_path / 'nope' / 'a.json'}: folder {tmp_path / 'nope'} does not exist"
+    rc, out, err = _adv(capsys, tmp_path, data, "--output", "/dev/full")
+    assert rc == 2 and err.strip() == "error: cannot write /dev/full: No space left on device"
+    # a failed write leaves the old output whole (temporary file + rename)
+    old = tmp_path / "old.json"
+    old.write_text("kept")
+    import mrtpo.jsonl
+
+    def boom(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    real = mrtpo.jsonl.os.replace
+    mrtpo.jsonl.os.replace = boom
+    try:
+        rc, _, err = _adv(capsys, tmp_path, data, "--output", old)
+    finally:
+        mrtpo.jsonl.os.replace = real
+    assert rc == 2 and "cannot write" in err and old.read_text() == "kept"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".old.json")] == []
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "cannot read: file not found"),
+    (b'{"prompt": "x",\n "responses": [}', "not valid JSON (Expecting value at line 2, column 16)"),
+    (b'[1, 2]', 'expected a JSON object'),
+    (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["y", "z"], "rewards": [[1]]}',
+     "field 'rewards': has 1 rows, expected 2"),
+    (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["y"], "rewards": [[1, 0]]}',
+     "field 'rewards[0]': has 2 numbers, expected 1"),
+    (b'{"prompt": "x", "verifier_info": [{"a": "t"}], "responses": ["y", "z"], "rewards": [[1], [0]]}',
+     "field 'verifier_info': has 1 entries for 2 responses"),
+    (b'{"prompt": "x", "verifier_info": [{"a": "t"}, {"b": "t"}], "responses": ["y", "z"], "rewards": [[1], [0]]}',
+     "field 'verifier_info[1]': has rewards ['b'], verifier_info[0] has ['a']"),
+    (b'{"prompt": "x", "verifier_info": {"a": 3}, "responses": ["y"], "rewards": [[1]]}',
+     "field 'verifier_info.a': must be a string, got 3"),
+    (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": "y", "rewards": [[1]]}',
+     "field 'responses': must be a list of strings"),
+    (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["y"], "rewards": [[1]], "reward_names": ["b"]}',
+     "field 'reward_names': names ['b'], but verifier_info has ['a']"),
+    (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["\\ud800"], "rewards": [[1]]}',
+     "field 'responses[0]': holds a lone surrogate"),
+    (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["\xff"], "rewards": [[1]]}',
+     "not UTF-8 text: byte 0xff at offset 60 (line 1) cannot be decoded"),
+])
+def test_explain_input_messages(tmp_path, capsys, content, problem):
+    inp = tmp_path / "g.json"
+    if content is not None:
+        inp.write_bytes(content)
+    rc, _, err = _run(capsys, "explain", "--input", inp, "--html", tmp_path / "e.html", "--model", "tiny-random")
+    assert rc == 2 and err.startswith(f"error: {inp}: {problem}") and not (tmp_path / "e.html").exists()
+
+
+def test_explain_never_writes_nan(tmp_path, capsys):
+    # a reward that was not scored (null) stays null in the JSON, never the bare NaN that JSON parsers reject
+    inp = tmp_path / "g.json"
+    inp.write_text(json.dumps({"prompt": "x", "verifier_info": {"a": "one", "b": "two"}, "responses": ["y", "zz", "w"],
+                               "rewards": [[1, None], [0, 1], [1, 0]]}))
+    js = tmp_path / "e.json"
+    rc, _, _ = _run(capsys, "explain", "--input", inp, "--html", tmp_path / "e.html", "--json", js, "--model", "tiny-random")
+    data = strict_json(js.read_text())
+    assert rc == 0 and [r["reward_values"]["b"] for r in data["responses"]] == [None, 1.0, 0.0]
+    assert data["beta"] == 0.5
+    for beta in ("nan", "inf", "-1", "2"):
+        rc, _, err = _run(capsys, "explain", "--input", inp, "--html", tmp_path / "e.html", "--beta", beta,
+                          "--model", "tiny-random")
+        assert rc == 2 and f"argument --beta: must be a finite number in [0, 1], got '{beta}'" in err
+
+
+@pytest.mark.parametrize("flag, value, problem", [
+    ("--max-new-tokens", "0", "must be an integer >= 1, got '0'"),
+    ("--group", "0", "must be an integer >= 1, got '0'"),
+    ("--temperature", "-1", "must be a finite number >= 0, got '-1'"),
+    ("--temperature", "nan", "must be a finite number >= 0, got 'nan'"),
+    ("--seed", str(2 ** 70), "must be an integer in"),
+    ("--device", "meta", "unknown device 'meta'; use auto, cpu, cuda, cuda:N or mps"),
+    ("--device", "cuda:99", "device 'cuda:99' was asked for but no CUDA GPU is available"
+     if not __import__("torch").cuda.is_available() else "device 'cuda:99': this machine has"),
+])
+def test_sample_flags_checked(capsys, flag, value, problem):
+    for cmd in (["sample", "--task", "tools"], ["explain", "--task", "tools", "--html", "x.html"]):
+        rc, out, err = _run(capsys, *cmd, "--model", "tiny-random", flag, value)
+        assert rc == 2 and out == "" and f"argument {flag}: {problem}" in err
+
+
+def test_library_checks_sample_and_device(tiny):
+    from mrtpo.errors import MrtpoError
+    from mrtpo.model import resolve_device, sample
+
+    for kw, msg in (({"n": 0}, "group size"), ({"max_new_tokens": 0}, "max new tokens"),
+                    ({"temperature": float("nan")}, "temperature"), ({"temperature": -0.5}, "temperature"),
+                    ({"top_p": 0.0}, "top_p")):
+        with pytest.raises(MrtpoError, match=msg):
+            sample(tiny, "hi", **{"n": 1, "max_new_tokens": 1, **kw})
+    for bad in ("meta", "cpu:0x", "xla", ""):
+        with pytest.raises(MrtpoError, match="unknown device"):
+            resolve_device(bad)
+    assert resolve_device("CPU")[0].type == "cpu"
+
+
+def test_non_utf8_inputs_name_file_and_byte(tmp_path, capsys):
+    bad = b'{"example_id": "x", "response": "ok"}\n{"example_id": "caf\xe9"}\n'
+    f = tmp_path / "in.jsonl"
+    f.write_bytes(bad)
+    where = f"{f}: not UTF-8 text: byte 0xe9 at offset 57 (line 2) cannot be decoded; save the file as UTF-8"
+    for argv in (["score", "--task", "tools", "--responses", f],
+                 ["relevance", "--input", f, "--output", tmp_path / "o.jsonl", "--model", "tiny-random"],
+                 ["advantages", "--method", "gdpo", "--group-size", "1", "--input", f],
+                 ["explain", "--input", f, "--html", tmp_path / "e.html", "--model", "tiny-random"],
+                 ["relevance", "--input", tmp_path / "none.jsonl", "--output", "-", "--template", f]):
+        rc, _, err = _run(capsys, *argv)
+        assert rc == 2 and where in err, argv
+    rc, _, err = _run(capsys, "score", "--task", "tools", "--examples", f, "--responses", f)
+    assert rc == 2 and f"{f}: line 0: field '-': not UTF-8 text: byte 0xe9 at offset 57 (line 2)" in err
+    # a UTF-8 byte-order mark is not an error
+    f.write_bytes(b"\xef\xbb\xbf" + json.dumps({"rewards": [[1], [0]]}).encode())
+    rc, out, _ = _run(capsys, "advantages", "--method", "gdpo", "--group-size", "2", "--input", f)
+    assert rc == 0 and strict_json(out)["advantages"][0] > 0
+
+
+def _case(i, **kw):
+    return {"id": f"c{i}", "prompt": "Write about fruit.", "verifier_info": {"kw": "mention banana", "len": "short"},
+            "response": f"Banana number {i}.", **kw}
+
+
+def test_relevance_bad_lines_never_stop_good_ones(tmp_path, capsys):
+    """Eight cases of one prompt (one batched replay): a response longer than the model accepts and a lone
+    surrogate used to fail the whole group (0 lines written for the good ones); now only those lines fail."""
+    rows = [_case(i) for i in range(8)]
+    rows[2]["response"] = "word " * 1000  # 5000 tokens > tiny-random's 4096
+    rows[5]["response"] = "bad \ud800 text"
+    inp = tmp_path / "cases.jsonl"
+    inp.write_text("\n".join(json.dumps(r) for r in rows) + "\n{\"id\": 9}\n")
+    out = tmp_path / "out.jsonl"
+    rc, _, err = _run(capsys, "relevance", "--input", inp, "--output", out, "--model", "tiny-random")
+    assert rc == 1
+    lines = [strict_json(l) for l in out.read_text().splitlines()]
+    assert [l["id"] for l in lines] == ["c0", "c1", "c3", "c4", "c6", "c7"]
+    assert f"{inp}: line 3: prompt variant '__all__' + response is 5" in err and "more than model 'tiny-random' accepts" in err
+    assert f"{inp}: line 6: field 'response': holds a lone surrogate '\\ud800' at character 4" in err
+    assert f"{inp}: line 9: field 'prompt': missing" in err
+    assert "6 cases written" in err and "3 bad lines skipped" in err
+    # one replay per group gives the same numbers as one case alone
+    single = tmp_path / "one.jsonl"
+    single.write_text(json.dumps(rows[7]) + "\n")
+    rc, _, _ = _run(capsys, "relevance", "--input", single, "--output", tmp_path / "one_out.jsonl", "--model", "tiny-random")
+    alone = strict_json((tmp_path / "one_out.jsonl").read_text())
+    assert rc == 0 and alone["js"]["kw"] == pytest.approx(lines[-1]["js"]["kw"], abs=1e-5)
+
+
+def test_relevance_nothing_runs_exit_2_and_old_output_kept(tmp_path, capsys):
+    inp = tmp_path / "cases.jsonl"
+    inp.write_text("\n".join(json.dumps(r) for r in [_case(0, response="word " * 1000), "x", {"id": 1}]) + "\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text("previous results\n")
+    rc, _, err = _run(capsys, "relevance", "--input", inp, "--output", out, "--model", "tiny-random")
+    assert rc == 2 and "error: " in err and "nothing written" in err and out.read_text() == "previous results\n"
+    inp.write_text("\n\n")
+    rc, _, err = _run(capsys, "relevance", "--input", inp, "--output", out, "--model", "tiny-random")
+    assert rc == 2 and err.strip() == f"error: {inp}: no case to run (the file has no lines)"
+    p = __import__("mrtpo.cli", fromlist=["build_parser"]).build_parser()
+    helptext = p._subparsers._group_actions[0].choices["relevance"].format_help()
+    assert "Exit status: 0 when every line ran; 1 when some lines were bad" in " ".join(helptext.split())
+
+
+def test_score_all_bad_lines_exit_2(tmp_path, capsys):
+    f = _jsonl(tmp_path / "r.jsonl", [{"example_id": "nope", "response": "x"}, "[1]"])
+    rc, out, err = _run(capsys, "score", "--task", "tools", "--responses", f)
+    assert rc == 2 and out == "" and "line 2: each line must be a JSON object" in err
+
+
+def test_rollouts_bad_steps_and_rewards(tmp_path, capsys):
+    vt = tmp_path / "vt.json"
+    vt.write_text(json.dumps({"score": "must be right"}))
+    for raw, problem in ((b"Infinity", "row 2: column 'step': must be a finite number, got inf"),
+                         (b"-3", "row 2: column 'step': must be an integer step >= 0, got -3"),
+                         (b"NaN", "row 2: column 'step': must be an integer step >= 0, got nan"),
+                         (b"2.5", "row 2: column 'step': must be an integer step >= 0, got 2.5")):
+        f = tmp_path / "r.jsonl"
+        f.write_bytes(b'{"input": "q", "output": "a", "score": 1, "step": 1}\n'
+                      b'{"input": "q", "output": "b", "score": 0, "step": ' + raw + b'}\n')
+        rc, _, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", tmp_path / "o.jsonl",
+                          "--model", "tiny-random")
+        assert rc == 2 and err.strip() == f"error: {f}: {problem}"
+    f.write_bytes(b'{"input": "q", "output": "a", "score": -Infinity}\n')
+    rc, _, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-", "--model", "tiny-random")
+    assert rc == 2 and "row 1: column 'score': must be a finite number, got -inf" in err
+    for flag, value in (("--step", "-1"), ("--max-groups", "0"), ("--beta", "1.01")):
+        rc, _, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-", flag, value)
+        assert rc == 2 and f"argument {flag}: must be" in err
+    vt.write_bytes(b'{"score": "caf\xe9"}')
+    rc, _, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-")
+    assert rc == 2 and f"verifier template {vt}: not UTF-8 text: byte 0xe9 at offset 14" in err
+
+
+def test_rollouts_output_is_strict_json(tmp_path, capsys):
+    # a logged advantage that is NaN (TRL logs NaN for a group it skipped) is null in the output, not NaN
+    vt = tmp_path / "vt.json"
+    vt.write_text(json.dumps({"score": "must be right"}))
+    f = tmp_path / "r.jsonl"
+    f.write_bytes(b'{"input": "q", "output": "a", "score": 1, "advantage": NaN}\n'
+                  b'{"input": "q", "output": "b", "score": 0, "advantage": 0.5}\n')
+    rc, out, _ = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-", "--model", "tiny-random")
+    assert rc == 0 and strict_json(out)["logged_advantage"] == [None, 0.5]
+
+
+def test_main_never_shows_a_traceback(monkeypatch, capsys):
+    import mrtpo.cli as cli
+
+    def boom(a):
+        raise RuntimeError("boom\nsecond line")
+
+    ap = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: ap)
+    ap._subparsers._group_actions[0].choices["score"].set_defaults(fn=boom)
+    argv = ["score", "--task", "tools", "--responses", "x"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == "error: internal error (RuntimeError: boom); please report it\n"
+    monkeypatch.setenv("MRTPO_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        main(argv)
+    monkeypatch.delenv("MRTPO_DEBUG")
+
+    def interrupted(a):
+        raise KeyboardInterrupt
+
+    ap._subparsers._group_actions[0].choices["score"].set_defaults(fn=interrupted)
+    assert main(argv) == 130
+    assert main(["score", "--help"]) == 0 and main(["score"]) == 2  # argparse's codes, returned
+
+
+def test_jsonl_lines_end_at_newline_only(tmp_path, capsys):
+    # U+2028, U+0085 and U+2029 are valid raw inside JSON strings (json.dumps(ensure_ascii=False) writes them so)
+    f = tmp_path / "r.jsonl"
+    f.write_text(json.dumps({"example_id": "simple_python_0", "response": "a\u2028b\x85c\u2029"}, ensure_ascii=False)
+                 + "\r\n" + json.dumps({"example_id": "simple_python_0", "response": "x"}) + "\n", encoding="utf-8")
+    rc, out, err = _run(capsys, "score", "--task", "tools", "--responses", f)
+    assert rc == 0 and err == "" and len(out.splitlines()) == 2
+
+
+def test_train_flags_checked(tmp_path, capsys):
+    base = ["train", "--task", "instructions", "--steps", "1", "--db", tmp_path / "r.db", "--model", "tiny-random"]
+    for flag, value, problem in (("--beta", "2", "must be a finite number in [0, 1], got '2'"),
+                                 ("--temperature", "nan", "must be a finite number >= 0, got 'nan'"),
+                                 ("--group-size", "0", "must be an integer >= 1, got '0'"),
+                                 ("--top-p", "0", "must be a finite number in (0, 1], got '0'"),
+                                 ("--device", "meta", "unknown device 'meta'"),
+                                 ("--steps", "-1", "must be an integer >= 0, got '-1'")):
+        rc, out, err = _run(capsys, *base, flag, value)
+        assert rc == 2 and f"argument {flag}: {problem}" in err
+    assert not (tmp_path / "r.db").exists()  # nothing created for a bad flag

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mrtpo.errors import MrtpoError, TaskFileError
-from mrtpo.jsonl import json_objects
+from mrtpo.jsonl import InputFileError, json_objects, parse_json, read_text
 from mrtpo.pipeline import ScoredGroup, TokenView, token_view, view_to_json
 from mrtpo.tasks.base import Example
 from mrtpo.templates import Template, TemplateError, fill_fields, template_fields
@@ -150,29 +150,37 @@ def _content_text(c: Any) -> str | None:
 
 
 def _number(v: Any, path, row: int, column: str, what: str = "a number") -> float:
-    """A reward / advantage cell as float; None and NaN → NaN ("not scored", as TRL logs a None reward)."""
+    """A reward / advantage cell as float; None and NaN → NaN ("not scored", as TRL logs a None reward); ±inf and
+    anything that is not a number are errors naming the row and column."""
     v = _plain(v)
+    x = None
     if v is None:
         return float("nan")
     if isinstance(v, bool):
         return float(v)
     if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
         try:
-            return float(v)
+            x = float(v)
+        except OverflowError:  # an integer beyond float's range
+            x = math.inf
+    elif isinstance(v, str):
+        try:
+            x = float(v)
         except ValueError:
             pass
-    shown = repr(v) if not isinstance(v, (list, dict)) else type(v).__name__
-    raise RolloutFileError(path, row, column, f"must be {what}, got {shown[:60]}")
+    if x is None:
+        shown = repr(v) if not isinstance(v, (list, dict)) else type(v).__name__
+        raise RolloutFileError(path, row, column, f"must be {what}, got {shown[:60]}")
+    if math.isinf(x):
+        raise RolloutFileError(path, row, column, f"must be a finite number, got {x:g}")
+    return x
 
 
-def _step(v: Any, path, row: int, column: str = "step") -> int | None:
+def _step(v: Any, path, row: int, column: str = "step") -> int:
+    """A step cell: an integer >= 0 (``None`` cells are handled by the caller: no step)."""
     x = _number(v, path, row, column, "an integer step")
-    if math.isnan(x):
-        return None
-    if x != int(x):
-        raise RolloutFileError(path, row, column, f"must be an integer step, got {x:g}")
+    if math.isnan(x) or x < 0 or x != int(x):
+        raise RolloutFileError(path, row, column, f"must be an integer step >= 0, got {x:g}")
     return int(x)
 
 
@@ -296,16 +304,17 @@ class VerifierTemplate:
     @classmethod
     def from_json(cls, text: str, where: str = "verifier template") -> "VerifierTemplate":
         try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as e:
-            raise TemplateError(f"{where}: not valid JSON ({e.msg} at line {e.lineno})") from None
+            obj = parse_json(text)
+        except ValueError as e:
+            raise TemplateError(f"{where}: {e}") from None
+        return cls.from_dict(obj)
 
     @classmethod
     def from_file(cls, path: str | Path) -> "VerifierTemplate":
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as e:
-            raise TemplateError(f"cannot read verifier template {path}: {e.strerror or e}") from None
+            text = read_text(path)
+        except InputFileError as e:
+            raise TemplateError(f"verifier template {e}") from None
         return cls.from_json(text, str(path))
 
     def info(self, row: RolloutRow) -> dict[str, str]:
