@@ -1,7 +1,8 @@
 """Templates are data: plain named fields only; malformed ones get a message naming the problem."""
 import pytest
 
-from mrtpo.templates import Template, TemplateError
+from mrtpo import templates as T
+from mrtpo.templates import MAX_FILLED_CHARS, MAX_TEMPLATE_CHARS, Template, TemplateError, fill_fields
 
 INFO = {"format": "one sql block", "correct": "SELECT 1"}
 
@@ -56,8 +57,6 @@ def test_from_dict_and_file(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- size bounds
-from mrtpo import templates as T  # noqa: E402
-from mrtpo.templates import MAX_FILLED_CHARS, MAX_TEMPLATE_CHARS, fill_fields  # noqa: E402
 
 
 @pytest.mark.parametrize("bad", ["{0} {prompt} {verifier_info}", "{prompt:>99999999} {verifier_info}",
