@@ -31,6 +31,9 @@ class Advantages:
     scale: torch.Tensor  # () divisor (std + eps)
     keep: torch.Tensor  # (N,) bool: responses that get any advantage (GD²PO drops conflicting ones)
     diagnostics: dict = field(default_factory=dict)
+    # (N,) the std + eps that normalized each response's advantage where per_reward already holds it (GRPO divides
+    # within each group: per_reward = centered rewards / divisor, scale = 1); None: the batch ``scale`` does
+    divisor: torch.Tensor | None = None
 
 
 ESTIMATORS: dict[str, Callable[..., Advantages]] = {}
@@ -109,7 +112,8 @@ def grpo(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool
     """GRPO (sum, then normalize): s_i = Σ_k w_k R_ik;  A_i = (s_i − mean_g s) / (std_g s + eps).
 
     ``scale``: "group" (TRL default), "batch" (std over the batch) or "none" (no division).
-    per_reward_ik = (w_k R_ik − mean_g(w_k R_·k)) / (std + eps), so Σ_k per_reward_ik = A_i (center 0, scale 1).
+    per_reward_ik = (w_k R_ik − mean_g(w_k R_·k)) / (std + eps), so Σ_k per_reward_ik = A_i (center 0, scale 1);
+    ``divisor`` holds each response's std + eps (MRTPO floors it for the reallocated part).
     """
     r = torch.nan_to_num(rewards.float(), nan=0.0)  # TRL: nansum of the weighted rewards
     wr = r * _weights(weights, r.shape[1], r)  # (N, K)
@@ -127,7 +131,8 @@ def grpo(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool
         raise MrtpoError(f"GRPO scale must be group, batch or none, not '{scale}'")
     per = (centered / denom.unsqueeze(-1)).reshape(r.shape)
     keep = torch.ones(r.shape[0], dtype=torch.bool, device=r.device)
-    return Advantages(per, per.sum(-1), r.new_zeros(()), r.new_ones(()), keep, {})
+    divisor = denom.expand(s.shape).reshape(-1)  # (N,)
+    return Advantages(per, per.sum(-1), r.new_zeros(()), r.new_ones(()), keep, {}, divisor)
 
 
 @register("gdpo")
@@ -259,6 +264,39 @@ def reallocate(per_reward: torch.Tensor, rho: torch.Tensor, mask: torch.Tensor, 
     return per_reward.unsqueeze(-1) * share * mask.unsqueeze(1).float()
 
 
+SCALE_FLOOR = 1.0  # the unit scale of a per-reward group z-score (METHOD.md, MRTPO step 5)
+
+
+def _deviation(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float, step: int | None,
+               warmup: int | None, cap: float | None) -> torch.Tensor:
+    """The reallocated part A_ikt − Â_ik = Â_ik · β_s · (ρ_ikt − 1) on valid tokens, (N, K, T); zero token mean.
+
+    Exactly 0 when β_s = 0 or rho is None (uniform credit)."""
+    mask = mask.bool()
+    b = smoothstep_beta(beta, step, warmup)
+    N, K, T = mask.shape[0], adv.per_reward.shape[1], mask.shape[1]
+    if rho is None or b == 0:
+        return adv.per_reward.new_zeros(N, K, T)
+    if cap is not None:
+        rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cap)
+    return adv.per_reward.unsqueeze(-1) * (b * (rho - 1)) * mask.unsqueeze(1)
+
+
+def _reallocation_factor(adv: Advantages, scale_floor: float) -> torch.Tensor:
+    """(N, 1) f_i: what the reallocated part is multiplied by, its divisor floored at ``scale_floor``:
+
+        f_i = 1 / max(scale, s_floor)                        (the GDPO family: Â are unit-scale z-scores), or
+        f_i = divisor_i / max(divisor_i, s_floor) / scale    (GRPO: Â already divided by its group's std + eps).
+    """
+    N = adv.per_reward.shape[0]
+    if adv.divisor is None:
+        f = 1 / adv.scale.clamp_min(scale_floor)
+    else:
+        d = adv.divisor.to(adv.per_reward.dtype)
+        f = torch.where(d > 0, d / d.clamp_min(scale_floor), torch.ones_like(d)) / adv.scale
+    return f.to(adv.per_reward.dtype).expand(N).unsqueeze(-1)
+
+
 def token_advantages(
     adv: Advantages,
     rho: torch.Tensor | None,
@@ -267,22 +305,47 @@ def token_advantages(
     step: int | None = None,
     warmup: int | None = 10,
     cap: float | None = None,
+    scale_floor: float = SCALE_FLOOR,
 ) -> torch.Tensor:
-    """MRTPO token advantages (N, T) over any response-level estimator's ``adv``.
+    """MRTPO token advantages (N, T) over any response-level estimator's ``adv``: its response advantage plus the
+    reallocated part, which has token mean 0 and whose divisor is floored at ``scale_floor`` (s_floor):
 
-    A_it = keep_i · (Σ_k per_reward_ik · ((1 − β_s) + β_s ρ_ikt) − center) / scale on valid tokens, so the token
-    mean of A_i· equals adv.final_i.  rho: (N, K, T) or None (uniform, i.e. the response-level estimator).
+        A_it = keep_i · [ final_i + f_i · Σ_k Â_ik β_s (ρ_ikt − 1) ]       on valid tokens, 0 elsewhere,
+        f_i  = 1 / max(scale, s_floor)       (GRPO: divisor_i / max(divisor_i, s_floor), see ``Advantages.divisor``)
+
+    with Â = adv.per_reward and final_i = (Σ_k Â_ik − center) / scale.  Where scale ≥ s_floor this equals
+    (Σ_k A_ikt − center) / scale, A_ikt = Â_ik ((1 − β_s) + β_s ρ_ikt).  The floor keeps a batch whose sums are
+    (nearly) all equal (scale → eps) from amplifying the reallocation by 1/eps: |A_it − final_i| ≤
+    Σ_k |Â_ik| β_s |ρ_ikt − 1|.  The token mean of A_i· is final_i; β_s = 0 or rho None gives final_i exactly.
+    rho: (N, K, T) relevance with mean 1 over valid tokens, or None.  s_floor = 0 turns the floor off.
     """
     mask = mask.bool()
-    N, T = mask.shape
-    b = smoothstep_beta(beta, step, warmup)
-    if rho is None or b == 0:
-        rho = torch.ones(N, adv.per_reward.shape[1], T, dtype=adv.per_reward.dtype, device=mask.device)
-    if cap is not None:
-        rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cap)
-    per_tok = reallocate(adv.per_reward, rho, mask, b).sum(1)  # (N, T)
-    out = (per_tok - adv.center * mask) / adv.scale
+    dev = _deviation(adv, rho, mask, beta, step, warmup, cap).sum(1)  # (N, T)
+    out = adv.final.unsqueeze(-1) + dev * _reallocation_factor(adv, scale_floor)
     return torch.where(mask & adv.keep.unsqueeze(-1), out, torch.zeros_like(out))
+
+
+def token_advantages_per_reward(
+    adv: Advantages,
+    rho: torch.Tensor | None,
+    mask: torch.Tensor,
+    beta: float = 0.5,
+    step: int | None = None,
+    warmup: int | None = 10,
+    cap: float | None = None,
+    scale_floor: float = SCALE_FLOOR,
+) -> torch.Tensor:
+    """Each reward's row of :func:`token_advantages`, (N, K, T), for display:
+
+        A'_ikt = keep_i · [ Â_ik / scale + f_i · Â_ik β_s (ρ_ikt − 1) ]       on valid tokens, 0 elsewhere,
+
+    so Σ_k A'_ikt − center / scale = A_it and the token mean of A'_ik· is Â_ik / scale (the response-level share).
+    """
+    mask = mask.bool()
+    dev = _deviation(adv, rho, mask, beta, step, warmup, cap)  # (N, K, T)
+    out = (adv.per_reward / adv.scale).unsqueeze(-1) + dev * _reallocation_factor(adv, scale_floor).unsqueeze(1)
+    valid = (mask & adv.keep.unsqueeze(-1)).unsqueeze(1)
+    return torch.where(valid, out, torch.zeros_like(out))
 
 
 # ---------------------------------------------------------------------------------------------- methods

@@ -102,7 +102,7 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
     if cap is not None:  # cap once, so the per-reward rows and the combined row use the same relevance
         rho = adv_mod.cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cap)
     tok = adv_mod.token_advantages(adv, rho, mask, beta=b)  # (G, T)
-    per_tok = adv_mod.reallocate(adv.per_reward, rho, mask, b) / adv.scale  # (G, K, T)
+    per_tok = adv_mod.token_advantages_per_reward(adv, rho, mask, beta=b)  # (G, K, T): Σ_k − center/scale = tok
     view = TokenView(
         method=method, beta=b, reward_names=group.reward_names, rewards=group.rewards,
         per_reward=(adv.per_reward / adv.scale).numpy(), final=adv.final.numpy(),

@@ -34,7 +34,7 @@ import torch
 from mrtpo.errors import MrtpoError
 from mrtpo.kvtrie import shared_hidden
 from mrtpo.model import LoadedModel, Sample, check_length, decode, token_offsets, tokenize_response
-from mrtpo.templates import ALL, Template
+from mrtpo.templates import ALL, Template, TemplateError
 
 LN2 = math.log(2.0)
 
@@ -242,16 +242,20 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
     act, skip = active_rewards(names, rewards)
     texts, ids, offs, ptexts, pids = [], [], [], [], []
     enc_cache: dict[str, list[int]] = {}
-    for r, info in zip(responses, infos):
+    for i, (r, info) in enumerate(zip(responses, infos)):
         text, rid, off = _response_tokens(lm, r)
-        msgs = template.variants(prompt, info, act)
+        try:  # each message's length is checked before it is built (at most MAX_FILLED_CHARS characters) ...
+            msgs = template.variants(prompt, info, act)
+        except TemplateError as e:
+            raise TemplateError(f"the prompts for response {i}: {e}") from None
         full = {v: lm.chat_prompt(m) for v, m in msgs.items()}
         toks = {}
         for v, t in full.items():
             if t not in enc_cache:
                 enc_cache[t] = lm.encode(t)
             toks[v] = enc_cache[t]
-            check_length(lm, len(toks[v]) + len(rid), f"prompt variant '{v}' + response")
+            # ... and in tokens against the model's context here, before any forward pass (P_all, the longest, first)
+            check_length(lm, len(toks[v]) + len(rid), f"prompt variant '{v}' + response {i}")
         texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
     return _Plan(texts, ids, offs, ptexts, pids, act, skip)
 
