@@ -255,7 +255,8 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
                 enc_cache[t] = lm.encode(t)
             toks[v] = enc_cache[t]
             # ... and in tokens against the model's context here, before any forward pass (P_all, the longest, first)
-            check_length(lm, len(toks[v]) + len(rid), f"prompt variant '{v}' + response {i}")
+            name = "P_all" if v == ALL else f"P_\\{v} (without reward '{v}')"
+            check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}")
         texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
     return _Plan(texts, ids, offs, ptexts, pids, act, skip)
 

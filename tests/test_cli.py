@@ -46,7 +46,8 @@ def test_advantages_cli(tmp_path, capsys):
     assert out["method"] == "mrtpo+dara" and "dara_weight" in out["diagnostics"]
     # relevance by reward name; a reward left out of an entry is uniform.  By hand: GDPO's per-reward advantages
     # z = ±0.5 / (std 0.70711 + 1e-4) (group 1: both rewards; group 2: reward a only); response sums (0, 0, z, -z),
-    # batch std z·sqrt(2/3) + 1e-4; with beta 1, A_it = Σ_k Â_ik ρ_ikt / scale.
+    # batch std z·sqrt(2/3) + 1e-4 = 0.577 < 1; with beta 1, A_it = A_i + Σ_k Â_ik (ρ_ikt − 1) / max(scale, 1)
+    # (the floor of METHOD.md step 5: the reallocated part is divided by 1 here, the response advantage by scale).
     inp.write_text(json.dumps({"rewards": [[0, 1], [1, 0], [1, 1], [0, 1]], "reward_names": ["a", "b"],
                                "relevance": [{"a": [2, 0], "b": [1, 1]}, {"a": [1, 1], "b": [0, 2]},
                                              {"a": [0.5, 1.5]}, {"b": [3, 0, 0]}]}))
@@ -55,7 +56,7 @@ def test_advantages_cli(tmp_path, capsys):
     z = 0.5 / (0.5 ** 0.5 + 1e-4)
     s = z / (z * (2 / 3) ** 0.5 + 1e-4)
     assert out["advantages"] == pytest.approx([0, 0, s, -s], abs=1e-4)
-    expected = [[-s, s], [s, -s], [0.5 * s, 1.5 * s], [-s, -s, -s]]
+    expected = [[-z, z], [z, -z], [s - 0.5 * z, s + 0.5 * z], [-s, -s, -s]]
     assert [len(t) for t in out["token_advantages"]] == [2, 2, 2, 3]
     for got, want in zip(out["token_advantages"], expected):
         assert got == pytest.approx(want, abs=1e-4)
@@ -317,7 +318,7 @@ def test_relevance_bad_lines_never_stop_good_ones(tmp_path, capsys):
     assert rc == 1
     lines = [strict_json(l) for l in out.read_text().splitlines()]
     assert [l["id"] for l in lines] == ["c0", "c1", "c3", "c4", "c6", "c7"]
-    assert f"{inp}: line 3: prompt variant '__all__' + response is 5" in err and "more than model 'tiny-random' accepts" in err
+    assert f"{inp}: line 3: P_all + response 0 is 5" in err and "more than model 'tiny-random' accepts" in err
     assert f"{inp}: line 6: field 'response': holds a lone surrogate '\\ud800' at character 4" in err
     assert f"{inp}: line 9: field 'prompt': missing" in err
     assert "6 cases written" in err and "3 bad lines skipped" in err

@@ -184,6 +184,6 @@ def test_replay_refuses_a_prompt_longer_than_the_context_in_tokens(tiny, monkeyp
     msg = t.fill("Q", info[1])
     n = len(tiny.encode(tiny.chat_prompt(msg))) + len(tiny.encode("no"))
     assert n > tiny.max_length
-    with pytest.raises(MrtpoError, match=rf"^prompt variant '__all__' \+ response 1 is {n} tokens, more than model "
+    with pytest.raises(MrtpoError, match=rf"^P_all \+ response 1 is {n} tokens, more than model "
                                          rf"'tiny-random' accepts \({tiny.max_length}\)"):
         replay_group(tiny, "Q", info, ["ok", "no"], template=t, rewards=[[1.0], [0.0]])
