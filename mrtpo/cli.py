@@ -16,7 +16,7 @@ from pathlib import Path
 from mrtpo.errors import MrtpoError
 
 # Subcommands contributed by other modules: module path -> it defines ``register(subparsers)``.
-EXTENSIONS = ["mrtpo.train_cli", "mrtpo.integrations_cli"]
+EXTENSIONS = ["mrtpo.train_cli", "mrtpo.integrations_cli", "mrtpo.cli_app"]
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -342,6 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    import os
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the CLI's own process: no fork warning
     ap = build_parser()
     a = ap.parse_args(argv)
     try:

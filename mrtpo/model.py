@@ -107,8 +107,9 @@ def _load_pretrained(path: str, dtype: torch.dtype):
     hf_logging.disable_progress_bar()  # no "Loading weights" bars in CLI output and logs
 
     try:
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        # offline: a Hugging Face id must already be in the local cache (mrtpo never downloads weights)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as e:
         where = f"local folder {Path(path).resolve()}" if Path(path).exists() else f"Hugging Face id '{path}'"
         raise MrtpoError(
@@ -152,8 +153,9 @@ def convert_gguf(gguf: Path, target: Path) -> None:
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
+                                                     local_files_only=True)
     finally:
         hf_logging.set_verbosity(verbosity)
     # The weights are plain float32 now: drop the "quantized" mark so save_pretrained accepts them.
