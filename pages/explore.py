@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import compute, method_names
 from mrtpo.errors import MrtpoError

@@ -2,7 +2,7 @@
 
 The uploaded file is parsed by :mod:`mrtpo.integrations.rollouts`, grouped by (step, prompt); the verifier
 template (JSON {reward column: text over the row's fields}) says which columns are rewards and what each checker
-reads. The replay of the chosen group runs once (cached by :func:`mrtpo.app_state.replay_cached`); the β slider and
+reads. The replay of the chosen group runs once (cached by :func:`pages._state.replay_cached`); the β slider and
 the method only re-color. Session keys: ``rollouts_file`` ((name, bytes), set by the uploader), ``rollouts_vt``,
 ``rollouts_format``, ``rollouts_group``, ``rollouts_method``, ``rollouts_beta``.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.errors import MrtpoError
 from mrtpo.templates import Template

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError
