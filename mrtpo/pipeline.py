@@ -12,7 +12,7 @@ import torch
 
 from mrtpo import advantages as adv_mod
 from mrtpo.model import LoadedModel, Sample, sample
-from mrtpo.relevance import ReplayConfig, ReplayResult, replay_group
+from mrtpo.relevance import ReplayConfig, ReplayResult, ResponseRelevance, replay_group
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 
@@ -144,4 +144,40 @@ def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
             item["reasons"] = group.reasons[i]
             item["verifier_info"] = group.verifier_info[i]
         out["responses"].append(item)
+    return out
+
+
+def group_table(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo") -> list[dict]:
+    """One row per response: its text, each reward's value and GDPO's per-reward z-score Â, GDPO's advantage and,
+    when ``method`` is another one, that method's response-level advantage (the token mean of its token advantages)."""
+    G = len(group.samples)
+    gd = adv_mod.compute("gdpo", torch.tensor(group.rewards, dtype=torch.float32), G)
+    mv = token_view(group, replay, method=method, beta=0.0)
+    z = gd.diagnostics["zscore"]
+    rows = []
+    for i, s in enumerate(group.samples):
+        row = {"#": i, "response": s.text}
+        for j, k in enumerate(group.reward_names):
+            row[k] = float(group.rewards[i, j])
+            row[f"Â {k}"] = round(float(z[i, j]), 3)
+        row["GDPO A"] = round(float(gd.final[i]), 3)
+        if method != "gdpo":
+            row[f"{method} A"] = round(float(mv.final[i]), 3)
+        rows.append(row)
+    return rows
+
+
+def relevance_change(before: ResponseRelevance, after: ResponseRelevance, rewards: Sequence[str]) -> list[dict]:
+    """Per reward, how a template edit moved one response's relevance: mean JS before / after, max |Δρ| and the
+    correlation of ρ before and after (NaN when either is constant). A reward not replayed counts as uniform."""
+    T = len(before.token_ids)
+    out = []
+    for k in rewards:
+        rb, ra = before.relevance.get(k, np.ones(T)), after.relevance.get(k, np.ones(T))
+        jb, ja = before.js.get(k, np.zeros(T)), after.js.get(k, np.zeros(T))
+        out.append({"reward": k, "mean JS before": float(jb.mean()) if T else 0.0,
+                    "mean JS after": float(ja.mean()) if T else 0.0,
+                    "max |Δρ|": float(np.abs(ra - rb).max()) if T else 0.0,
+                    "corr(ρ before, ρ after)": float(np.corrcoef(rb, ra)[0, 1])
+                    if T > 1 and rb.std() > 0 and ra.std() > 0 else float("nan")})
     return out
