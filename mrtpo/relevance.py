@@ -26,7 +26,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -83,6 +83,31 @@ def normalize_relevance(d: torch.Tensor, mask: torch.Tensor | None = None) -> to
     n = mask.sum(-1, keepdim=True).float()
     rho = torch.where(total > 0, n * d / total.clamp_min(1e-30), torch.ones_like(d))
     return torch.where(mask, rho, torch.zeros_like(rho))
+
+
+def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
+                     lengths: Sequence[int], T: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-response relevance {reward: (T_i,)} as the (N, K, T) ρ tensor and the (N, T) mask of valid tokens.
+
+    relevance: N dicts (a reward a response lacks, e.g. one not replayed because it is constant in its group, is
+    uniform: ρ = 1); reward_names: the K columns; lengths: T_i per response; T: padded length (default max T_i).
+    ρ is 1 on padding too (the reallocation multiplies by the mask).  The one place where relevance from a replay,
+    a file or a store becomes the tensor that :func:`mrtpo.advantages.token_advantages` takes.
+    """
+    N, K = len(lengths), len(reward_names)
+    T = max(lengths, default=0) if T is None else T
+    mask = torch.zeros(N, T, dtype=torch.bool)
+    rho = torch.ones(N, K, T)
+    col = {k: j for j, k in enumerate(reward_names)}
+    for i, (rel, n) in enumerate(zip(relevance, lengths)):
+        mask[i, :n] = True
+        for k, v in rel.items():
+            if k in col:
+                v = torch.as_tensor(np.asarray(v, dtype=np.float32))
+                if v.shape != (n,):
+                    raise MrtpoError(f"relevance of reward '{k}' for response {i} has {v.numel()} values for {n} tokens")
+                rho[i, col[k], :n] = v
+    return rho, mask
 
 
 # ---------------------------------------------------------------------------------------------- results

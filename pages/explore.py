@@ -94,12 +94,9 @@ def _sample() -> None:
                     group = score_group(fam, ex, samples)
                     template = S.current_template(ch.family)
                 else:
-                    G = len(samples)
-                    group = ScoredGroup(Example("custom", prompt), prompt, samples, cnames,
-                                        np.zeros((G, len(cnames))), [{} for _ in samples],
-                                        [dict(info) for _ in samples])
+                    group = ScoredGroup.unscored(Example("custom", prompt), samples, cnames, info)
                     template = S.current_template(None)
-                    settings["rewards0"] = np.zeros((G, len(cnames))).tolist()
+                    settings["rewards0"] = group.rewards.tolist()
             step = "replay"
             bar.progress(0.7, text="replaying under P_all and each P_\\k")
             with S.Timer(timings, "replay"):

@@ -87,8 +87,7 @@ with S.guard("replay"):
     keep = [i for i, s in enumerate(sg.samples) if s.token_ids]
     if len(keep) < len(sg.samples):
         st.warning(f"{len(sg.samples) - len(keep)} empty completion(s) left out (nothing to explain).")
-        sg = type(sg)(sg.example, sg.prompt, [sg.samples[i] for i in keep], sg.reward_names, sg.rewards[keep],
-                      [sg.reasons[i] for i in keep], [sg.verifier_info[i] for i in keep])
+        sg = sg.subset(keep)
     if not keep:
         raise MrtpoError("every completion of this group is empty")
     replay = S.replay_cached(ch.model, ch.device, sg.prompt, sg.verifier_info, [s.token_ids for s in sg.samples],
