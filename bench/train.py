@@ -7,7 +7,7 @@
 2. Learning: ``--steps`` steps of each method on the instruction task for ``--seeds`` seeds; per-reward mean
    reward curves (mean over seeds) and the mean of the last 5 steps.
 
-    PYTHONPATH=. python bench/train.py [--steps 20] [--seeds 2] [--overhead-steps 4] [--skip-learning]
+    .venv/bin/python bench/train.py [--steps 20] [--seeds 2] [--overhead-steps 4] [--skip-learning]
 
 Prints the figures whatever they show. Runs in memory (no run store), probe off.
 """
@@ -21,8 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from mrtpo.train import TrainConfig, Trainer  # noqa: E402
 

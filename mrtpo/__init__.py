@@ -1,16 +1,9 @@
 """mrtpo: token-level credit assignment for multi-reward RL of language models.
 
-Modules: ``model`` (load/sample), ``templates`` (verifier-info templates), ``relevance`` (replay + JS),
-``advantages`` (estimator registry, MRTPO token reallocation), ``tasks`` (verifiers per family),
-``pipeline`` (one group end to end), ``render`` (HTML heatmaps), ``cli``.
+Importing mrtpo changes nothing in the process (no environment variables); mrtpo's own model loading is offline
+(``local_files_only``), and the CLI and the app quiet the tokenizers' fork warning for their own processes.
 """
-import os as _os
-
-_os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-_os.environ.setdefault("HF_HUB_OFFLINE", "1")
-_os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
-from mrtpo.errors import MrtpoError  # noqa: E402
+from mrtpo.errors import MrtpoError
 
 __all__ = ["MrtpoError"]
 __version__ = "0.1.0"

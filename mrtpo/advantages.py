@@ -37,13 +37,14 @@ class Advantages:
 
 
 ESTIMATORS: dict[str, Callable[..., Advantages]] = {}
+LABELS: dict[str, str] = {}  # estimator name -> display label ("gd2po" -> "GD²PO")
 
 
-def register(name: str):
-    """Register a response-level estimator under ``name``."""
+def register(name: str, label: str):
+    """Register a response-level estimator under ``name``, shown as ``label``."""
 
     def deco(fn):
-        ESTIMATORS[name] = fn
+        ESTIMATORS[name], LABELS[name] = fn, label
         return fn
 
     return deco
@@ -107,7 +108,7 @@ def _finalize(per_reward, keep, eps, unbiased, diagnostics) -> Advantages:
 
 
 # ---------------------------------------------------------------------------------------------- estimators
-@register("grpo")
+@register("grpo", "GRPO")
 def grpo(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool = True, scale: str = "group") -> Advantages:
     """GRPO (sum, then normalize): s_i = Σ_k w_k R_ik;  A_i = (s_i − mean_g s) / (std_g s + eps).
 
@@ -135,7 +136,7 @@ def grpo(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool
     return Advantages(per, per.sum(-1), r.new_zeros(()), r.new_ones(()), keep, {}, divisor)
 
 
-@register("gdpo")
+@register("gdpo", "GDPO")
 def gdpo(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool = True) -> Advantages:
     """GDPO (normalize each reward, sum, normalize over the batch), as TRL's ``normalize_then_sum``.
 
@@ -174,7 +175,7 @@ def _dara(rewards, group_size, weights, eps, unbiased, w_max, symmetric) -> Adva
     return _finalize(per, keep, eps, unbiased, {"zscore": z, "density": pi, "dara_weight": wd, "energy": energy})
 
 
-@register("dara")
+@register("dara", "DARA")
 def dara(rewards, group_size, weights=None, *, eps: float = 1e-6, unbiased: bool = True, w_max: float = 5.0) -> Advantages:
     """DARA, asymmetric (main): Ã_ik = Â_ik + (w_k − 1)·max(Â_ik, 0), then Σ_k and GDPO's batch normalization.
 
@@ -183,7 +184,7 @@ def dara(rewards, group_size, weights=None, *, eps: float = 1e-6, unbiased: bool
     return _dara(rewards, group_size, weights, eps, unbiased, w_max, symmetric=False)
 
 
-@register("dara-sym")
+@register("dara-sym", "DARA-sym")
 def dara_sym(rewards, group_size, weights=None, *, eps: float = 1e-6, unbiased: bool = True, w_max: float = 5.0) -> Advantages:
     """DARA, symmetric: Ã_ik = w_k Â_ik, then Σ_k and GDPO's batch normalization."""
     return _dara(rewards, group_size, weights, eps, unbiased, w_max, symmetric=True)
@@ -213,7 +214,7 @@ def _gd2po(rewards, group_size, weights, eps, unbiased, tau) -> Advantages:
     return _finalize(per, keep, eps, unbiased, diag)
 
 
-@register("gd2po")
+@register("gd2po", "GD²PO")
 def gd2po(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool = True) -> Advantages:
     """GD²PO, hard filter: drop every conflicting response (some Â_ik > 0 and another Â_il < 0).
 
@@ -223,7 +224,7 @@ def gd2po(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: boo
     return _gd2po(rewards, group_size, weights, eps, unbiased, tau=None)
 
 
-@register("gd2po-snr")
+@register("gd2po-snr", "GD²PO-SNR")
 def gd2po_snr(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool = True, tau: float = 0.8) -> Advantages:
     """GD²PO, SNR filter: drop a conflicting response only if |Σ_k Â_ik| / (Σ_k |Â_ik| + 1e-8) < τ."""
     return _gd2po(rewards, group_size, weights, eps, unbiased, tau=tau)
@@ -356,6 +357,18 @@ class Method:
     name: str
     estimator: str
     tokens: bool
+
+    @property
+    def estimator_label(self) -> str:
+        """The response-level estimator's label ("GDPO" for "mrtpo", "DARA" for "mrtpo+dara")."""
+        return LABELS[self.estimator]
+
+    @property
+    def label(self) -> str:
+        """The method's label: "GDPO", "MRTPO" (over GDPO), "MRTPO+DARA", ..."""
+        if not self.tokens:
+            return self.estimator_label
+        return "MRTPO" if self.estimator == "gdpo" else f"MRTPO+{self.estimator_label}"
 
 
 def parse_method(name: str) -> Method:

@@ -22,7 +22,7 @@ from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.jsonl import dumps, json_lines, load_json, read_text, write_text
 
 # Subcommands contributed by other modules: module path -> it defines ``register(subparsers)``.
-EXTENSIONS = ["mrtpo.train_cli", "mrtpo.integrations_cli"]
+EXTENSIONS = ["mrtpo.train_cli", "mrtpo.integrations_cli", "mrtpo.cli_app"]
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
@@ -503,6 +503,7 @@ def main(argv=None) -> int:
     stderr, or argparse's usage message); 130 interrupted.  No traceback: an unexpected exception is reported in
     one line as an internal error (``MRTPO_DEBUG=1`` re-raises it).
     """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the CLI's own process: no fork warning
     ap = build_parser()
     try:
         a = ap.parse_args(argv)

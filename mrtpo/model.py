@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import numbers
@@ -120,8 +121,9 @@ def _load_pretrained(path: str, dtype: torch.dtype):
     hf_logging.disable_progress_bar()  # no "Loading weights" bars in CLI output and logs
 
     try:
-        tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        # offline: a Hugging Face id must already be in the local cache (mrtpo never downloads weights)
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as e:
         where = f"local folder {Path(path).resolve()}" if Path(path).exists() else f"Hugging Face id '{path}'"
         raise MrtpoError(
@@ -165,8 +167,9 @@ def convert_gguf(gguf: Path, target: Path) -> None:
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32,
+                                                     local_files_only=True)
     finally:
         hf_logging.set_verbosity(verbosity)
     # The weights are plain float32 now: drop the "quantized" mark so save_pretrained accepts them.
@@ -314,3 +317,82 @@ def check_length(lm: LoadedModel, n_tokens: int, what: str) -> None:
             f"{what} is {n_tokens} tokens, more than model '{lm.name}' accepts ({lm.max_length}); "
             f"shorten the prompt or the verifier information, or lower max tokens"
         )
+
+
+# ---------------------------------------------------------------------------------------------- the decoder
+# Model plumbing shared by the replay (mrtpo.relevance), the sampler and the trainer's log-probs.
+PRECISIONS = ("auto", "model", "bfloat16")
+
+
+def decoder_stack(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder stack (final norm included) under a causal-LM head, also through peft wrappers: it maps token ids
+    to final hidden states (N, L, H), so callers project only the positions they need onto the vocabulary."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder()
+
+
+def fast_bf16_cpu() -> bool:
+    """Whether this CPU has AMX-BF16 or AVX512-BF16 (bfloat16 matrix products about 3x faster than float32)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return " amx_bf16" in flags or " avx512_bf16" in flags
+
+
+def compute_dtype(lm: LoadedModel, precision: str) -> torch.dtype:
+    """The dtype decoder passes run in: ``"model"`` = the model's own; ``"auto"`` = bfloat16 on a float32 model on a
+    CPU with fast bf16 (what a GPU run does), else the model's; ``"bfloat16"`` = bfloat16 everywhere."""
+    if precision not in PRECISIONS:
+        raise MrtpoError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if precision == "bfloat16" or (precision == "auto" and lm.device.type == "cpu" and lm.dtype == torch.float32
+                                   and fast_bf16_cpu()):
+        return torch.bfloat16
+    return lm.dtype
+
+
+class Decoder:
+    """The decoder stack, called with its parameters cast to ``dtype`` (``torch.func.functional_call``).
+
+    The model's own weights are untouched; the cast copies live as long as this object (make one per replay or per
+    sampled group: a trainer changes the weights between them)."""
+
+    def __init__(self, backbone: torch.nn.Module, dtype: torch.dtype):
+        self.module, self.dtype = backbone, dtype
+        self.params = None
+        if any(p.dtype != dtype and p.is_floating_point() for p in backbone.parameters()):
+            self.params = {n: p.detach().to(dtype) for n, p in backbone.named_parameters()}
+        self.cache_kwarg = cache_kwarg(backbone)
+
+    def __call__(self, **kwargs):
+        with sdpa_gqa(kwargs["input_ids"].device):
+            if self.params is None:
+                return self.module(**kwargs)
+            from torch.func import functional_call
+
+            return functional_call(self.module, self.params, (), kwargs)
+
+
+@contextlib.contextmanager
+def sdpa_gqa(device: torch.device):
+    """On a CPU, let transformers' SDPA attention use grouped-query heads as they are (``enable_gqa``) instead of
+    copying the keys and values for every query head: rows with long cached pasts spend more on those copies than on
+    the attention itself (2-3x on SmolLM2's 9 query / 3 KV heads).  Results are the same.  The switch is an
+    environment variable transformers reads per call; it is set only for the duration of the block."""
+    name = "TRANSFORMERS_SDPA_FORCE_GQA"
+    if device.type != "cpu" or os.environ.get(name):
+        yield
+        return
+    os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+def cache_kwarg(backbone: torch.nn.Module) -> str:
+    """transformers >= 5.2x calls the KV-cache argument ``cache``; older versions ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"

@@ -12,7 +12,7 @@ import torch
 
 from mrtpo import advantages as adv_mod
 from mrtpo.model import LoadedModel, Sample, sample
-from mrtpo.relevance import ReplayConfig, ReplayResult, replay_group
+from mrtpo.relevance import ReplayConfig, ReplayResult, ResponseRelevance, relevance_tensor, replay_group
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 
@@ -28,6 +28,24 @@ class ScoredGroup:
     rewards: np.ndarray  # (G, K)
     reasons: list[dict[str, str]]  # per response: {reward: reason}
     verifier_info: list[dict[str, str]]  # per response: {reward: text}
+
+    @classmethod
+    def unscored(cls, example: Example, samples: Sequence[Sample], reward_names: Sequence[str],
+                 verifier_info: dict[str, str] | Sequence[dict[str, str]], rewards=None) -> "ScoredGroup":
+        """A group no verifier scored: rewards given (G, K) or all 0 (typed later), no reasons, the example's prompt.
+
+        verifier_info: one {reward: text} shared by the group, or one per response."""
+        G, names = len(samples), list(reward_names)
+        infos = [dict(verifier_info) for _ in samples] if isinstance(verifier_info, dict) else \
+            [dict(v) for v in verifier_info]
+        R = np.zeros((G, len(names))) if rewards is None else np.asarray(rewards, dtype=float).reshape(G, len(names))
+        return cls(example, example.prompt, list(samples), names, R, [{k: "" for k in names} for _ in samples], infos)
+
+    def subset(self, idx: Sequence[int]) -> "ScoredGroup":
+        """The same group restricted to the responses ``idx`` (in that order)."""
+        idx = list(idx)
+        return ScoredGroup(self.example, self.prompt, [self.samples[i] for i in idx], self.reward_names,
+                           self.rewards[idx], [self.reasons[i] for i in idx], [self.verifier_info[i] for i in idx])
 
 
 def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample]) -> ScoredGroup:
@@ -90,14 +108,8 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
     G, K = group.rewards.shape
     adv = adv_mod.compute(method, torch.tensor(group.rewards, dtype=torch.float32), G, weights)
     m = adv_mod.parse_method(method)
-    T = max((len(r.token_ids) for r in replay.responses), default=0)
-    mask = torch.zeros(G, T, dtype=torch.bool)
-    rho = torch.ones(G, K, T)
-    for i, r in enumerate(replay.responses):
-        mask[i, : len(r.token_ids)] = True
-        for j, k in enumerate(group.reward_names):
-            if k in r.relevance:
-                rho[i, j, : len(r.token_ids)] = torch.from_numpy(r.relevance[k]).float()
+    rho, mask = relevance_tensor([r.relevance for r in replay.responses], group.reward_names,
+                                 [len(r.token_ids) for r in replay.responses])  # (G, K, T), (G, T)
     b = beta if m.tokens else 0.0
     if cap is not None:  # cap once, so the per-reward rows and the combined row use the same relevance
         rho = adv_mod.cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cap)
@@ -144,4 +156,40 @@ def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
             item["reasons"] = group.reasons[i]
             item["verifier_info"] = group.verifier_info[i]
         out["responses"].append(item)
+    return out
+
+
+def group_table(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo") -> list[dict]:
+    """One row per response: its text, each reward's value and GDPO's per-reward z-score Â, GDPO's advantage and,
+    when ``method`` is another one, that method's response-level advantage (the token mean of its token advantages)."""
+    G = len(group.samples)
+    gd = adv_mod.compute("gdpo", torch.tensor(group.rewards, dtype=torch.float32), G)
+    mv = token_view(group, replay, method=method, beta=0.0)
+    z = gd.diagnostics["zscore"]
+    rows = []
+    for i, s in enumerate(group.samples):
+        row = {"#": i, "response": s.text}
+        for j, k in enumerate(group.reward_names):
+            row[k] = float(group.rewards[i, j])
+            row[f"Â {k}"] = round(float(z[i, j]), 3)
+        row["GDPO A"] = round(float(gd.final[i]), 3)
+        if method != "gdpo":
+            row[f"{method} A"] = round(float(mv.final[i]), 3)
+        rows.append(row)
+    return rows
+
+
+def relevance_change(before: ResponseRelevance, after: ResponseRelevance, rewards: Sequence[str]) -> list[dict]:
+    """Per reward, how a template edit moved one response's relevance: mean JS before / after, max |Δρ| and the
+    correlation of ρ before and after (NaN when either is constant). A reward not replayed counts as uniform."""
+    T = len(before.token_ids)
+    out = []
+    for k in rewards:
+        rb, ra = before.relevance.get(k, np.ones(T)), after.relevance.get(k, np.ones(T))
+        jb, ja = before.js.get(k, np.zeros(T)), after.js.get(k, np.zeros(T))
+        out.append({"reward": k, "mean JS before": float(jb.mean()) if T else 0.0,
+                    "mean JS after": float(ja.mean()) if T else 0.0,
+                    "max |Δρ|": float(np.abs(ra - rb).max()) if T else 0.0,
+                    "corr(ρ before, ρ after)": float(np.corrcoef(rb, ra)[0, 1])
+                    if T > 1 and rb.std() > 0 and ra.std() > 0 else float("nan")})
     return out

@@ -21,19 +21,18 @@ q_t = π(·|P_\\k, y<t):
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from mrtpo.errors import MrtpoError
 from mrtpo.kvtrie import shared_hidden
-from mrtpo.model import LoadedModel, Sample, check_length, decode, token_offsets, tokenize_response
+from mrtpo.model import (Decoder, LoadedModel, Sample, check_length, compute_dtype, decode, decoder_stack,
+                         token_offsets, tokenize_response)
 from mrtpo.templates import ALL, Template, TemplateError
 
 LN2 = math.log(2.0)
@@ -85,6 +84,31 @@ def normalize_relevance(d: torch.Tensor, mask: torch.Tensor | None = None) -> to
     return torch.where(mask, rho, torch.zeros_like(rho))
 
 
+def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
+                     lengths: Sequence[int], T: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-response relevance {reward: (T_i,)} as the (N, K, T) ρ tensor and the (N, T) mask of valid tokens.
+
+    relevance: N dicts (a reward a response lacks, e.g. one not replayed because it is constant in its group, is
+    uniform: ρ = 1); reward_names: the K columns; lengths: T_i per response; T: padded length (default max T_i).
+    ρ is 1 on padding too (the reallocation multiplies by the mask).  The one place where relevance from a replay,
+    a file or a store becomes the tensor that :func:`mrtpo.advantages.token_advantages` takes.
+    """
+    N, K = len(lengths), len(reward_names)
+    T = max(lengths, default=0) if T is None else T
+    mask = torch.zeros(N, T, dtype=torch.bool)
+    rho = torch.ones(N, K, T)
+    col = {k: j for j, k in enumerate(reward_names)}
+    for i, (rel, n) in enumerate(zip(relevance, lengths)):
+        mask[i, :n] = True
+        for k, v in rel.items():
+            if k in col:
+                v = torch.as_tensor(np.asarray(v, dtype=np.float32))
+                if v.shape != (n,):
+                    raise MrtpoError(f"relevance of reward '{k}' for response {i} has {v.numel()} values for {n} tokens")
+                rho[i, col[k], :n] = v
+    return rho, mask
+
+
 # ---------------------------------------------------------------------------------------------- results
 @dataclass
 class ResponseRelevance:
@@ -132,64 +156,10 @@ class ReplayConfig:
     share_prefix: bool = True
     # "auto": on a CPU with AMX / AVX512-BF16 the decoder runs on bfloat16 copies of the weights (what a GPU run
     # does; about 3x faster than float32), else in the model's dtype; "model": always the model's dtype (exact;
-    # what tests compare).  Log-softmax and JS always run in float32; with bf16 weights the vocabulary projection
+    # what tests compare); "bfloat16": bf16 copies on any device.  Log-softmax and JS always run in float32; with
+    # bf16 weights the vocabulary projection
     # runs in bf16 on P_all and on the difference h(P_\k) − h(P_all), which keeps the JS close to float32.
     precision: str = "auto"
-
-
-def _fast_bf16_cpu() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return False
-    return " amx_bf16" in flags or " avx512_bf16" in flags
-
-
-def _compute_dtype(lm: LoadedModel, precision: str) -> torch.dtype:
-    """The dtype the decoder passes of the replay run in."""
-    if precision not in ("auto", "model"):
-        raise MrtpoError(f"replay precision must be 'auto' or 'model', not {precision!r}")
-    if precision == "auto" and lm.device.type == "cpu" and lm.dtype == torch.float32 and _fast_bf16_cpu():
-        return torch.bfloat16
-    return lm.dtype
-
-
-class _Decoder:
-    """The decoder stack, called with its parameters cast to ``dtype`` (torch.func.functional_call).
-
-    The model's own weights are untouched; the cast copies live for one replay (a trainer changes the weights)."""
-
-    def __init__(self, backbone: torch.nn.Module, dtype: torch.dtype):
-        self.module, self.dtype = backbone, dtype
-        self.params = None
-        if any(p.dtype != dtype and p.is_floating_point() for p in backbone.parameters()):
-            self.params = {n: p.detach().to(dtype) for n, p in backbone.named_parameters()}
-        self.cache_kwarg = _cache_kwarg(backbone)
-
-    def __call__(self, **kwargs):
-        with _sdpa_gqa(kwargs["input_ids"].device):
-            if self.params is None:
-                return self.module(**kwargs)
-            from torch.func import functional_call
-
-            return functional_call(self.module, self.params, (), kwargs)
-
-
-@contextlib.contextmanager
-def _sdpa_gqa(device: torch.device):
-    """On a CPU, let transformers' SDPA attention use grouped-query heads as they are (``enable_gqa``) instead of
-    copying the keys and values for every query head: the replay's rows carry long cached pasts, and those copies
-    cost more than the attention itself (2-3x on SmolLM2's 9 query / 3 KV heads).  Results are the same."""
-    name = "TRANSFORMERS_SDPA_FORCE_GQA"
-    if device.type != "cpu" or os.environ.get(name):
-        yield
-        return
-    os.environ[name] = "1"
-    try:
-        yield
-    finally:
-        os.environ.pop(name, None)
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -318,12 +288,6 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
                         seconds=time.perf_counter() - t0, **stats)
 
 
-def _backbone(model):
-    """The decoder stack (final norm included) under a causal-LM head; works through peft wrappers."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return base.get_decoder()
-
-
 # ---------------------------------------------------------------------------------------------- replays
 @torch.no_grad()
 def replay_group(
@@ -350,14 +314,14 @@ def replay_group(
     cfg = config or ReplayConfig()
     t0 = time.perf_counter()
     plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
-    dtype = _compute_dtype(lm, cfg.precision)
+    dtype = compute_dtype(lm, cfg.precision)
     keys = [(i, v) for i in range(len(plan.resp_ids)) for v in [ALL] + plan.rewards]
     seqs = [plan.prompt_ids[i][v] + plan.resp_ids[i] for i, v in keys]
     # the state before response token t predicts it: positions S - 1 ... S + T - 2
     want = [(len(plan.prompt_ids[i][v]) - 1, len(plan.prompt_ids[i][v]) - 1 + len(plan.resp_ids[i])) for i, v in keys]
     pad = lm.tokenizer.pad_token_id
     states, trie, passes = shared_hidden(
-        _Decoder(_backbone(lm.model), dtype), 0 if pad is None else pad, lm.device, seqs, want,
+        Decoder(decoder_stack(lm.model), dtype), 0 if pad is None else pad, lm.device, seqs, want,
         cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix)
     top = trie.segments[trie.paths[0][0]] if seqs else None
     shared = len(top.tokens) if top is not None and all(p[0] == trie.paths[0][0] for p in trie.paths) else 0
@@ -380,7 +344,7 @@ def naive_replay_group(
     t0 = time.perf_counter()
     plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
     stats = {"prefix_tokens": 0, "forward_tokens": 0, "forward_passes": 0, "logits_budget": 1 << 62}
-    backbone = _backbone(lm.model)
+    backbone = decoder_stack(lm.model)
     hidden = {}
     for i, rid in enumerate(plan.resp_ids):
         for v in [ALL] + plan.rewards:
@@ -391,10 +355,3 @@ def naive_replay_group(
             stats["forward_tokens"] += ids.shape[1]
             stats["forward_passes"] += 1
     return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, lm.dtype)
-
-
-def _cache_kwarg(backbone) -> str:
-    """transformers >= 5.2x calls the KV-cache argument ``cache``; older versions ``past_key_values``."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"

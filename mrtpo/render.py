@@ -11,7 +11,9 @@ from typing import Sequence
 
 import numpy as np
 
+from mrtpo.advantages import parse_method
 from mrtpo.pipeline import ScoredGroup, TokenView
+from mrtpo.relevance import ResponseRelevance
 
 CSS = """
 .mrtpo{font-family:ui-sans-serif,system-ui,sans-serif;font-size:14px;color:#222}
@@ -88,7 +90,7 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
                   vmax: tuple[float, float] | None = None) -> str:
     """Heatmaps of response ``i``: per reward GDPO's uniform advantage, MRTPO's token advantage, relevance."""
     va, vr = vmax or scales(view)
-    base = _uniform_label(view.method)
+    base = parse_method(view.method).estimator_label
     toks = view.tokens[i]
     T = len(toks)
     parts = []
@@ -117,14 +119,6 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
     return f'<div class="mrtpo">{legend(va, vr)}{"".join(parts)}</div>'
 
 
-def _uniform_label(method: str) -> str:
-    """The response-level estimator whose advantage is spread uniformly: GDPO for "mrtpo", DARA for "mrtpo+dara"."""
-    from mrtpo.advantages import parse_method
-
-    return {"gdpo": "GDPO", "grpo": "GRPO", "dara": "DARA", "dara-sym": "DARA-sym", "gd2po": "GD²PO",
-            "gd2po-snr": "GD²PO-SNR"}.get(parse_method(method).estimator, method)
-
-
 def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
     head = "".join(f"<th>{html.escape(k)}</th><th>Â {html.escape(k)}</th>" for k in view.reward_names)
     rows = []
@@ -148,3 +142,43 @@ def page_html(view: TokenView, group: ScoredGroup | None = None, title: str = "m
         body.append(response_html(view, i, vmax=vm))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head><body class='mrtpo'>{''.join(body)}</body></html>")
+
+
+def relevance_diff_html(before: ResponseRelevance, after: ResponseRelevance, rewards: Sequence[str]) -> str:
+    """Per reward: relevance of one response before and after a template edit (sequential, shared scale) and the
+    difference Δρ = after − before (diverging, its own ±max)."""
+    toks = before.tokens()
+    T = len(toks)
+    vmax = max([float(r.relevance[k].max()) for r in (before, after) for k in rewards if k in r.relevance and T] + [1.0])
+    rows = []
+    for k in rewards:
+        rb, ra = before.relevance.get(k, np.ones(T)), after.relevance.get(k, np.ones(T))
+        jb, ja = before.js.get(k, np.zeros(T)), after.js.get(k, np.zeros(T))
+        diff = ra - rb
+        vd = float(np.abs(diff).max()) if T else 0.0
+        tips = [f"{t['text']!r} | {k} | before: JS {jb[n]:.4f}, ρ {rb[n]:.3f} | after: JS {ja[n]:.4f}, "
+                f"ρ {ra[n]:.3f} | Δρ {diff[n]:+.3f}" for n, t in enumerate(toks)]
+        rows.append(f'<div class="reward"><b>{html.escape(k)}</b></div>')
+        rows.append(token_row("ρ before", toks, rb, "sequential", vmax, tips))
+        rows.append(token_row("ρ after", toks, ra, "sequential", vmax, tips))
+        rows.append(token_row(f"Δρ (±{vd:.3g})", toks, diff, "diverging", vd or 1.0, tips))
+    return (f"<div class='mrtpo'><div class='legend'>relevance: orange (0 … {vmax:.3g}); Δρ = after − before: "
+            f"blue up, red down</div>{''.join(rows)}</div>")
+
+
+def stored_sample_html(row: dict) -> str:
+    """Heatmaps of one response stored by the trainer (``Store.samples``): its token advantages and, per replayed
+    reward, its relevance; the reasons of its zero rewards below."""
+    toks = [{"text": t} for t in row["tokens"]]
+    adv = row["token_advantage"]
+    va = max([abs(x) for x in adv] + [abs(row["advantage"]), 1e-9])
+    vr = max([max(v) for v in row["relevance"].values() if v] + [1.0])
+    parts = [legend(va, vr)]
+    tips = [f"{t['text']!r} | token advantage {a:+.4f}" for t, a in zip(toks, adv)]
+    parts.append(token_row(f"token advantage (resp. {row['advantage']:+.3f})", toks, adv, "diverging", va, tips))
+    for k, rel in row["relevance"].items():
+        tips = [f"{t['text']!r} | {k} | relevance {x:.3f}" for t, x in zip(toks, rel)]
+        parts.append(token_row(f"ρ {k}", toks, rel, "sequential", vr, tips))
+    reasons = "; ".join(f"{k}: {v}" for k, v in row.get("reasons", {}).items() if v)
+    return (f"<div class='mrtpo'>{''.join(parts)}"
+            f"<p style='font-size:12px;color:#555'>{html.escape(reasons)}</p></div>")

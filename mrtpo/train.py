@@ -35,7 +35,7 @@ import torch
 
 from mrtpo import advantages as A
 from mrtpo.errors import MrtpoError
-from mrtpo.model import LoadedModel, load_model, sample, token_offsets
+from mrtpo.model import LoadedModel, decoder_stack, load_model, sample, token_offsets
 from mrtpo.pipeline import ScoredGroup, replay_scored, score_group, template_for
 from mrtpo.relevance import replay_group
 from mrtpo.store import RunInfo, Store, validate_run_name
@@ -168,8 +168,6 @@ def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: 
     prompts, responses: N token-id lists.  Returns (logp (N, T), mask (N, T)), T = longest response.
     Only response positions go through the LM head, so no (N, L, V) logits tensor exists.
     """
-    from mrtpo.relevance import _backbone
-
     dev = next(model.parameters()).device
     N = len(prompts)
     L = max(len(p) + len(r) for p, r in zip(prompts, responses))
@@ -187,7 +185,7 @@ def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: 
         pos[i, len(r):] = len(p) - 1
         tok[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, : len(r)] = True
-    h = _backbone(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
+    h = decoder_stack(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
     h = torch.gather(h, 1, pos.to(dev).unsqueeze(-1).expand(N, T, h.shape[-1]))  # (N, T, H)
     logits = model.get_output_embeddings()(h).float()
     if temperature and temperature > 0 and temperature != 1.0:

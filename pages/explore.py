@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
-from mrtpo.advantages import compute, method_names
+from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError
-from mrtpo.pipeline import ScoredGroup, score_group, view_to_json
+from mrtpo.pipeline import ScoredGroup, group_table, score_group, view_to_json
 from mrtpo.tasks.base import Example
 
 st.title("Explore")
@@ -94,12 +94,9 @@ def _sample() -> None:
                     group = score_group(fam, ex, samples)
                     template = S.current_template(ch.family)
                 else:
-                    G = len(samples)
-                    group = ScoredGroup(Example("custom", prompt), prompt, samples, cnames,
-                                        np.zeros((G, len(cnames))), [{} for _ in samples],
-                                        [dict(info) for _ in samples])
+                    group = ScoredGroup.unscored(Example("custom", prompt), samples, cnames, info)
                     template = S.current_template(None)
-                    settings["rewards0"] = np.zeros((G, len(cnames))).tolist()
+                    settings["rewards0"] = group.rewards.tolist()
             step = "replay"
             bar.progress(0.7, text="replaying under P_all and each P_\\k")
             with S.Timer(timings, "replay"):
@@ -153,20 +150,9 @@ method = st.selectbox("Method (token heatmaps)", methods, index=methods.index("m
                       help="mrtpo = MRTPO over GDPO; mrtpo+dara / mrtpo+gd2po stack MRTPO on those estimators; "
                            "the others are response-level (uniform over tokens).")
 with S.guard("advantages"):
-    import torch
-
-    gd = compute("gdpo", torch.tensor(g.rewards, dtype=torch.float32), len(g.samples))
-    mv = S.view(run, method, 0.0)  # response-level advantages of the chosen method (β does not change them)
-rows = []
-for i, s in enumerate(g.samples):
-    row = {"#": i, "response": S._short(s.text, 80)}
-    for j, k in enumerate(g.reward_names):
-        row[k] = float(g.rewards[i, j])
-        row[f"Â {k}"] = round(float(gd.diagnostics["zscore"][i, j]), 3)
-    row["GDPO A"] = round(float(gd.final[i]), 3)
-    if method != "gdpo":
-        row[f"{method} A"] = round(float(mv.final[i]), 3)
-    rows.append(row)
+    rows = group_table(g, run.replay, method)
+for row in rows:
+    row["response"] = S._short(row["response"], 80)
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch",
              column_config={"response": st.column_config.TextColumn(width="medium"),
                             "#": st.column_config.NumberColumn(width="small")})

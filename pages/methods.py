@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 import torch
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import ESTIMATORS, compute
 

@@ -2,7 +2,7 @@
 
 The uploaded file is parsed by :mod:`mrtpo.integrations.rollouts`, grouped by (step, prompt); the verifier
 template (JSON {reward column: text over the row's fields}) says which columns are rewards and what each checker
-reads. The replay of the chosen group runs once (cached by :func:`mrtpo.app_state.replay_cached`); the β slider and
+reads. The replay of the chosen group runs once (cached by :func:`pages._state.replay_cached`); the β slider and
 the method only re-color. Session keys: ``rollouts_file`` ((name, bytes), set by the uploader), ``rollouts_vt``,
 ``rollouts_format``, ``rollouts_group``, ``rollouts_method``, ``rollouts_beta``.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError
@@ -87,8 +87,7 @@ with S.guard("replay"):
     keep = [i for i, s in enumerate(sg.samples) if s.token_ids]
     if len(keep) < len(sg.samples):
         st.warning(f"{len(sg.samples) - len(keep)} empty completion(s) left out (nothing to explain).")
-        sg = type(sg)(sg.example, sg.prompt, [sg.samples[i] for i in keep], sg.reward_names, sg.rewards[keep],
-                      [sg.reasons[i] for i in keep], [sg.verifier_info[i] for i in keep])
+        sg = sg.subset(keep)
     if not keep:
         raise MrtpoError("every completion of this group is empty")
     replay = S.replay_cached(ch.model, ch.device, sg.prompt, sg.verifier_info, [s.token_ids for s in sg.samples],

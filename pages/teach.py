@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import compute
 from mrtpo.templates import ALL

@@ -2,13 +2,13 @@
 responses, and compare relevance before and after, token by token."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.errors import MrtpoError
+from mrtpo.pipeline import relevance_change
 from mrtpo.templates import Template
 
 st.title("Templates")
@@ -66,36 +66,14 @@ if not after or after["run_id"] != run.settings.get("id"):
     st.stop()
 
 before, new = after["before"].responses[i], after["replay"].responses[i]
-toks = before.tokens()
 shown = [k for k in g.reward_names if k in before.relevance or k in new.relevance]
 if not shown:
     st.info("Every reward is constant in this group, so none was replayed (their advantage is 0). Tick "
             "**Replay every reward** to compare relevance anyway.")
     st.stop()
-vmax_rel = max([float(r.relevance[k].max()) for r in (before, new) for k in shown if k in r.relevance and len(toks)]
-               + [1.0])
-rows, summary = [], []
-for k in shown:
-    rb = before.relevance.get(k, np.ones(len(toks)))
-    ra = new.relevance.get(k, np.ones(len(toks)))
-    jb, ja = before.js.get(k, np.zeros(len(toks))), new.js.get(k, np.zeros(len(toks)))
-    diff = ra - rb
-    vd = float(np.abs(diff).max()) if len(diff) else 0.0
-    tips = [f"{t['text']!r} | {k} | before: JS {jb[n]:.4f}, ρ {rb[n]:.3f} | after: JS {ja[n]:.4f}, ρ {ra[n]:.3f} | "
-            f"Δρ {diff[n]:+.3f}" for n, t in enumerate(toks)]
-    rows.append(f'<div class="reward"><b>{k}</b></div>')
-    rows.append(render.token_row("ρ before", toks, rb, "sequential", vmax_rel, tips))
-    rows.append(render.token_row("ρ after", toks, ra, "sequential", vmax_rel, tips))
-    rows.append(render.token_row(f"Δρ (±{vd:.3g})", toks, diff, "diverging", vd or 1.0, tips))
-    summary.append({"reward": k, "mean JS before": float(jb.mean()) if len(jb) else 0.0,
-                    "mean JS after": float(ja.mean()) if len(ja) else 0.0,
-                    "max |Δρ|": vd, "corr(ρ before, ρ after)": float(np.corrcoef(rb, ra)[0, 1])
-                    if len(rb) > 1 and rb.std() > 0 and ra.std() > 0 else float("nan")})
 st.subheader(f"Relevance of response #{i}: before and after")
-st.html(f"<style>{render.CSS}</style><div class='mrtpo'>"
-        f"<div class='legend'>relevance: orange (0 … {vmax_rel:.3g}); Δρ = after − before: blue up, red down</div>"
-        f"{''.join(rows)}</div>")
-st.dataframe(pd.DataFrame(summary), hide_index=True, width="stretch")
+st.html(f"<style>{render.CSS}</style>{render.relevance_diff_html(before, new, shown)}")
+st.dataframe(pd.DataFrame(relevance_change(before, new, shown)), hide_index=True, width="stretch")
 if st.button("Use this template and these texts in Explore", key="tpl_adopt"):
     run.template, run.replay = after["template"], after["replay"]
     run.group.verifier_info = after["infos"]

@@ -6,7 +6,6 @@ session and process from stepping it; they see the curves grow with **Refresh**.
 """
 from __future__ import annotations
 
-import html
 import math
 
 import pandas as pd
@@ -14,7 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from mrtpo import app_state as S
+from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError
@@ -198,17 +197,4 @@ else:
     st.dataframe(table, hide_index=True, width="stretch")
     if rows:
         i = st.selectbox("Response", list(range(len(rows))), key="train_sample_idx")
-        r = rows[i]
-        toks = [{"text": t} for t in r["tokens"]]
-        adv = r["token_advantage"]
-        va = max([abs(x) for x in adv] + [abs(r["advantage"]), 1e-9])
-        parts = [render.legend(va, max([max(v) for v in r["relevance"].values() if v] + [1.0]))]
-        tips = [f"{t['text']!r} | token advantage {a:+.4f}" for t, a in zip(toks, adv)]
-        parts.append(render.token_row(f"token advantage (resp. {r['advantage']:+.3f})", toks, adv, "diverging", va, tips))
-        vr = max([max(v) for v in r["relevance"].values() if v] + [1.0])
-        for k, rel in r["relevance"].items():
-            tips = [f"{t['text']!r} | {k} | relevance {x:.3f}" for t, x in zip(toks, rel)]
-            parts.append(render.token_row(f"ρ {k}", toks, rel, "sequential", vr, tips))
-        reasons = "; ".join(f"{k}: {v}" for k, v in r.get("reasons", {}).items() if v)
-        st.html(f"<style>{render.CSS}</style><div class='mrtpo'>{''.join(parts)}"
-                f"<p style='font-size:12px;color:#555'>{html.escape(reasons)}</p></div>")
+        st.html(f"<style>{render.CSS}</style>{render.stored_sample_html(rows[i])}")

@@ -33,7 +33,7 @@ def _free_port() -> int:
 @pytest.fixture()
 def server():
     port = _free_port()
-    env = dict(os.environ, MRTPO_MODEL="tiny-random", PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env = dict(os.environ, MRTPO_MODEL="tiny-random")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
          "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

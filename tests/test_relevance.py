@@ -136,11 +136,14 @@ def test_default_model_relevance_peaks_on_named_keyword(smol):
 
 
 def test_bf16_replay_tracks_exact_replay(smol):
-    """precision="auto" (bf16 weights on CPUs with AMX/AVX512-BF16) stays close to the float32 replay."""
+    """The bf16 path (what precision="auto" takes on CPUs with AMX/AVX512-BF16; forced here, so it runs on any CPU)
+    stays close to the float32 replay, and differs from it (it really ran in bf16)."""
     info = {"keyword": "The response must contain the word 'banana'.", "length": "The response must be under 40 words."}
     texts = ["I love eating a banana every morning because it gives me energy.", "Toast with jam and tea, always."]
     exact = replay_group(smol, "Write one sentence about your breakfast.", info, texts, config=ReplayConfig(precision="model"))
-    fast = replay_group(smol, "Write one sentence about your breakfast.", info, texts, config=ReplayConfig(precision="auto"))
+    fast = replay_group(smol, "Write one sentence about your breakfast.", info, texts,
+                        config=ReplayConfig(precision="bfloat16"))
+    assert any(not np.array_equal(a.js[k], b.js[k]) for a, b in zip(exact.responses, fast.responses) for k in info)
     for a, b in zip(exact.responses, fast.responses):
         for k in info:
             assert np.corrcoef(a.js[k], b.js[k])[0, 1] > 0.9

@@ -349,10 +349,8 @@ def scored_group(group: RolloutGroup, vt: VerifierTemplate, lm=None) -> ScoredGr
     samples = [Sample(tokenize_response(lm, r.completion)[0] if lm is not None else [], r.completion)
                for r in group.rows]
     R = np.array([vt.rewards_of(r) for r in group.rows], dtype=float).reshape(len(group.rows), len(vt.rewards))
-    infos = [vt.info(r) for r in group.rows]
-    reasons = [{k: "" for k in vt.rewards} for _ in group.rows]
-    return ScoredGroup(Example(group.id, group.prompt, {"step": group.step}), group.prompt, samples, vt.rewards, R,
-                       reasons, infos)
+    return ScoredGroup.unscored(Example(group.id, group.prompt, {"step": group.step}), samples, vt.rewards,
+                                [vt.info(r) for r in group.rows], R)
 
 
 # ---------------------------------------------------------------------------------------------- explain
@@ -372,8 +370,7 @@ def explain_group(lm, group: RolloutGroup, vt: VerifierTemplate, template: Templ
     sg = scored_group(group, vt)
     keep = [i for i, r in enumerate(group.rows) if r.completion]
     if len(keep) < len(group.rows):  # an empty completion has no tokens to explain
-        sg = ScoredGroup(sg.example, sg.prompt, [sg.samples[i] for i in keep], sg.reward_names, sg.rewards[keep],
-                         [sg.reasons[i] for i in keep], [sg.verifier_info[i] for i in keep])
+        sg = sg.subset(keep)
         group = RolloutGroup(group.step, group.prompt, [group.rows[i] for i in keep])
     if not keep:
         raise RolloutFileError(group.rows[0].source if group.rows else "-", None, "completion",

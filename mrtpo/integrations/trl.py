@@ -32,7 +32,7 @@ import torch
 
 from mrtpo import advantages as A
 from mrtpo.errors import MrtpoError
-from mrtpo.relevance import ReplayConfig, active_rewards, replay_group
+from mrtpo.relevance import ReplayConfig, active_rewards, relevance_tensor, replay_group
 from mrtpo.templates import Template
 
 try:
@@ -154,9 +154,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         from mrtpo.model import LoadedModel
 
         names = list(self.reward_func_names)
-        K = len(names)
         B = len(prompts)
-        rho = torch.ones(B, K, T)
+        relevance: list[dict] = [{} for _ in range(B)]  # per completion {reward: (T_i,)}; missing = uniform
         by_group: dict[int, list[int]] = {}
         for i in range(B):
             if len(ids_list[i]):
@@ -184,12 +183,12 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                                        config=self.mrtpo_config.replay)
                     stats["replay_forward_tokens"] += res.forward_tokens
                     for i, r in zip(rows, res.responses):
-                        for k, v in r.relevance.items():
-                            rho[i, names.index(k), : len(v)] = torch.from_numpy(v).float()
+                        relevance[i] = r.relevance
             finally:
                 model.train(was_training)
         stats["replay_seconds"] = time.perf_counter() - t0
-        return rho
+        lengths = [len(next(iter(r.values()))) if r else T for r in relevance]  # not replayed: uniform (ρ = 1)
+        return relevance_tensor(relevance, names, lengths, T)[0]  # (B, K, T)
 
     def _verifier_info(self, prompt, completion, example, names: list[str]) -> dict[str, str]:
         info = self.verifier_info_fn(prompt, completion, example)

@@ -6,11 +6,18 @@ The rest of mrtpo (CLI, app, trainer, relevance) only uses this interface.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
 from mrtpo.errors import TaskFileError
 from mrtpo.jsonl import json_objects
+
+
+def sample_data(*parts: str) -> Path:
+    """A file of the built-in data shipped inside the package (``mrtpo/sample_data/...``; the repository's top-level
+    ``sample_data`` links there), found with :mod:`importlib.resources`, so it works from a checkout and a wheel."""
+    return Path(str(resources.files("mrtpo").joinpath("sample_data", *parts)))
 
 
 @dataclass

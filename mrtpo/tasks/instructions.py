@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.errors import MrtpoError
-from mrtpo.tasks.base import Example, Score, TaskFamily
+from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
 from mrtpo.tasks.ifeval_checks import INSTRUCTIONS, validate
 
-PROMPTS_PATH = Path(__file__).resolve().parents[2] / "sample_data" / "instructions" / "prompts.jsonl"
+PROMPTS_PATH = sample_data("instructions", "prompts.jsonl")
 
 
 def reward_names_for(constraint_ids: list[str]) -> list[str]:

@@ -37,7 +37,6 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import sqlglot
@@ -47,10 +46,10 @@ from mrtpo.errors import MrtpoError
 
 # sqlglot warns on stderr for every unparsable model output; the reason is in the Score instead
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
-from mrtpo.tasks.base import Example, Score, TaskFamily
+from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
 from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "sample_data" / "sql"
+DATA_DIR = sample_data("sql")
 BUNDLED_DBS = ("shop", "school", "library")
 REWARDS = ["format", "valid", "correct"]
 

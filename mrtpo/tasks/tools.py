@@ -52,13 +52,12 @@ import ast
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 from mrtpo.errors import MrtpoError
-from mrtpo.tasks.base import Example, Score, TaskFamily
+from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
 
-EXAMPLES_PATH = Path(__file__).resolve().parents[2] / "sample_data" / "tools" / "examples.jsonl"
+EXAMPLES_PATH = sample_data("tools", "examples.jsonl")
 REWARDS = ["format", "function", "arguments"]
 FORMAT_RULE = ('Answer with only one JSON object {"name": "<function name>", "arguments": {...}}, '
                "optionally inside one ```json fence, and nothing else.")

@@ -264,14 +264,6 @@ def require_run() -> Run:
     return run
 
 
-def with_rewards(run: Run, rewards: np.ndarray) -> Run:
-    """A copy of ``run`` whose group has the rewards ``rewards`` (G, K) (custom mode: typed by the user)."""
-    g = run.group
-    group = ScoredGroup(g.example, g.prompt, g.samples, g.reward_names, np.asarray(rewards, dtype=float), g.reasons,
-                        g.verifier_info)
-    return Run(run.mode, run.choices, group, run.replay, run.template, run.settings, run.timings)
-
-
 def view(run: Run, method: str = "mrtpo", beta: float = 0.5) -> TokenView:
     """The token view of the current group under ``method`` and ``β`` (no model calls; cheap)."""
     return token_view(run.group, run.replay, method=method, beta=beta)

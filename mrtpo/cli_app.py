@@ -1,0 +1,65 @@
+"""``mrtpo app [--port P]``: start the Streamlit workbench shipped with the package.
+
+The app (``app.py`` and ``pages/`` at the top of the repository) is installed as the package ``mrtpo_app``; from a
+checkout it is found next to ``mrtpo/``. Streamlit settings come from the app's ``.streamlit/config.toml``, passed
+as flags so that they hold whatever the current folder is (the run store stays relative to where you start it).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from mrtpo.errors import MrtpoError
+
+
+def app_dir() -> Path:
+    """The folder holding the app's ``app.py``: the installed ``mrtpo_app`` package, or the checkout's top level."""
+    spec = importlib.util.find_spec("mrtpo_app")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    folders.append(str(Path(__file__).resolve().parents[1]))
+    for folder in folders:
+        if (Path(folder) / "app.py").is_file():
+            return Path(folder)
+    raise MrtpoError("the Streamlit app is not installed with this mrtpo (no mrtpo_app/app.py); reinstall mrtpo")
+
+
+def config_flags(folder: Path) -> list[str]:
+    """``--section.option value`` flags for every setting of ``folder/.streamlit/config.toml`` (none if absent)."""
+    path = folder / ".streamlit" / "config.toml"
+    if not path.is_file():
+        return []
+    flags = []
+    for section, options in tomllib.loads(path.read_text(encoding="utf-8")).items():
+        for name, value in options.items():
+            flags += [f"--{section}.{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return flags
+
+
+def cmd_app(a) -> int:
+    if importlib.util.find_spec("streamlit") is None:
+        raise MrtpoError("the app needs Streamlit: pip install 'mrtpo[app]'")
+    folder = app_dir()
+    cmd = [sys.executable, "-m", "streamlit", "run", str(folder / "app.py"), *config_flags(folder),
+           "--server.port", str(a.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    print(f"mrtpo app: http://localhost:{a.port} (Ctrl-C stops it)", file=sys.stderr)
+    return subprocess.call(cmd)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be in 1..65535, not {port}")
+    return port
+
+
+def register(sub) -> None:
+    p = sub.add_parser("app", help="start the Streamlit workbench (needs the extra: pip install 'mrtpo[app]')")
+    p.add_argument("--port", type=_port, default=8501, help="port to serve on (default 8501)")
+    p.set_defaults(fn=cmd_app)

@@ -1,0 +1,90 @@
+"""mrtpo as an installed package: the wheel holds the library, its data and the app; it runs from any folder;
+importing it changes nothing in the process and never imports Streamlit."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a clean copy of the checkout's files (no stale build/ folder can leak into it)."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True,
+                           text=True).stdout.splitlines()
+    for f in files:
+        (src / f).parent.mkdir(parents=True, exist_ok=True)
+        if (ROOT / f).is_symlink():
+            (src / f).symlink_to(os.readlink(ROOT / f))
+        elif (ROOT / f).is_file():
+            shutil.copy2(ROOT / f, src / f)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+                    str(src)], check=True, capture_output=True)
+    (whl,) = out.glob("mrtpo-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """The wheel installed (without dependencies) into a folder of its own; the venv provides the dependencies."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True)
+    return target
+
+
+def _run(installed: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(installed))
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_wheel_contents(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for f in ("mrtpo/sample_data/sql/shop.sql", "mrtpo/sample_data/sql/questions.jsonl",
+              "mrtpo/sample_data/instructions/prompts.jsonl", "mrtpo/sample_data/tools/examples.jsonl",
+              "mrtpo/sample_data/tools/NOTICE", "mrtpo_app/app.py", "mrtpo_app/pages/explore.py",
+              "mrtpo_app/.streamlit/config.toml"):
+        assert f in names, f
+    assert not any(n.startswith(("tests/", "bench/", "mrtpo_app/tests", "mrtpo_app/bench")) for n in names)
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "mrtpo = mrtpo.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+def test_installed_wheel_runs_from_another_folder(installed, tmp_path):
+    r = _run(installed, tmp_path, "-c", "import mrtpo; print(mrtpo.__file__)")
+    assert r.stdout.strip().startswith(str(installed))  # the wheel's copy, not the checkout
+    r = _run(installed, tmp_path, "-m", "mrtpo", "sample", "--task", "sql", "--example", "0", "--model",
+             "tiny-random", "--group", "2", "--max-new-tokens", "4")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["example_id"] for row in rows] == ["shop-01", "shop-01"]
+    assert set(rows[0]["rewards"]) == {"format", "valid", "correct"}
+    r = _run(installed, tmp_path, "-m", "mrtpo", "app", "--help")
+    assert r.returncode == 0 and "--port" in r.stdout
+
+
+def test_app_folder_found_in_the_wheel(installed, tmp_path):
+    r = _run(installed, tmp_path, "-c", "from mrtpo.cli_app import app_dir; print(app_dir())")
+    assert r.returncode == 0, r.stderr
+    folder = Path(r.stdout.strip())
+    assert folder == installed / "mrtpo_app" and (folder / "pages" / "train.py").is_file()
+
+
+def test_import_changes_no_environment_and_never_imports_streamlit():
+    code = ("import os, sys; before = dict(os.environ)\n"
+            "import mrtpo, mrtpo.cli, mrtpo.model, mrtpo.relevance, mrtpo.pipeline, mrtpo.render, mrtpo.train, "
+            "mrtpo.store, mrtpo.tasks, mrtpo.integrations.rollouts\n"
+            "from mrtpo.cli import build_parser; build_parser()\n"
+            "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
+            "assert 'streamlit' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
