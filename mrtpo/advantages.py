@@ -35,6 +35,11 @@ class Advantages:
     # within each group: per_reward = centered rewards / divisor, scale = 1); None: the batch ``scale`` does
     divisor: torch.Tensor | None = None
 
+    def rows(self, idx: slice) -> "Advantages":
+        """The responses ``idx`` of the batch (e.g. one process' share), keeping the batch's statistics."""
+        return Advantages(self.per_reward[idx], self.final[idx], self.center, self.scale, self.keep[idx],
+                          self.diagnostics, None if self.divisor is None else self.divisor[idx])
+
 
 ESTIMATORS: dict[str, Callable[..., Advantages]] = {}
 LABELS: dict[str, str] = {}  # estimator name -> display label ("gd2po" -> "GD²PO")

@@ -285,17 +285,6 @@ class Store:
     def list_runs(self) -> list[RunInfo]:
         return [self.get_run(n) for n in self.run_names()]
 
-    def delete_run(self, name: str) -> None:
-        """Delete a run's rows and its checkpoint folder (refused while someone trains it)."""
-        import shutil
-
-        run = self.require_run(name)
-        with self.locked(run.id) as owner, self._tx(run.id, owner) as c:
-            for t in ("metrics", "samples", "probe", "probe_relevance"):
-                c.execute(f"DELETE FROM {t} WHERE run_id = ?", (run.id,))
-            c.execute("DELETE FROM runs WHERE id = ?", (run.id,))
-        shutil.rmtree(self.checkpoint_dir(run.id), ignore_errors=True)
-
     # ------------------------------------------------------------------------------------------ steps
     def write_step(self, run_id: int, step: int, metrics: dict[str, float], samples: list[dict],
                    probe: list[dict] | None = None, checkpoint: Path | None = None, *, owner: str) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,72 +36,68 @@ import torch
 
 from mrtpo import advantages as A
 from mrtpo.errors import MrtpoError
-from mrtpo.model import LoadedModel, decoder_stack, load_model, sample, token_offsets
+from mrtpo.model import LoadedModel, load_model, sample, token_offsets
 from mrtpo.pipeline import ScoredGroup, replay_scored, score_group, template_for
-from mrtpo.relevance import replay_group
+from mrtpo.policy import AGGREGATIONS, clipped_surrogate_loss, load_trainable_state, token_logprobs, trainable_state
+from mrtpo.relevance import relevance_tensor, replay_group
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import get_family
 from mrtpo.tasks.base import TaskFamily
+from mrtpo.templates import Template
 
-AGGREGATIONS = ("token-mean", "seq-mean")
+def _opt(default, help: str, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+         choices: tuple[str, ...] | None = None):
+    """A TrainConfig field: its default, help text and allowed values (checked by ``__post_init__``; the CLI's
+    ``train`` flags are generated from the same metadata)."""
+    return field(default=default, metadata={"help": help, "lo": lo, "hi": hi, "lo_open": lo_open, "choices": choices})
 
 
 @dataclass
 class TrainConfig:
     """Everything a run needs; stored with the run as JSON."""
 
-    model: str = field(default="default", metadata={"help": "default | tiny-random | HF id | local folder"})
-    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda"})
-    task: str = field(default="instructions", metadata={"help": "task family: instructions | tools | sql"})
-    examples: str | None = field(default=None, metadata={"help": "examples JSONL in the family's format (default: built-in)"})
-    example_ids: list[str] | None = field(default=None, metadata={"help": "train on these example ids only"})
-    method: str = field(default="mrtpo", metadata={"help": "a name from mrtpo.advantages.method_names()"})
-    beta: float = field(default=0.5, metadata={"help": "MRTPO reallocation strength β"})
-    warmup: int = field(default=10, metadata={"help": "β smoothstep warmup in steps (0: none)"})
-    cap: float | None = field(default=None, metadata={"help": "optional cap on mean ρ² (>= 1)"})
-    group_size: int = field(default=8, metadata={"help": "responses per prompt G"})
-    prompts_per_step: int = field(default=2, metadata={"help": "prompts per step B (N = B·G responses)"})
-    lr: float = field(default=1e-5, metadata={"help": "AdamW learning rate"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    clip_low: float = field(default=0.2, metadata={"help": "ε_low: ratio clipped below at 1 − ε_low"})
-    clip_high: float = field(default=0.2, metadata={"help": "ε_high: ratio clipped above at 1 + ε_high"})
-    kl_coef: float = field(default=0.0, metadata={"help": "β_KL for the k3 KL to the reference (0: no reference)"})
-    aggregation: str = field(default="token-mean", metadata={"help": "token-mean (over all tokens) | seq-mean"})
-    ppo_epochs: int = field(default=1, metadata={"help": "passes over each batch"})
-    minibatches: int = field(default=1, metadata={"help": "optimizer steps per pass"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping (0: none)"})
-    max_new_tokens: int = field(default=64, metadata={"help": "longest sampled response"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
-    seed: int = field(default=0, metadata={"help": "seed of every random choice"})
-    lora: bool = field(default=False, metadata={"help": "train a LoRA adapter (peft) instead of all weights"})
-    lora_rank: int = field(default=8, metadata={"help": "LoRA rank"})
-    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
-    template: dict | None = field(default=None, metadata={"help": "verifier-info template {prompt,item,separator}"})
-    checkpoint_every: int = field(default=10, metadata={"help": "save a checkpoint every N steps (store only; "
-                                                                   "the last one is kept)"})
-    probe_size: int = field(default=4, metadata={"help": "probe responses whose relevance is tracked (0: none)"})
+    model: str = _opt("default", "default | tiny-random | HF id | local folder")
+    device: str = _opt("auto", "auto | cpu | cuda | cuda:N")
+    task: str = _opt("instructions", "task family: instructions | tools | sql")
+    examples: str | None = _opt(None, "examples JSONL in the family's format (default: built-in)")
+    example_ids: list[str] | None = _opt(None, "train on these example ids only")
+    method: str = _opt("mrtpo", "a name from mrtpo.advantages.method_names()")
+    beta: float = _opt(0.5, "MRTPO reallocation strength β", lo=0.0, hi=1.0)
+    warmup: int = _opt(10, "β smoothstep warmup in steps (0: none)", lo=0)
+    cap: float | None = _opt(None, "optional cap on mean ρ² (>= 1)", lo=1.0)
+    group_size: int = _opt(8, "responses per prompt G", lo=1)
+    prompts_per_step: int = _opt(2, "prompts per step B (N = B·G responses)", lo=1)
+    lr: float = _opt(1e-5, "AdamW learning rate", lo=0.0, lo_open=True)
+    weight_decay: float = _opt(0.0, "AdamW weight decay", lo=0.0)
+    clip_low: float = _opt(0.2, "ε_low: ratio clipped below at 1 − ε_low", lo=0.0, hi=0.999)
+    clip_high: float = _opt(0.2, "ε_high: ratio clipped above at 1 + ε_high", lo=0.0)
+    kl_coef: float = _opt(0.0, "β_KL for the k3 KL to the reference (0: no reference)", lo=0.0)
+    aggregation: str = _opt("token-mean", "token-mean (over all tokens) | seq-mean", choices=AGGREGATIONS)
+    ppo_epochs: int = _opt(1, "passes over each batch", lo=1)
+    minibatches: int = _opt(1, "optimizer steps per pass (<= B·G)", lo=1)
+    max_grad_norm: float = _opt(1.0, "gradient clipping (0: none)", lo=0.0)
+    max_new_tokens: int = _opt(64, "longest sampled response", lo=1)
+    temperature: float = _opt(1.0, "sampling temperature (0: greedy)", lo=0.0)
+    top_p: float = _opt(1.0, "nucleus sampling", lo=0.0, hi=1.0, lo_open=True)
+    seed: int = _opt(0, "seed of every random choice", lo=0, hi=2 ** 31 - 1)
+    lora: bool = _opt(False, "train a LoRA adapter (peft) instead of all weights")
+    lora_rank: int = _opt(8, "LoRA rank", lo=1)
+    lora_alpha: int = _opt(16, "LoRA alpha", lo=1)
+    template: dict | None = _opt(None, "verifier-info template {prompt,item,separator}")
+    checkpoint_every: int = _opt(10, "save a checkpoint every N steps (store only; the last one is kept)", lo=1)
+    probe_size: int = _opt(4, "probe responses whose relevance is tracked (0: none)", lo=0)
 
     def __post_init__(self):
-        A.parse_method(self.method)  # raises a clear MrtpoError for an unknown method
-        checks = [
-            (self.group_size >= 1, "group_size must be >= 1"),
-            (self.prompts_per_step >= 1, "prompts_per_step must be >= 1"),
-            (self.lr > 0, "lr must be > 0"),
-            (0 <= self.clip_low < 1 and self.clip_high >= 0, "clip_low must be in [0, 1) and clip_high >= 0"),
-            (self.kl_coef >= 0, "kl_coef must be >= 0"),
-            (self.aggregation in AGGREGATIONS, f"aggregation must be one of {', '.join(AGGREGATIONS)}"),
-            (self.ppo_epochs >= 1 and self.minibatches >= 1, "ppo_epochs and minibatches must be >= 1"),
-            (self.minibatches <= self.group_size * self.prompts_per_step, "more minibatches than responses"),
-            (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
-            (self.beta >= 0 and self.warmup >= 0, "beta and warmup must be >= 0"),
-            (self.cap is None or self.cap >= 1, "cap must be >= 1"),
-            (self.checkpoint_every >= 1, "checkpoint_every must be >= 1"),
-            (self.probe_size >= 0, "probe_size must be >= 0"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise MrtpoError(f"bad training config: {msg}")
+        for f in dataclasses.fields(self):
+            problem = _field_problem(f, getattr(self, f.name))
+            if problem:
+                raise MrtpoError(f"bad training config: {f.name} {problem}")
+        A.parse_method(self.method)  # a clear MrtpoError for an unknown method
+        if self.minibatches > self.group_size * self.prompts_per_step:
+            raise MrtpoError(f"bad training config: minibatches ({self.minibatches}) is more than the responses "
+                             f"of a step (group_size × prompts_per_step = {self.group_size * self.prompts_per_step})")
+        if self.template is not None:
+            Template.from_dict(self.template)  # TemplateError names the problem
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -114,84 +111,39 @@ class TrainConfig:
         return cls(**d)
 
 
-# ---------------------------------------------------------------------------------------------- the loss
-def clipped_surrogate_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    aggregation: str = "token-mean",
-    ref_logp: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO/GRPO clipped surrogate on token advantages (TRL's ``_compute_loss``).
-
-    logp, old_logp, adv, mask: (N, T) — log π_θ, log π_old of the taken tokens, token advantages, valid tokens.
-    r_t = exp(logp − old_logp);  l_t = −min(r_t A_t, clip(r_t, 1 − ε_low, 1 + ε_high) A_t) (+ β_KL · k3_t,
-    k3_t = exp(ref − logp) − (ref − logp) − 1).  ``token-mean``: Σ l / Σ mask over the batch (TRL "bnpo");
-    ``seq-mean``: mean over a response's tokens, then over responses (TRL "grpo").
-    Stats: clip_frac (tokens where the clipped term is the active one), ratio_mean, kl (k3 mean, if ref).
-    """
-    m = mask.float()
-    ratio = torch.exp(logp - old_logp)
-    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high)
-    per_tok = -torch.min(ratio * adv, clipped * adv)
-    kl = None
-    if ref_logp is not None:
-        d = ref_logp - logp
-        kl = torch.exp(d) - d - 1
-        if kl_coef:
-            per_tok = per_tok + kl_coef * kl
-    if aggregation == "token-mean":
-        agg = lambda x: (x * m).sum() / m.sum().clamp_min(1)  # noqa: E731
-    elif aggregation == "seq-mean":
-        agg = lambda x: ((x * m).sum(-1) / m.sum(-1).clamp_min(1)).mean()  # noqa: E731
-    else:
-        raise MrtpoError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, not '{aggregation}'")
-    loss = agg(per_tok)
-    with torch.no_grad():
-        is_clipped = ((ratio < 1 - clip_low) & (adv < 0)) | ((ratio > 1 + clip_high) & (adv > 0))
-        n = m.sum().clamp_min(1)
-        stats = {"clip_frac": float((is_clipped.float() * m).sum() / n), "ratio_mean": float((ratio * m).sum() / n)}
-        if kl is not None:
-            stats["kl"] = float((kl * m).sum() / n)
-    return loss, stats
+def field_kind(f: dataclasses.Field) -> str:
+    """A TrainConfig field's value type: "int", "float", "str", "bool", "list" or "dict" (None may be allowed too)."""
+    return str(f.type).replace(" | None", "").split("[")[0]
 
 
-# ---------------------------------------------------------------------------------------------- log-probs
-def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(y_t | x, y<t) of every response token, one right-padded forward pass.
-
-    prompts, responses: N token-id lists.  Returns (logp (N, T), mask (N, T)), T = longest response.
-    Only response positions go through the LM head, so no (N, L, V) logits tensor exists.
-    """
-    dev = next(model.parameters()).device
-    N = len(prompts)
-    L = max(len(p) + len(r) for p, r in zip(prompts, responses))
-    T = max(len(r) for r in responses)
-    ids = torch.full((N, L), pad_id, dtype=torch.long)
-    attn = torch.zeros((N, L), dtype=torch.long)
-    pos = torch.zeros((N, T), dtype=torch.long)
-    tok = torch.full((N, T), pad_id, dtype=torch.long)
-    mask = torch.zeros((N, T), dtype=torch.bool)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
-        s = p + r
-        ids[i, : len(s)] = torch.tensor(s)
-        attn[i, : len(s)] = 1
-        pos[i, : len(r)] = len(p) - 1 + torch.arange(len(r))
-        pos[i, len(r):] = len(p) - 1
-        tok[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = True
-    h = decoder_stack(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
-    h = torch.gather(h, 1, pos.to(dev).unsqueeze(-1).expand(N, T, h.shape[-1]))  # (N, T, H)
-    logits = model.get_output_embeddings()(h).float()
-    if temperature and temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    logp = torch.gather(logits, -1, tok.to(dev).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
-    return logp * mask.to(dev), mask.to(dev)
+def _field_problem(f: dataclasses.Field, v) -> str:
+    """Why ``v`` is not a valid value of field ``f`` ('' when it is)."""
+    kind, meta = field_kind(f), f.metadata
+    if v is None:
+        return "" if "None" in str(f.type) else "must be given"
+    if kind == "bool":
+        return "" if isinstance(v, bool) else f"must be true or false, not {v!r}"
+    if kind in ("int", "float"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (kind == "int" and not isinstance(v, int)):
+            return f"must be {'an integer' if kind == 'int' else 'a number'}, not {v!r}"
+        if not math.isfinite(v):
+            return f"must be finite, not {v!r}"
+        lo, hi = meta.get("lo"), meta.get("hi")
+        if lo is not None and (v <= lo if meta.get("lo_open") else v < lo):
+            return f"must be {'>' if meta.get('lo_open') else '>='} {lo:g}, not {v:g}"
+        if hi is not None and v > hi:
+            return f"must be <= {hi:g}, not {v:g}"
+        return ""
+    if kind == "str":
+        if not isinstance(v, str):
+            return f"must be a string, not {v!r}"
+        choices = meta.get("choices")
+        return f"must be one of {', '.join(choices)}, not {v!r}" if choices and v not in choices else ""
+    if kind == "list":
+        return "" if isinstance(v, list) and all(isinstance(x, str) for x in v) else "must be a list of strings"
+    if kind == "dict":
+        return "" if isinstance(v, dict) else "must be an object"
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------- trainer
@@ -387,22 +339,22 @@ class Trainer:
         t0 = time.perf_counter()
         ro = self.rollout(s)
         t_sample = time.perf_counter() - t0
-        G, N, K = cfg.group_size, ro.R.shape[0], ro.R.shape[1]
+        G, N = cfg.group_size, ro.R.shape[0]
         adv = A.compute(cfg.method, ro.R, G)
-        T = max(len(r) for r in ro.resp_ids)
-        mask = torch.zeros(N, T, dtype=torch.bool)
-        for i, r in enumerate(ro.resp_ids):
-            mask[i, : len(r)] = True
-        rho = torch.ones(N, K, T)
         replays = [None] * len(ro.groups)
         t1 = time.perf_counter()
-        if self.method.tokens:
-            for b, g in enumerate(ro.groups):
-                replays[b] = rep = replay_scored(lm, g, self.template)  # current policy, eval, no grad
-                for gi, rr in enumerate(rep.responses):
-                    for k, rel in rr.relevance.items():
-                        rho[b * G + gi, ro.names.index(k), : len(rel)] = torch.from_numpy(rel).float()
+        if self.method.tokens:  # the current policy, eval, no grad
+            replays = [replay_scored(lm, g, self.template) for g in ro.groups]
         t_replay = time.perf_counter() - t1
+        # (N, K, T) relevance and (N, T) mask over the trained tokens; the EOS that ends a response is trained but
+        # not replayed (uniform credit there), and so are methods without a replay
+        lengths = [len(r) for r in ro.resp_ids]
+        relevance = [{}] * N
+        if self.method.tokens:
+            flat = [rr for rep in replays for rr in rep.responses]
+            relevance = [{k: np.pad(v, (0, n - len(v)), constant_values=1.0) for k, v in rr.relevance.items()}
+                         for rr, n in zip(flat, lengths)]
+        rho, mask = relevance_tensor(relevance, ro.names, lengths)
         beta_s = A.smoothstep_beta(cfg.beta, s - 1, cfg.warmup) if self.method.tokens else 0.0
         tok_adv = A.token_advantages(adv, rho, mask, beta=beta_s, cap=cfg.cap) if self.method.tokens else \
             A.token_advantages(adv, None, mask, beta=0.0)
@@ -545,35 +497,10 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def _checkpoint_state(self, step: int) -> dict:
-        """What an exact resume needs: what trains (the LoRA adapter, or the trainable parameters; no frozen
-        weights, no buffers), the AdamW state (two moments per trained value) and the RNG state."""
-        if self.config.lora:
-            from peft import get_peft_model_state_dict
-
-            weights = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(self.lm.model).items()}
-        else:
-            weights = {k: p.detach().cpu() for k, p in self.lm.model.named_parameters() if p.requires_grad}
-        return {"step": step, "lora": self.config.lora, "model": weights,
+        """What an exact resume needs: what trains (:func:`mrtpo.policy.trainable_state`), the AdamW state and the
+        RNG state."""
+        return {"step": step, "lora": self.config.lora, "model": trainable_state(self.lm.model, self.config.lora),
                 "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state()}
-
-    def _load_trainable(self, weights: dict[str, torch.Tensor], path_hint: str) -> None:
-        if self.config.lora:
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(self.lm.model, weights)
-            return
-        named = {k: p for k, p in self.lm.model.named_parameters() if p.requires_grad}
-        missing = [k for k in named if k not in weights]  # older checkpoints hold every weight: a superset
-        if missing:
-            raise MrtpoError(f"run '{self.run_name}': checkpoint {path_hint} lacks {len(missing)} trained "
-                             f"tensor(s) ({missing[0]}, …) of model '{self.config.model}'")
-        try:
-            with torch.no_grad():
-                for k, p in named.items():
-                    p.copy_(weights[k])
-        except RuntimeError as e:
-            raise MrtpoError(f"run '{self.run_name}': checkpoint {path_hint} does not fit model "
-                             f"'{self.config.model}': {str(e).splitlines()[0]}") from None
 
     def _restore(self, run: RunInfo) -> None:
         """Bring this trainer to the run's last checkpoint (weights, AdamW, RNG; the initial state when there is
@@ -584,7 +511,11 @@ class Trainer:
             if not self._pristine:
                 self._setup_model(None)  # back to the initial weights and a fresh optimizer
         else:
-            self._load_trainable(state["model"], str(self.store.checkpoint_file(run)))
+            try:
+                load_trainable_state(self.lm.model, state["model"], self.config.lora)
+            except MrtpoError as e:
+                raise MrtpoError(f"run '{self.run_name}': checkpoint {self.store.checkpoint_file(run)} of model "
+                                 f"'{self.config.model}': {e}") from None
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
             self._pristine = False
@@ -614,8 +545,3 @@ class Trainer:
     def close(self) -> None:
         """Release resources (the lock is only held while stepping)."""
         self.reference = None
-
-
-def weights_digest(model: torch.nn.Module) -> float:
-    """A cheap fingerprint of the trainable weights (sum of |w|), for tests and the CLI."""
-    return float(sum(p.detach().abs().double().sum() for p in model.parameters() if p.requires_grad))

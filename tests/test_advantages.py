@@ -337,3 +337,17 @@ def test_token_advantages_are_bounded_by_the_per_reward_scale(batch):
     ulp = 8 * torch.finfo(torch.float32).eps * float(rows.abs().max() + 1)
     np.testing.assert_allclose((rows.sum(1) - adv.center / adv.scale * mask * adv.keep[:, None]).numpy(), tok.numpy(),
                                atol=1e-5 + 4 * ulp)
+
+
+def test_rows_keep_the_batch_statistics_and_grpo_divisors():
+    """A process' share of the batch (TRL integration) gets the same token advantages as in the full batch, including
+    GRPO's per-group divisors (its floor)."""
+    R = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    rho = torch.tensor([[[3.0, 0.0, 0.0], [0.0, 0.0, 3.0]]] * 4)
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    for method in ("grpo", "gdpo", "dara"):
+        adv = A.compute(method, R, 2)
+        full = A.token_advantages(adv, rho, mask, beta=0.5)
+        part = A.token_advantages(adv.rows(slice(0, 2)), rho[:2], mask[:2], beta=0.5)
+        assert torch.allclose(part, full[:2]), method
+        assert full.abs().max() < 10  # equal sums in group 0 never divide the reallocation by eps

@@ -75,20 +75,36 @@ def test_explain_from_input_and_task(tmp_path):
     assert main(["explain", "--input", str(inp), "--html", str(html), "--json", str(js), "--model", "tiny-random"]) == 0
     page = html.read_text()
     assert page.startswith("<!doctype html>") and "http" not in page.split("<body")[0]  # no CDN
-    assert page.count('class="tok"') > 0
     data = json.loads(js.read_text())
-    assert data["responses"][0]["advantage"] > 0 > data["responses"][1]["advantage"]
+    # by hand: each reward's z-score ±0.5 / (0.70711 + 1e-4) = ±z; sums ±2z; Bessel batch std 2z·√2 (+ 1e-4)
+    z = 0.5 / (0.5 ** 0.5 + 1e-4)
+    A = 2 * z / (2 * z * 2 ** 0.5 + 1e-4)
+    assert [r["advantage"] for r in data["responses"]] == pytest.approx([A, -A], abs=1e-5)
+    assert data["responses"][0]["per_reward_advantage"]["format"] == pytest.approx(z / (2 * z * 2 ** 0.5 + 1e-4), abs=1e-5)
+    for r in data["responses"]:  # MRTPO moves credit between tokens, never the response's mean
+        assert sum(r["token_advantage"]) / len(r["token_advantage"]) == pytest.approx(r["advantage"], abs=1e-5)
+        assert "".join(t["text"] for t in r["tokens"]) == r["response"]
+    n_tok = sum(len(r["tokens"]) for r in data["responses"])
+    # per response and reward: GDPO's uniform row, MRTPO's row, relevance; plus the two combined rows
+    assert page.count('class="tok"') == n_tok * (3 * 2 + 2)
     resp = _jsonl(tmp_path / "resp.jsonl", [{"response": '{"name": "x", "arguments": {}}'}, {"response": "no"}])
     assert main(["explain", "--task", "tools", "--example", "0", "--responses", str(resp), "--html", str(html),
-                 "--model", "tiny-random"]) == 0
+                 "--json", str(js), "--model", "tiny-random"]) == 0
+    data = json.loads(js.read_text())
+    assert [r["reward_values"]["format"] for r in data["responses"]] == [1.0, 0.0]  # the verifier scored them
+    assert data["responses"][0]["advantage"] > 0 > data["responses"][1]["advantage"]
 
 
 def test_sample_and_score_cli(tmp_path, capsys):
     assert main(["sample", "--task", "tools", "--example", "0", "--group", "2", "--max-new-tokens", "8",
                  "--model", "tiny-random"]) == 0
     rows = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 2 and set(rows[0]["rewards"]) == {"format", "function", "arguments"}
     from mrtpo.tasks import get_family
+
+    tools = get_family("tools")
+    assert [r["index"] for r in rows] == [0, 1] and {r["example_id"] for r in rows} == {tools.example(0).id}
+    for r in rows:  # the printed rewards are the verifiers' scores of the printed responses
+        assert r["rewards"] == {k: v.value for k, v in tools.score(tools.example(0), r["response"]).items()}
 
     fam = get_family("sql")
     ex = fam.examples()[0]
@@ -431,3 +447,31 @@ def test_train_flags_checked(tmp_path, capsys):
         rc, out, err = _run(capsys, *base, flag, value)
         assert rc == 2 and f"argument {flag}: {problem}" in err
     assert not (tmp_path / "r.db").exists()  # nothing created for a bad flag
+
+
+def test_train_flags_are_generated_from_the_config_fields(tmp_path, capsys):
+    """Every TrainConfig field is a `train` flag with the field's own limits, and the flags build the config."""
+    import dataclasses
+
+    from mrtpo.cli import build_parser
+    from mrtpo.cli.train import config_from_args
+    from mrtpo.train import TrainConfig
+
+    ap = build_parser()
+    a = ap.parse_args(["train", "--steps", "1", "--group-size", "3", "--lora", "--example-ids", "a, b", "--beta", "0.25",
+                       "--aggregation", "seq-mean", "--cap", "2"])
+    cfg, given = config_from_args(a)
+    assert given == {"group_size": 3, "lora": True, "example_ids": ["a", "b"], "beta": 0.25,
+                     "aggregation": "seq-mean", "cap": 2.0}
+    assert (cfg.group_size, cfg.lora, cfg.example_ids, cfg.beta, cfg.aggregation, cfg.cap, cfg.lr) == \
+        (3, True, ["a", "b"], 0.25, "seq-mean", 2.0, TrainConfig().lr)
+    rc = main(["train", "--help"])
+    help_text = capsys.readouterr().out
+    assert rc == 0
+    for f in dataclasses.fields(TrainConfig):
+        assert "--" + f.name.replace("_", "-") in help_text, f.name
+    for flag, value, says in [("--beta", "1.5", "in [0, 1]"), ("--top-p", "0", "in (0, 1]"), ("--group-size", "0", ">= 1"),
+                              ("--lr", "0", "> 0"), ("--aggregation", "mean", "invalid choice")]:
+        assert main(["train", "--steps", "1", flag, value]) == 2
+        err = capsys.readouterr().err
+        assert f"argument {flag}" in err and says in err, (flag, err)

@@ -73,7 +73,7 @@ def test_installed_wheel_runs_from_another_folder(installed, tmp_path):
 
 
 def test_app_folder_found_in_the_wheel(installed, tmp_path):
-    r = _run(installed, tmp_path, "-c", "from mrtpo.cli_app import app_dir; print(app_dir())")
+    r = _run(installed, tmp_path, "-c", "from mrtpo.cli.app import app_dir; print(app_dir())")
     assert r.returncode == 0, r.stderr
     folder = Path(r.stdout.strip())
     assert folder == installed / "mrtpo_app" and (folder / "pages" / "train.py").is_file()

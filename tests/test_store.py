@@ -349,19 +349,3 @@ def test_schema_1_store_with_name_paths_still_resumes(tmp_path):
     straight.train(2)
     same_run(st, "old", "straight")
     assert legacy.exists()  # files outside the run's id folder are never deleted
-
-
-def test_delete_run_waits_for_the_lock_and_removes_its_folder(tmp_path):
-    st = Store(tmp_path / "runs.db")
-    keep, gone = st.create_run("keep", {}), st.create_run("gone", {})
-    for r in (keep, gone):
-        st.checkpoint_dir(r.id).mkdir(parents=True)
-        (st.checkpoint_dir(r.id) / "step-000001.pt").write_bytes(b"x")
-    owner = st.acquire_lock(gone.id)
-    with pytest.raises(MrtpoError, match="being trained"):
-        st.delete_run("gone")
-    assert st.run_names() == ["keep", "gone"]
-    st.release_lock(gone.id, owner)
-    st.delete_run("gone")
-    assert st.run_names() == ["keep"] and checkpoint_files(tmp_path) == ["step-000001.pt"]
-    assert not st.checkpoint_dir(gone.id).exists() and st._q("SELECT COUNT(*) FROM locks") == [(0,)]

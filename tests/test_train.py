@@ -7,7 +7,8 @@ import torch
 from mrtpo.errors import MrtpoError
 from mrtpo.store import Store
 from mrtpo.tasks.base import Example, Score, TaskFamily
-from mrtpo.train import TrainConfig, Trainer, clipped_surrogate_loss
+from mrtpo.policy import clipped_surrogate_loss
+from mrtpo.train import TrainConfig, Trainer
 
 
 class ToyFamily(TaskFamily):

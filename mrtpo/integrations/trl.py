@@ -125,8 +125,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         adv = A.compute(cfg.method, rewards, G, self.reward_weights.to(rewards.device))  # all processes' rows
         B = len(prompts)
         lo = self.accelerator.process_index * B
-        local = A.Advantages(adv.per_reward[lo:lo + B], adv.final[lo:lo + B], adv.center, adv.scale,
-                             adv.keep[lo:lo + B], adv.diagnostics)
+        local = adv.rows(slice(lo, lo + B))  # this process' rows (GRPO's per-group divisors too)
         mask = out["completion_mask"].bool()
         if "tool_mask" in out:
             mask = mask & out["tool_mask"].bool()

@@ -1,64 +1,29 @@
-"""Command line: ``python -m mrtpo COMMAND ...`` with JSON in and out.
-
-relevance   per-token JS distance and relevance for cases in a JSONL file
-advantages  advantages of an estimator for a rewards matrix
-explain     self-contained HTML heatmaps (and JSON) for one prompt and its group of responses
-sample      sample a group for a task example and print responses with their rewards
-score       score given responses against task examples
-
-Exit status: 0 done; 1 some lines of a line-oriented command (relevance, score) were bad, each reported on stderr
-with its line and field, and the others ran; 2 bad input (a message on stderr naming the file, line and field) or
-nothing could run; 130 interrupted.  Set MRTPO_DEBUG=1 to see a traceback for an internal error.
-"""
+"""Token credit commands: ``relevance`` (per-token JS and relevance of given responses), ``advantages`` (any
+estimator on a rewards matrix, MRTPO over given relevance) and ``explain`` (self-contained HTML heatmaps)."""
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 
 from mrtpo import validate as V
+from mrtpo.cli.common import (
+    BETA,
+    LINES_EPILOG,
+    NONNEG,
+    POSITIVE,
+    error_text,
+    find_example,
+    lines_summary,
+    load_template,
+    model_args,
+    sampling_args,
+    write_json,
+)
 from mrtpo.errors import MrtpoError, TaskFileError
-from mrtpo.jsonl import dumps, json_lines, load_json, read_text, write_text
-
-# Subcommands contributed by other modules: module path -> it defines ``register(subparsers)``.
-EXTENSIONS = ["mrtpo.train_cli", "mrtpo.integrations_cli", "mrtpo.cli_app"]
+from mrtpo.jsonl import dumps, json_lines, load_json, write_text
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="default", help="default | tiny-random | HF id | local folder")
-    p.add_argument("--device", default="auto", type=V.device_flag,
-                   help="auto (CUDA bf16 if available, else CPU) | cpu | cuda | cuda:N | mps")
-    p.add_argument("--template", default=None, help="verifier-info template file (JSON {prompt,item,separator} or text)")
-
-
-def _load_template(path, family=None):
-    from mrtpo.pipeline import template_for
-    from mrtpo.templates import Template
-
-    if not path:
-        return template_for(family)
-    read_text(path)  # a missing or non-UTF-8 file: a message naming the file (and the bad byte)
-    return Template.from_file(path)
-
-
-def _write_json(obj, path: str | None):
-    if path:
-        write_text(path, dumps(obj) + "\n")
-    else:
-        print(dumps(obj))
-
-
-def _lines_summary(ok: int, bad: int) -> int:
-    """Exit status of a line-oriented command: 0 every line ran, 1 some were bad and the rest ran, 2 none ran."""
-    return 0 if not bad else 1 if ok else 2
-
-
-LINES_EPILOG = ("Exit status: 0 when every line ran; 1 when some lines were bad (each reported on stderr with its "
-                "line number and field) and the others ran; 2 when nothing could run.")
-
-
-# ---------------------------------------------------------------------------------------------- relevance
 def _check_case(obj: dict, n: int) -> str | None:
     """None for a good relevance case {"id", "prompt", "verifier_info": {reward: text}, "response"}, else the
     problem ``line N: field 'F': ...``."""
@@ -84,7 +49,7 @@ def cmd_relevance(a) -> int:
     from mrtpo.model import load_model
     from mrtpo.relevance import replay_group
 
-    template = _load_template(a.template)
+    template = load_template(a.template)
     cases, bad = [], 0
     for n, obj, problem in json_lines(a.input):
         err = f"line {n}: {problem}" if problem else _check_case(obj, n)
@@ -116,7 +81,7 @@ def cmd_relevance(a) -> int:
     def report(n, e):
         if debug and not isinstance(e, MrtpoError):
             raise e
-        print(f"{a.input}: line {n}: {_problem(e)}", file=sys.stderr)
+        print(f"{a.input}: line {n}: {error_text(e)}", file=sys.stderr)
 
     for items in groups.values():
         try:
@@ -141,22 +106,14 @@ def cmd_relevance(a) -> int:
     else:
         write_text(a.output, text)
     print(f"{len(results)} cases written to {a.output}" + (f", {bad} bad lines skipped" if bad else ""), file=sys.stderr)
-    return _lines_summary(len(results), bad)
+    return lines_summary(len(results), bad)
 
 
-def _problem(e: Exception) -> str:
-    """A user-facing message for an exception raised while processing one line."""
-    if isinstance(e, MrtpoError):
-        return str(e)
-    return f"internal error ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); please report it"
-
-
-# ---------------------------------------------------------------------------------------------- advantages
 def _relevance_input(rel, names: list[str], N: int):
     """``relevance``: N objects {reward: list of finite numbers >= 0}, the lists of one object of equal length.
 
     Returns rho (N, K, T) (ones for a reward not given: uniform) and mask (N, T)."""
-    import torch
+    from mrtpo.relevance import relevance_tensor
 
     if not isinstance(rel, list):
         raise V.BadValue("relevance", f"must be a list of {N} objects {{reward: [numbers]}}, got {V._shown(rel)}")
@@ -175,16 +132,7 @@ def _relevance_input(rel, names: list[str], N: int):
         if len(lengths) > 1:
             raise V.BadValue(f, f"lists of different lengths {sorted(lengths)} (one number per token of the response)")
         rows.append(vals)
-    T = max(len(next(iter(r.values()))) for r in rows)
-    mask = torch.zeros(N, T, dtype=torch.bool)
-    rho = torch.ones(N, len(names), T)
-    for i, r in enumerate(rows):
-        t = len(next(iter(r.values())))
-        mask[i, :t] = True
-        for j, k in enumerate(names):
-            if k in r:
-                rho[i, j, :t] = torch.tensor(r[k], dtype=torch.float32)
-    return rho, mask
+    return relevance_tensor(rows, names, [len(next(iter(r.values()))) for r in rows])
 
 
 def cmd_advantages(a) -> int:
@@ -233,19 +181,16 @@ def cmd_advantages(a) -> int:
         big = max((abs(x) for row in rows for x in row if not math.isnan(x)), default=0.0)
         raise MrtpoError(f"{a.input}: the advantages overflow float32 (largest |reward| {big:g}); rescale the "
                          f"rewards{' or the relevance' if rho is not None else ''}")
-    _write_json(out, a.output)
+    write_json(out, a.output)
     return 0
 
 
-# ---------------------------------------------------------------------------------------------- explain
 def _explain_input(path: str):
     """The group of ``explain --input``: {"prompt", "verifier_info", "responses", "rewards", "reward_names"?, "id"?}.
 
     verifier_info: {reward: text} for the whole group, or one such object per response (same rewards);
     rewards: G rows × K numbers (null / NaN = not scored) in reward_names' order (default: verifier_info's).
     The samples carry text only; the caller tokenizes them with the model."""
-    import numpy as np
-
     from mrtpo.model import Sample
     from mrtpo.pipeline import ScoredGroup
     from mrtpo.tasks.base import Example
@@ -287,8 +232,7 @@ def _explain_input(path: str):
         raise e.at(path) from None
     infos = [{k: info[k] for k in names} for info in infos]  # the rewards' column order
     samples = [Sample([], t) for t in responses]  # token ids: the caller's, once the model is loaded
-    return ScoredGroup(Example(str(gid), prompt), prompt, samples, names, np.asarray(rewards, dtype=float),
-                       [{} for _ in samples], infos)
+    return ScoredGroup.unscored(Example(str(gid), prompt), samples, names, infos, rewards)
 
 
 def _responses_file(path: str) -> list[str]:
@@ -319,11 +263,11 @@ def cmd_explain(a) -> int:
     if a.task:
         fam = get_family(a.task)
         if a.examples:
-            ex = _find(fam.load_examples(a.examples), a.example or 0, a.examples)
+            ex = find_example(fam.load_examples(a.examples), a.example or 0, a.examples)
         else:
             ex = fam.example(a.example or 0)
         texts = _responses_file(a.responses) if a.responses else None
-        template = _load_template(a.template, fam)
+        template = load_template(a.template, fam)
         lm = load_model(a.model, a.device)
         if texts is not None:
             group = score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts])
@@ -331,7 +275,7 @@ def cmd_explain(a) -> int:
             group = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens,
                                  temperature=a.temperature, seed=a.seed)
     elif a.input:
-        template = _load_template(a.template)
+        template = load_template(a.template)
         group = _explain_input(a.input)  # a bad file fails before the model loads
         lm = load_model(a.model, a.device)
         group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
@@ -346,100 +290,17 @@ def cmd_explain(a) -> int:
     return 0
 
 
-def _find(examples, key, path):
-    for i, ex in enumerate(examples):
-        if ex.id == str(key) or str(i) == str(key):
-            return ex
-    raise MrtpoError(f"{path}: no example '{key}' (give an id from the file or an index 0..{len(examples) - 1})"
-                     if examples else f"{path}: no examples in the file")
 
 
-# ---------------------------------------------------------------------------------------------- sample / score
-def cmd_sample(a) -> int:
-    from mrtpo.model import load_model
-    from mrtpo.pipeline import sample_group
-    from mrtpo.tasks import get_family
-
-    fam = get_family(a.task)
-    ex = _find(fam.load_examples(a.examples), a.example, a.examples) if a.examples else fam.example(a.example)
-    lm = load_model(a.model, a.device)
-    g = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed)
-    for i, s in enumerate(g.samples):
-        print(dumps({"example_id": ex.id, "index": i, "response": s.text,
-                     "rewards": dict(zip(g.reward_names, map(float, g.rewards[i]))),
-                     "reasons": {k: v for k, v in g.reasons[i].items() if v}}))
-    return 0
-
-
-def cmd_score(a) -> int:
-    from mrtpo.tasks import get_family
-
-    fam = get_family(a.task)
-    examples = fam.load_examples(a.examples) if a.examples else fam.examples()
-    by_id = {ex.id: ex for ex in examples}
-    ok = bad = 0
-    for n, obj, problem in json_lines(a.responses):
-        if problem:
-            print(f"{a.responses}: line {n}: {problem}", file=sys.stderr)
-            bad += 1
-            continue
-        eid, resp = obj.get("example_id"), obj.get("response")
-        if eid is None or isinstance(eid, (dict, list)) or str(eid) not in by_id:
-            what = "missing" if eid is None else f"unknown id {V._shown(eid) if isinstance(eid, (dict, list)) else repr(eid)}"
-            print(f"{a.responses}: line {n}: field 'example_id': {what}", file=sys.stderr)
-            bad += 1
-            continue
-        if not isinstance(resp, str):
-            print(f"{a.responses}: line {n}: field 'response': missing or not a string", file=sys.stderr)
-            bad += 1
-            continue
-        ex = by_id[str(eid)]
-        try:
-            sc = fam.score(ex, resp)
-            line = dumps({"example_id": ex.id, "scores": {k: v.value for k, v in sc.items()},
-                          "reasons": {k: v.reason for k, v in sc.items() if v.value == 0 or v.reason},
-                          "verifier_info": fam.verifier_info(ex, resp)})
-        except Exception as e:  # one line's failure never stops the others
-            if os.environ.get("MRTPO_DEBUG"):
-                raise
-            print(f"{a.responses}: line {n}: {_problem(e)}", file=sys.stderr)
-            bad += 1
-            continue
-        print(line)
-        ok += 1
-    if not ok:
-        raise MrtpoError(f"{a.responses}: no line could be scored ({bad} bad lines)" if bad else
-                         f"{a.responses}: no lines (give JSONL lines {{\"example_id\", \"response\"}})")
-    return _lines_summary(ok, bad)
-
-
-# ---------------------------------------------------------------------------------------------- main
-# flag types: each names the flag and the bad value (argparse exits with 2)
-POSITIVE = V.int_flag(1)
-NONNEG = V.int_flag(0)
-SEED = V.int_flag(-(2 ** 63), 2 ** 64 - 1)  # what torch.manual_seed takes
-BETA = V.float_flag(0.0, 1.0)
-TEMPERATURE = V.float_flag(0.0)
-
-
-def _sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--group", type=POSITIVE, default=8, help="responses to sample (>= 1)")
-    p.add_argument("--max-new-tokens", type=POSITIVE, default=96, help="(>= 1)")
-    p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
-    p.add_argument("--seed", type=SEED, default=0)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def register(sub) -> None:
     from mrtpo.advantages import method_names
-
-    ap = argparse.ArgumentParser(prog="python -m mrtpo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("relevance", help="per-token JS distance and relevance for cases in a JSONL file",
                        epilog=LINES_EPILOG)
-    p.add_argument("--input", required=True, help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
+    p.add_argument("--input", required=True,
+                   help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
-    _model_args(p)
+    model_args(p)
     p.set_defaults(fn=cmd_relevance)
 
     p = sub.add_parser("advantages", help="advantages of an estimator for a rewards matrix")
@@ -460,75 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--example", default=None, help="example id or index (default 0)")
     p.add_argument("--examples", default=None, help="your own examples file (JSONL, the family's format)")
     p.add_argument("--responses", default=None, help='JSONL lines {"response"} instead of sampling')
-    p.add_argument("--input", default=None, help='group JSON {"prompt", "verifier_info", "responses", "rewards", "reward_names"?}')
-    _sampling_args(p)
+    p.add_argument("--input", default=None,
+                   help='group JSON {"prompt", "verifier_info", "responses", "rewards", "reward_names"?}')
+    sampling_args(p)
     p.add_argument("--method", default="mrtpo")
     p.add_argument("--beta", type=BETA, default=0.5, help="in [0, 1]")
     p.add_argument("--html", required=True)
     p.add_argument("--json", default=None, help="also write every number shown as JSON")
-    _model_args(p)
+    model_args(p)
     p.set_defaults(fn=cmd_explain)
-
-    p = sub.add_parser("sample", help="sample a group for a task example; print responses with rewards")
-    p.add_argument("--task", required=True)
-    p.add_argument("--example", default="0", help="example id or index")
-    p.add_argument("--examples", default=None, help="your own examples file (JSONL)")
-    _sampling_args(p)
-    _model_args(p)
-    p.set_defaults(fn=cmd_sample)
-
-    p = sub.add_parser("score", help="score given responses against task examples", epilog=LINES_EPILOG)
-    p.add_argument("--task", required=True)
-    p.add_argument("--examples", default=None, help="examples JSONL in the family's format (default: built-in)")
-    p.add_argument("--responses", required=True, help='JSONL lines {"example_id", "response"}')
-    p.set_defaults(fn=cmd_score)
-
-    import importlib
-
-    for mod in EXTENSIONS:
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name == mod:
-                continue
-            raise
-        m.register(sub)
-    return ap
-
-
-def main(argv=None) -> int:
-    """Run one command; the exit status is returned, never raised.
-
-    0 done; 1 a line-oriented command skipped bad lines (each reported); 2 bad input or flags (``error: ...`` on
-    stderr, or argparse's usage message); 130 interrupted.  No traceback: an unexpected exception is reported in
-    one line as an internal error (``MRTPO_DEBUG=1`` re-raises it).
-    """
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the CLI's own process: no fork warning
-    ap = build_parser()
-    try:
-        a = ap.parse_args(argv)
-    except SystemExit as e:  # argparse: --help (0) or a bad flag (2, message already printed)
-        return e.code if isinstance(e.code, int) else 2
-    try:
-        return a.fn(a) or 0
-    except MrtpoError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except OSError as e:  # a write to stdout / stderr, or a file opened outside the helpers
-        if os.environ.get("MRTPO_DEBUG"):
-            raise
-        where = f" {e.filename}" if e.filename else ""
-        print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # the promise: a message, never a traceback
-        if os.environ.get("MRTPO_DEBUG"):
-            raise
-        print(f"error: {_problem(e)}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

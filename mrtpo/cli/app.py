@@ -20,7 +20,7 @@ def app_dir() -> Path:
     """The folder holding the app's ``app.py``: the installed ``mrtpo_app`` package, or the checkout's top level."""
     spec = importlib.util.find_spec("mrtpo_app")
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    folders.append(str(Path(__file__).resolve().parents[1]))
+    folders.append(str(Path(__file__).resolve().parents[2]))  # a checkout: app.py beside mrtpo/
     for folder in folders:
         if (Path(folder) / "app.py").is_file():
             return Path(folder)

@@ -1,6 +1,6 @@
 """CLI subcommand ``rollouts``: explain your own rollouts (TRL completions parquet, verl JSONL) with heatmaps.
 
-    python -m mrtpo rollouts --input completions/ --format trl --verifier-template vt.json \\
+    mrtpo rollouts --input completions/ --format trl --verifier-template vt.json \\
         --output out.jsonl --html out.html [--model default] [--method mrtpo] [--beta 0.5] [--step 10]
 
 The verifier template is a JSON object {reward column: text template over the row's fields}.
@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mrtpo.cli.common import BETA, NONNEG, POSITIVE, model_args
 from mrtpo.jsonl import dumps, write_text
 
 
@@ -45,8 +46,6 @@ def cmd_rollouts(a) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from mrtpo.cli import BETA, NONNEG, POSITIVE, _model_args
-
     p = sub.add_parser("rollouts", help="heatmaps for your own rollouts (TRL completions parquet, verl JSONL)")
     p.add_argument("--input", required=True, help="TRL completions .parquet (or a folder of them) or verl-style .jsonl")
     p.add_argument("--format", default="auto", choices=["auto", "trl", "verl"], help="default: by file name")
@@ -58,5 +57,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--beta", type=BETA, default=0.5, help="in [0, 1]")
     p.add_argument("--step", type=NONNEG, default=None, help="only rows of this training step (>= 0)")
     p.add_argument("--max-groups", type=POSITIVE, default=20, help="explain at most this many groups (default 20)")
-    _model_args(p)
+    model_args(p)
     p.set_defaults(fn=cmd_rollouts)

@@ -1,8 +1,8 @@
-"""CLI subcommands of the training loop: ``train``, ``runs``, ``compare`` (registered by ``mrtpo.cli``).
+"""Training commands: ``train``, ``runs``, ``compare``.
 
-    python -m mrtpo train --task instructions --method mrtpo --steps 20 --run NAME
-    python -m mrtpo runs
-    python -m mrtpo compare RUN RUN [--every N]
+    mrtpo train --task instructions --method mrtpo --steps 20 --run NAME
+    mrtpo runs
+    mrtpo compare RUN RUN [--every N]
 
 ``--steps N`` trains until the run has N steps: re-running the same command after a kill resumes it.
 The run store is ``--db`` or ``$MRTPO_RUNS`` or ``runs/mrtpo.db``. Run names are checked
@@ -10,6 +10,7 @@ The run store is ``--db`` or ``$MRTPO_RUNS`` or ``runs/mrtpo.db``. Run names are
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -19,37 +20,61 @@ import time
 from mrtpo import validate as V
 from mrtpo.errors import MrtpoError
 
-# CLI flag -> TrainConfig field, for the fields given as plain flags; the types check ranges (finite numbers)
-_F, _I, _POS, _NONNEG = V.float_flag(), V.int_flag(), V.int_flag(1), V.int_flag(0)
-_FLAGS = {
-    "task": str, "method": str, "model": str, "device": V.device_flag, "examples": str,
-    "beta": V.float_flag(0.0, 1.0), "warmup": _NONNEG, "cap": V.float_flag(1.0), "group_size": _POS,
-    "prompts_per_step": _POS, "lr": V.float_flag(0.0, lo_open=True), "weight_decay": _F, "clip_low": _F,
-    "clip_high": _F, "kl_coef": V.float_flag(0.0), "aggregation": str, "ppo_epochs": _POS, "minibatches": _POS,
-    "max_grad_norm": _F, "max_new_tokens": _POS, "temperature": V.float_flag(0.0),
-    "top_p": V.float_flag(0.0, 1.0, lo_open=True), "seed": V.int_flag(-(2 ** 63), 2 ** 64 - 1), "lora_rank": _POS, "lora_alpha": _I,
-    "checkpoint_every": _POS, "probe_size": _NONNEG,
-}
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field, generated from the dataclass: ``--group-size N`` for ``group_size``; numbers
+    are range-checked by the field's metadata (the same limits TrainConfig checks), ``--lora`` is a switch,
+    ``--example-ids a,b`` a list, ``--template FILE`` a verifier-info template file. Defaults are None: a flag not
+    given leaves the field to TrainConfig's default (or to a resumed run's stored config)."""
+    from mrtpo.train import TrainConfig, field_kind
+
+    for f in dataclasses.fields(TrainConfig):
+        flag, meta, kind = "--" + f.name.replace("_", "-"), f.metadata, field_kind(f)
+        default = "" if f.default is None else f" (default {f.default})"
+        help = meta.get("help", "") + default
+        if kind == "bool":
+            p.add_argument(flag, action="store_true", default=None, help=meta.get("help", ""))
+        elif kind == "int":
+            p.add_argument(flag, type=V.int_flag(meta.get("lo"), meta.get("hi")), default=None, help=help)
+        elif kind == "float":
+            p.add_argument(flag, type=V.float_flag(meta.get("lo"), meta.get("hi"), lo_open=meta.get("lo_open", False)),
+                           default=None, help=help)
+        elif kind == "list":
+            p.add_argument(flag, type=_names, default=None, help=help + "; comma-separated")
+        elif kind == "dict":
+            p.add_argument(flag, default=None, metavar="FILE", help=help + ": a JSON file")
+        elif f.name == "device":
+            p.add_argument(flag, type=V.device_flag, default=None, help=help)
+        else:
+            p.add_argument(flag, default=None, choices=meta.get("choices"), help=help)
+
+
+def _names(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"give comma-separated names, got {text!r}")
+    return names
+
+
+def config_from_args(a):
+    """The TrainConfig the flags ask for, and the fields given explicitly (to compare with a stored run)."""
+    from mrtpo.templates import Template
+    from mrtpo.train import TrainConfig
+
+    given = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig) if getattr(a, f.name) is not None}
+    if "template" in given:
+        given["template"] = Template.from_file(given["template"]).to_dict()
+    return TrainConfig(**given), given
 
 
 def register(sub) -> None:
-    from mrtpo.train import TrainConfig
-
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     p = sub.add_parser("train", help="train a policy with the verifiers' rewards (resumable run in the run store)")
     p.add_argument("--run", default=None, help="run name (default: TASK-METHOD-SEED; letters, digits, '.', '_', "
                                                "'+', '-'); an existing run is resumed")
     p.add_argument("--steps", type=V.int_flag(0), required=True, help="train until the run has this many steps")
     p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
-    p.add_argument("--lora", action="store_true", help=fields["lora"].metadata["help"])
-    p.add_argument("--example-ids", default=None, help="comma-separated example ids to train on")
-    p.add_argument("--template", default=None, help="verifier-info template file (JSON {prompt,item,separator})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    for name, typ in _FLAGS.items():
-        f = fields[name]
-        default = f.default if f.default is not dataclasses.MISSING else None
-        p.add_argument("--" + name.replace("_", "-"), type=typ, default=None,
-                       help=f"{f.metadata.get('help', '')} (default {default})")
+    add_config_flags(p)
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("runs", help="list the runs in the run store")
@@ -60,27 +85,11 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="per-reward mean-reward curves of runs, side by side")
     p.add_argument("runs", nargs="+", help="two or more run names")
     p.add_argument("--db", default=None)
-    p.add_argument("--every", type=int, default=1, help="show every N-th step")
+    p.add_argument("--every", type=V.int_flag(1), default=1, help="show every N-th step")
     p.add_argument("--key", action="append", default=None,
                    help="metric keys to compare (default: every reward/... key); repeatable")
     p.add_argument("--json", action="store_true", help="print {run: {key: {step: value}}} instead")
     p.set_defaults(fn=cmd_compare)
-
-
-def _config_from_args(a):
-    from mrtpo.train import TrainConfig
-
-    kw = {name: getattr(a, name) for name in _FLAGS if getattr(a, name) is not None}
-    if a.lora:
-        kw["lora"] = True
-    if a.example_ids:
-        kw["example_ids"] = [s.strip() for s in a.example_ids.split(",") if s.strip()]
-    if a.template:
-        from mrtpo.templates import Template
-
-        t = Template.from_file(a.template)
-        kw["template"] = t.to_dict()
-    return TrainConfig(**kw), kw
 
 
 def cmd_train(a) -> int:
@@ -89,7 +98,7 @@ def cmd_train(a) -> int:
 
     if a.steps < 0:
         raise MrtpoError("--steps must be >= 0")
-    cfg, given = _config_from_args(a)
+    cfg, given = config_from_args(a)
     name = validate_run_name(a.run if a.run is not None else f"{cfg.task}-{cfg.method}-s{cfg.seed}")
     store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731

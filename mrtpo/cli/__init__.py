@@ -1,0 +1,70 @@
+"""Command line: ``mrtpo COMMAND ...`` (or ``python -m mrtpo``) with JSON in and out.
+
+relevance   per-token JS distance and relevance for cases in a JSONL file
+advantages  advantages of an estimator for a rewards matrix
+explain     self-contained HTML heatmaps (and JSON) for one prompt and its group of responses
+sample      sample a group for a task example and print responses with their rewards
+score       score given responses against task examples
+train       train a policy with the verifiers' rewards (a resumable run in the run store)
+runs        list the runs in the run store
+compare     per-reward mean-reward curves of runs, side by side
+rollouts    heatmaps for your own rollouts (TRL completions parquet, verl JSONL)
+app         start the Streamlit workbench
+
+Exit status: 0 done; 1 some lines of a line-oriented command (relevance, score) were bad, each reported on stderr
+with its line and field, and the others ran; 2 bad input (a message on stderr naming the file, line and field) or
+nothing could run; 130 interrupted.  Set MRTPO_DEBUG=1 to see a traceback for an internal error.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from mrtpo.cli import app, credit, rollouts, tasks, train
+from mrtpo.cli.common import error_text
+from mrtpo.errors import MrtpoError
+
+COMMAND_GROUPS = (credit, tasks, train, rollouts, app)  # each module's register(subparsers) adds its commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="mrtpo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for group in COMMAND_GROUPS:
+        group.register(sub)
+    return ap
+
+
+def main(argv=None) -> int:
+    """Run one command; the exit status is returned, never raised.
+
+    0 done; 1 a line-oriented command skipped bad lines (each reported); 2 bad input or flags (``error: ...`` on
+    stderr, or argparse's usage message); 130 interrupted.  No traceback: an unexpected exception is reported in
+    one line as an internal error (``MRTPO_DEBUG=1`` re-raises it).
+    """
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the CLI's own process: no fork warning
+    ap = build_parser()
+    try:
+        a = ap.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a bad flag (2, message already printed)
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        return a.fn(a) or 0
+    except MrtpoError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:  # a write to stdout / stderr, or a file opened outside the helpers
+        if os.environ.get("MRTPO_DEBUG"):
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        print(f"error: cannot read or write{where}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # the promise: a message, never a traceback
+        if os.environ.get("MRTPO_DEBUG"):
+            raise
+        print(f"error: {error_text(e)}", file=sys.stderr)
+        return 2

@@ -1,0 +1,72 @@
+"""What the CLI's commands share: model and sampling flags, flag types, templates, JSON out, exit codes."""
+from __future__ import annotations
+
+import argparse
+
+from mrtpo import validate as V
+from mrtpo.errors import MrtpoError
+from mrtpo.jsonl import dumps, read_text, write_text
+
+# flag types: each names the flag and the bad value (argparse exits with 2)
+POSITIVE = V.int_flag(1)
+NONNEG = V.int_flag(0)
+SEED = V.int_flag(-(2 ** 63), 2 ** 64 - 1)  # what torch.manual_seed takes
+BETA = V.float_flag(0.0, 1.0)
+TEMPERATURE = V.float_flag(0.0)
+
+
+def sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--group", type=POSITIVE, default=8, help="responses to sample (>= 1)")
+    p.add_argument("--max-new-tokens", type=POSITIVE, default=96, help="(>= 1)")
+    p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
+    p.add_argument("--seed", type=SEED, default=0)
+
+
+def model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="default", help="default | tiny-random | HF id | local folder")
+    p.add_argument("--device", default="auto", type=V.device_flag,
+                   help="auto (CUDA bf16 if available, else CPU) | cpu | cuda | cuda:N | mps")
+    p.add_argument("--template", default=None, help="verifier-info template file (JSON {prompt,item,separator} or text)")
+
+
+def load_template(path, family=None):
+    from mrtpo.pipeline import template_for
+    from mrtpo.templates import Template
+
+    if not path:
+        return template_for(family)
+    read_text(path)  # a missing or non-UTF-8 file: a message naming the file (and the bad byte)
+    return Template.from_file(path)
+
+
+def write_json(obj, path: str | None):
+    if path:
+        write_text(path, dumps(obj) + "\n")
+    else:
+        print(dumps(obj))
+
+
+def lines_summary(ok: int, bad: int) -> int:
+    """Exit status of a line-oriented command: 0 every line ran, 1 some were bad and the rest ran, 2 none ran."""
+    return 0 if not bad else 1 if ok else 2
+
+
+LINES_EPILOG = ("Exit status: 0 when every line ran; 1 when some lines were bad (each reported on stderr with its "
+                "line number and field) and the others ran; 2 when nothing could run.")
+
+
+def error_text(e: Exception) -> str:
+    """A user-facing message for an exception raised while processing one line."""
+    if isinstance(e, MrtpoError):
+        return str(e)
+    return f"internal error ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); please report it"
+
+
+def find_example(examples, key, path):
+    for i, ex in enumerate(examples):
+        if ex.id == str(key) or str(i) == str(key):
+            return ex
+    raise MrtpoError(f"{path}: no example '{key}' (give an id from the file or an index 0..{len(examples) - 1})"
+                     if examples else f"{path}: no examples in the file")
+
+
