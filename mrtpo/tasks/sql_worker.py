@@ -157,6 +157,8 @@ def _error_reason(e: BaseException, denied: list[str], time_limit: float) -> str
     if denied:
         return _main_denial(denied)
     msg = str(e)
+    if len(msg) > 200:  # SQLite quotes the offending token, which can be the whole query
+        msg = msg[:197] + "..."
     if "interrupted" in msg:
         return time_limit_reason(time_limit)
     if "too big" in msg:
