@@ -313,7 +313,7 @@ class Database:
                     raise SqlRunError(f"the database '{self.name}' does not build: {built[1]}")
                 reply = w.call(request, time_limit)
         if reply[0] != "ok":
-            raise SqlRunError(reply[1])
+            raise SqlRunError(reply[1] if len(reply) > 1 else f"the SQL worker answered {reply[0]!r}")
         return reply[1:]
 
     def run(self, sql: str, max_rows: int = MAX_ROWS, time_limit: float = TIME_LIMIT_S) -> Result:
