@@ -311,3 +311,41 @@ def test_localization_spans_are_inside_responses(task):
                 assert 0 <= start < end <= len(resp), (n, reward, start, end)
         outcomes.add(values(task.score(ex, resp)))
     assert (1.0, 1.0, 1.0) in outcomes and len(outcomes) >= 4  # a mix of good and bad replies
+
+
+# -- hostile text (issue 11) ------------------------------------------------------------------------------
+@pytest.mark.parametrize("sql", [
+    "SELECT name FROM customers WHERE city = 'Vienna' -- a comment",
+    "SELECT name FROM customers WHERE city = 'Vienna'; -- a comment",
+    "SELECT name FROM customers WHERE city = 'Vienna'; /* a comment */",
+    "-- the answer\nSELECT name FROM customers WHERE city = 'Vienna' /* done */",
+])
+def test_trailing_comment_after_a_complete_query_is_fine(task, sql):
+    scores = task.score(task.example("shop-01"), fenced(sql))
+    assert values(scores) == (1.0, 1.0, 1.0), {k: v.reason for k, v in scores.items()}
+
+
+@pytest.mark.parametrize("sql, reason", [
+    ("SELECT name FROM customers\x00", "the query contains a NUL character (at character 26)"),
+    ("SELECT name FROM customers WHERE city = '\ud800'", "the query is not valid text (lone surrogate '\\ud800' at character 41)"),
+])
+def test_text_that_is_not_sql_text_scores_zero_with_a_reason(task, sql, reason):
+    ex = task.example("shop-01")
+    scores = task.score(ex, fenced(sql))
+    assert values(scores) == (1.0, 0.0, 0.0)
+    assert scores["valid"].reason == reason
+    assert scores["correct"].reason == f"the query failed: {reason}"
+    assert f"your query failed: {reason}" in task.verifier_info(ex, fenced(sql))["correct"]
+
+
+def test_single_call_bomb_scores_zero_within_the_limit(task):
+    ex = task.example("shop-01")
+    like = ("WITH RECURSIVE h0(s, n) AS (SELECT 'a', 0 UNION ALL SELECT s || s, n + 1 FROM h0 WHERE n < 19) "
+            "SELECT instr((SELECT s FROM h0 WHERE n = 19), (SELECT substr(s, 2) || 'b' FROM h0 WHERE n = 18))")
+    import time
+
+    t0 = time.perf_counter()
+    scores = task.score(ex, fenced(like))
+    assert time.perf_counter() - t0 < 1.5
+    assert values(scores) == (1.0, 1.0, 0.0)
+    assert scores["correct"].reason == "the query failed: time limit (1 s)"

@@ -265,3 +265,52 @@ def test_localization_data(task):
                 assert 0 <= start < end <= len(d["response"]), (d["example_id"], reward, start, end)
         n_bad += any(s.value < 1 for s in task.score(ex, d["response"]).values())
     assert 0 < n_bad < len(lines)  # a mix of good and bad answers
+
+
+# -- hostile text (issue 11) --------------------------------------------------------------------------------
+def test_deeply_nested_json_scores_with_reasons(task, ex):
+    s = task.score(ex, "[" * 2000 + "]" * 2000)
+    assert {k: v.value for k, v in s.items()} == {"format": 0.0, "function": 0.0, "arguments": 0.0}
+    assert s["format"].reason == "the answer's JSON is nested too deeply to read"
+    assert s["function"].reason == "no function call found in the answer"
+    deep_args = '{"name": "get_weather", "arguments": {"city": ' + "[" * 2000 + "]" * 2000 + "}}"
+    s = task.score(ex, deep_args)
+    assert s["format"].value == 0.0 and s["function"].value == 1.0  # the name is still read from the broken JSON
+    assert s["arguments"].value == 0.0 and s["arguments"].reason == "no arguments object found in the answer"
+    # nested 500 deep: decodable, but arguments deeper than 64 levels are not read as a call's arguments
+    s = task.score(ex, '{"name": "get_weather", "arguments": {"city": ' + "[" * 500 + "]" * 500 + "}}")
+    assert [v.value for v in s.values()] == [1.0, 1.0, 0.0]
+    # a deep but shallow-enough wrong value is shown shortened
+    s = task.score(ex, '{"name": "get_weather", "arguments": {"city": ' + "[" * 60 + "]" * 60 + ', "days": 5}}')
+    assert s["arguments"].value == 0.5 and s["arguments"].reason.startswith("'city' is [[[[") and len(s["arguments"].reason) < 150
+
+
+def test_python_style_call_nested_deeply_or_negated_long_is_not_a_call():
+    assert parse_call("f(a=" + "[" * 3000 + "]" * 3000 + ")") is None
+    assert parse_call("f(a=" + "-" * 100_000 + "1)") is None
+    assert parse_call("x " * 1000 + "get_weather(city='Paris', days=5)") == {"name": "get_weather", "arguments": {"city": "Paris", "days": 5}}
+
+
+def test_long_answers_are_read_in_bounded_time(task, ex):
+    import time
+
+    for text in ("a" * 5_000_000, "```" + " " * 5_000_000 + "x", '{"a": [' * 64 + "1" * 5_000_000, "[" * 5_000_000,
+                 '{"name": "get_weather", "arguments": {"days": ' + "1" * 5000 + "}}"):
+        t0 = time.perf_counter()
+        s = task.score(ex, text)
+        assert time.perf_counter() - t0 < 1.0
+        assert s["format"].value == 0.0 and s["format"].reason
+    # a call after the first MAX_PARSE_CHARS characters is not searched for
+    from mrtpo.tasks.tools import MAX_PARSE_CHARS
+
+    late = "x" * MAX_PARSE_CHARS + EXACT
+    assert task.score(ex, late)["function"].reason == "no function call found in the answer"
+    assert task.score(ex, "x" * (MAX_PARSE_CHARS - len(EXACT)) + EXACT)["function"].value == 1.0
+
+
+def test_reasons_stay_short_for_huge_names_and_keys(task, ex):
+    s = task.score(ex, json.dumps({"name": "n" * 50_000, "arguments": {f"k{i}": i for i in range(3000)}}))
+    assert s["function"].reason.startswith("called 'nnn") and len(s["function"].reason) < 150
+    assert len(s["arguments"].reason) < 400
+    s = task.score(ex, json.dumps({f"k{i}": i for i in range(10_000)}))
+    assert len(s["format"].reason) < 200

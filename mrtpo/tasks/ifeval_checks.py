@@ -224,24 +224,31 @@ def check_nth_paragraph_first_word(r: str, kw: dict) -> Score:
 
 
 def check_placeholders(r: str, kw: dict) -> Score:
-    n = len(re.findall(r"\[.*?\]", r))
+    # IFEval counts re.findall(r"\[.*?\]", r); matching only the last '[' before each ']' counts the same
+    # matches without rescanning a line from every '[' (that took quadratic time on a long run of '[')
+    n = len(re.findall(r"\[[^\[\]\n]*\]", r))
     return _ok(n >= kw["num_placeholders"], f"{n} [placeholders], needs at least {kw['num_placeholders']}")
 
 
 def check_postscript(r: str, kw: dict) -> Score:
     marker = kw["postscript_marker"].strip()
+    # IFEval's patterns are these with r"\s*" before and r".*$" (MULTILINE) after, which match wherever these
+    # do; without them the search is linear (the leading \s* made it quadratic on long runs of whitespace)
     if marker == "P.P.S":
-        pattern = r"\s*p\.\s?p\.\s?s.*$"
+        pattern = r"p\.\s?p\.\s?s"
     elif marker == "P.S.":
-        pattern = r"\s*p\.\s?s\..*$"
+        pattern = r"p\.\s?s\."
     else:
-        pattern = r"\s*" + re.escape(marker.lower()) + r".*$"
-    found = re.findall(pattern, r.lower(), flags=re.MULTILINE)
+        pattern = re.escape(marker.lower())
+    found = re.search(pattern, r.lower())
     return _ok(bool(found), f"no postscript starting with '{marker}'")
 
 
 def check_bullet_lists(r: str, kw: dict) -> Score:
-    n = len(re.findall(r"^\s*\*[^\*].*$", r, flags=re.MULTILINE)) + len(re.findall(r"^\s*-.*$", r, flags=re.MULTILINE))
+    # IFEval's r"^\s*\*[^\*].*$" and r"^\s*-.*$" with [^\S\n] for \s: a match starting on a blank line above a
+    # bullet ends where the one starting on the bullet's line does, so the counts are equal, in linear time
+    n = (len(re.findall(r"^[^\S\n]*\*[^\*].*$", r, flags=re.MULTILINE))
+         + len(re.findall(r"^[^\S\n]*-.*$", r, flags=re.MULTILINE)))
     return _ok(n == kw["num_bullets"], f"{n} bullet points, needs exactly {kw['num_bullets']}")
 
 
@@ -272,8 +279,20 @@ def check_json_format(r: str, kw: dict) -> Score:
     return Score(1.0, "")
 
 
+def _titles(r: str) -> list[str]:
+    """IFEval's ``re.findall(r"<<[^\\n]+>>", r)`` in linear time: per line, from the first '<<' to the last
+    '>>' when at least one character lies between them."""
+    titles = []
+    for line in r.split("\n"):
+        start = line.find("<<")
+        end = line.rfind(">>")
+        if start >= 0 and end >= start + 3:
+            titles.append(line[start:end + 2])
+    return titles
+
+
 def check_title(r: str, kw: dict) -> Score:
-    titles = re.findall(r"<<[^\n]+>>", r)
+    titles = _titles(r)
     return _ok(any(t.lstrip("<").rstrip(">").strip() for t in titles), "no title wrapped in <<double angular brackets>>")
 
 

@@ -47,11 +47,12 @@ from mrtpo.errors import MrtpoError
 # sqlglot warns on stderr for every unparsable model output; the reason is in the Score instead
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
-from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError
+from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError, text_problem
 
 DATA_DIR = sample_data("sql")
 BUNDLED_DBS = ("shop", "school", "library")
 REWARDS = ["format", "valid", "correct"]
+_MAX_CACHED_CHARS = 5 * MAX_SQL_CHARS
 
 ANSWER_FORMAT = (
     "Write one SQLite query that answers the question. Reply with exactly one ```sql code block "
@@ -149,8 +150,12 @@ def parse_select(sql: str) -> str:
         return "no SQL found in the reply"
     if len(sql) > MAX_SQL_CHARS:
         return f"the query is too long ({len(sql)} characters; the limit is {MAX_SQL_CHARS})"
+    problem = text_problem(sql)
+    if problem:
+        return problem
     try:
-        trees = [t for t in sqlglot.parse(sql, read="sqlite") if t is not None]
+        # a comment after the last ';' parses as a Semicolon node: not a statement
+        trees = [t for t in sqlglot.parse(sql, read="sqlite") if t is not None and not isinstance(t, exp.Semicolon)]
     except sqlglot.errors.ParseError as e:
         first = e.errors[0] if e.errors else {}
         desc = first.get("description") or str(e)
@@ -331,7 +336,8 @@ class SqlTask(TaskFamily):
         """Run all three checkers on ``response`` (cached: score and verifier_info share one run)."""
         d = example.data
         ordered = d.get("ordered", has_order_by(d["reference"]))
-        return _check(example_db(example), d["reference"], bool(ordered), response)
+        check = _check if len(response) <= _MAX_CACHED_CHARS else _check.__wrapped__  # keep huge replies out of the cache
+        return check(example_db(example), d["reference"], bool(ordered), response)
 
     def score(self, example: Example, response: str) -> dict[str, Score]:
         c = self.check(example, response)

@@ -1,70 +1,76 @@
 """A read-only SQLite sandbox for model-written SQL.
 
-A :class:`Database` is built once per process from a SQL script (CREATE TABLE + INSERT) into a named
-in-memory database (SQLite's ``memdb`` VFS, shared between connections of this process). Model-written
-SQL runs through :meth:`Database.run`, which layers several guards, any one of which is enough to
-keep the database unchanged:
+A :class:`Database` is built from a SQL script (CREATE TABLE + INSERT) inside a worker process
+(:mod:`mrtpo.tasks.sql_worker`, standard library only), which keeps it in memory; model-written SQL runs
+there through :meth:`Database.run`. The guards, any one of which keeps the database unchanged:
 
-* a text pre-check: at most ``MAX_SQL_CHARS`` characters, one statement, starting with SELECT, WITH
-  or VALUES (comments stripped);
-* a fresh connection opened with ``mode=ro`` (writes fail with "readonly database"), autocommit,
-  ``PRAGMA query_only=1``, extension loading off, zero attached databases allowed;
-* an authorizer that allows only reading (SELECT, READ, RECURSIVE and an allow-list of pure
-  functions) and denies everything else: ATTACH/DETACH, PRAGMA, CREATE/DROP/INSERT/UPDATE/DELETE/
-  ALTER, transactions, load_extension, randomblob/zeroblob, ...;
-* limits: strings/blobs at most ``MAX_VALUE_BYTES`` (no blob bombs), a progress handler that stops
-  the query after ``TIME_LIMIT_S`` seconds of wall time, and at most ``MAX_ROWS`` result rows.
+* here, a text pre-check: valid text (no NUL character, no lone surrogate), at most ``MAX_SQL_CHARS``
+  characters, one statement starting with SELECT, WITH or VALUES (comments before or after it are fine);
+* in the worker: a read-only connection, an authorizer that allows only reading and the pure functions of
+  ``SAFE_FUNCTIONS``, strings/blobs at most ``MAX_VALUE_BYTES``, a progress handler that stops the query at
+  ``TIME_LIMIT_S`` seconds of wall time, at most ``MAX_ROWS`` rows and ``MAX_RESULT_BYTES`` bytes of result;
+* around the worker, limits that also hold inside one long SQLite C call (a LIKE of a long string against a
+  long pattern, instr(), a prepare that flattens CTEs into a huge expression): its memory is capped
+  (``MEMORY_LIMIT_BYTES`` address space, half of it for SQLite; a worker that hits it is replaced), it writes
+  no files, and when its reply does not come within the time limit + ``KILL_GRACE_S`` it is killed (SIGKILL)
+  and a new one started. So every
+  query ends within its time limit + ``KILL_GRACE_S`` (plus a few ms) and fails with "time limit (1 s)" or
+  "memory limit (1 GiB)".
+
+Workers are reused across queries (a few ms of overhead per query); a pool of at most ``POOL_SIZE`` serves
+concurrent threads, each worker one query at a time. A new worker builds a database the first time a query
+needs it. Build scripts run in the worker too, under ``BUILD_TIME_LIMIT_S`` and the same hard limits.
 
 Every refusal is a :class:`SqlRunError` whose message says why, so a reward can give it as reason.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
-import itertools
+import marshal
+import os
 import re
+import select
+import signal
 import sqlite3
+import struct
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
+
+from mrtpo.tasks.sql_worker import (
+    MAX_RESULT_BYTES,
+    MAX_VALUE_BYTES,
+    MEMORY_LIMIT_BYTES,
+    SAFE_FUNCTIONS,
+    frame,
+    memory_limit_reason,
+    time_limit_reason,
+)
 
 MAX_SQL_CHARS = 20_000
 MAX_ROWS = 1000
-MAX_VALUE_BYTES = 1_000_000
 TIME_LIMIT_S = 1.0
 BUILD_TIME_LIMIT_S = 5.0
+#: how long after its time limit a worker that has not answered is killed
+KILL_GRACE_S = 0.25
+#: how long a new worker may take to start (generous: a loaded machine can be slow to start Python)
+START_TIMEOUT_S = 30.0
+POOL_SIZE = 4
+WORKER_SCRIPT = Path(__file__).with_name("sql_worker.py")
+_MAX_REPLY_BYTES = 64 * MAX_RESULT_BYTES
 
-#: functions model-written SQL may call (pure, bounded by the length limit); names are lower case
-SAFE_FUNCTIONS = frozenset(
-    """
-    abs avg count max min sum total group_concat string_agg
-    length octet_length lower upper round substr substring trim ltrim rtrim replace instr
-    coalesce ifnull nullif iif typeof char unicode sign hex quote like glob
-    date time datetime julianday strftime unixepoch
-    ceil ceiling floor sqrt power pow exp ln log log10 log2 mod pi
-    row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value nth_value
-    likely unlikely likelihood
-    """.split()
-)
-
-_SQLITE_RECURSIVE = getattr(sqlite3, "SQLITE_RECURSIVE", 33)
-_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, _SQLITE_RECURSIVE}
-# what a user's build script (CREATE TABLE + INSERT) may do, besides reading
-_BUILD_ACTIONS = _READ_ACTIONS | {
-    sqlite3.SQLITE_CREATE_TABLE, sqlite3.SQLITE_CREATE_INDEX, sqlite3.SQLITE_CREATE_VIEW,
-    sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE, sqlite3.SQLITE_TRANSACTION,
-}
-_ACTION_NAMES = {getattr(sqlite3, n): n[len("SQLITE_"):] for n in dir(sqlite3)
-                 if n.startswith("SQLITE_") and n.endswith(("TABLE", "INDEX", "VIEW", "TRIGGER", "VTABLE"))}
-_ACTION_NAMES.update({sqlite3.SQLITE_INSERT: "INSERT", sqlite3.SQLITE_UPDATE: "UPDATE", sqlite3.SQLITE_DELETE: "DELETE",
-                      sqlite3.SQLITE_ATTACH: "ATTACH", sqlite3.SQLITE_DETACH: "DETACH", sqlite3.SQLITE_PRAGMA: "PRAGMA",
-                      sqlite3.SQLITE_TRANSACTION: "a transaction", sqlite3.SQLITE_ALTER_TABLE: "ALTER TABLE",
-                      sqlite3.SQLITE_ANALYZE: "ANALYZE", sqlite3.SQLITE_REINDEX: "REINDEX",
-                      sqlite3.SQLITE_SAVEPOINT: "SAVEPOINT"})
+__all__ = ["MAX_SQL_CHARS", "MAX_ROWS", "MAX_VALUE_BYTES", "MAX_RESULT_BYTES", "MEMORY_LIMIT_BYTES", "TIME_LIMIT_S",
+           "BUILD_TIME_LIMIT_S", "SAFE_FUNCTIONS", "Database", "Result", "SqlRunError", "first_statement", "precheck",
+           "strip_comments", "text_problem"]
 
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?(\*/|$)", re.S)
 _LEADING = re.compile(r"[\s(]*(select|with|values)\b", re.I)
-_counter = itertools.count()
 
 
 class SqlRunError(Exception):
@@ -79,6 +85,20 @@ class Result:
     rows: list[tuple[Any, ...]]
 
 
+# -- the text pre-check ------------------------------------------------------------------------------
+def text_problem(text: str, what: str = "query") -> str:
+    """'' when SQLite can take ``text`` (UTF-8 without NUL), else what is wrong, e.g.
+    'the query contains a NUL character (at character 8)'."""
+    nul = text.find("\x00")
+    if nul >= 0:
+        return f"the {what} contains a NUL character (at character {nul})"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"the {what} is not valid text (lone surrogate {text[e.start]!r} at character {e.start})"
+    return ""
+
+
 def strip_comments(sql: str) -> str:
     """``sql`` without -- and /* */ comments (string literals are not special-cased; good enough for checks)."""
     return _COMMENTS.sub(" ", sql)
@@ -90,10 +110,14 @@ def precheck(sql: str) -> None:
         raise SqlRunError(f"query too long ({len(sql)} characters; the limit is {MAX_SQL_CHARS})")
     if not sql.strip():
         raise SqlRunError("empty query")
+    problem = text_problem(sql)
+    if problem:
+        raise SqlRunError(problem)
     if not _LEADING.match(strip_comments(sql)):
         first = strip_comments(sql).split(None, 1)[0][:20] if strip_comments(sql).strip() else "?"
         raise SqlRunError(f"only a SELECT (or WITH ... SELECT) query is allowed, not '{first}'")
-    if not sqlite3.complete_statement(sql.rstrip().rstrip(";") + ";"):
+    # the newline ends a trailing -- comment, so 'SELECT 1 -- done' counts as complete
+    if not sqlite3.complete_statement(sql + "\n;"):
         raise SqlRunError("the query is incomplete (unterminated string, comment or statement)")
     if _more_than_one_statement(sql):
         raise SqlRunError("only one statement is allowed (found text after ';')")
@@ -117,111 +141,189 @@ def _more_than_one_statement(sql: str) -> bool:
     return bool(strip_comments(_split_first(sql)[1]).replace(";", "").strip())
 
 
-def _authorizer(allowed_actions: set[int], denied: list[str]):
-    """A sqlite3 authorizer allowing ``allowed_actions`` and SAFE_FUNCTIONS; remembers the first denial."""
+# -- worker processes ---------------------------------------------------------------------------------
+class _Worker:
+    """One worker process (see :mod:`mrtpo.tasks.sql_worker`); :meth:`call` sends a request and waits for the
+    reply at most the request's time limit + KILL_GRACE_S, else kills the process."""
 
-    def auth(action: int, arg1, arg2, dbname, source) -> int:
-        if action == sqlite3.SQLITE_FUNCTION:
-            name = (arg2 or "").lower()
-            if name in SAFE_FUNCTIONS:
-                return sqlite3.SQLITE_OK
-            denied.append(f"function {name}() is not allowed")
-            return sqlite3.SQLITE_DENY
-        if action in allowed_actions:
-            if action == sqlite3.SQLITE_READ and dbname not in (None, "main"):
-                denied.append(f"reading database '{dbname}' is not allowed")
-                return sqlite3.SQLITE_DENY
-            return sqlite3.SQLITE_OK
-        what = _ACTION_NAMES.get(action, f"operation {action}")
-        target = f" ({arg1})" if isinstance(arg1, str) and arg1 else ""
-        denied.append(f"{what}{target} is not allowed (read-only: SELECT queries only)")
-        return sqlite3.SQLITE_DENY
+    def __init__(self) -> None:
+        cmd = [sys.executable, "-I", "-S", "-B", str(WORKER_SCRIPT)]
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+                                         close_fds=True, start_new_session=True)
+        except OSError as e:
+            raise SqlRunError(f"could not start the SQL worker ({e})") from None
+        self._buf = bytearray()
+        self._ready = False
 
-    return auth
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None and self.proc.poll() is None
+
+    def call(self, request: tuple, time_limit: float) -> tuple:
+        """The worker's reply to ``request``; SqlRunError when it does not come in time or the worker died."""
+        if not self._ready:
+            self._read(time.monotonic() + START_TIMEOUT_S, f"start within {START_TIMEOUT_S:g} s")
+            self._ready = True
+        data = memoryview(frame(request))
+        try:
+            while data:
+                data = data[self.proc.stdin.write(data):]
+        except OSError:
+            raise SqlRunError(self._death_reason()) from None
+        reply = self._read(time.monotonic() + time_limit + KILL_GRACE_S, time_limit_reason(time_limit))
+        if reply == ("error", memory_limit_reason()):
+            self.kill()  # a worker that ran out of memory holds its peak (hundreds of MB); a new one starts clean
+        return reply
+
+    def _read(self, deadline: float, timeout_reason: str) -> tuple:
+        fd = self.proc.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while True:
+            if len(self._buf) >= 4:
+                (n,) = struct.unpack(">I", self._buf[:4])
+                if n > _MAX_REPLY_BYTES:
+                    self.kill()
+                    raise SqlRunError(f"the SQL worker sent a reply of {n} bytes")
+                if len(self._buf) >= 4 + n:
+                    reply = marshal.loads(self._buf[4:4 + n])
+                    del self._buf[:4 + n]
+                    return reply
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise SqlRunError(timeout_reason if self._ready else f"the SQL worker did not {timeout_reason}")
+            if not poller.poll(left * 1000):
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise SqlRunError(self._death_reason())
+            self._buf += chunk
+
+    def _death_reason(self) -> str:
+        """Why the worker ended (it closed its pipe without a reply)."""
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "the SQL worker stopped answering"
+        self._close_pipes()
+        if code == -signal.SIGXCPU:
+            return "time limit (CPU time)"
+        if code < 0:
+            return f"the SQL worker was killed by {signal.Signals(-code).name}"
+        return f"the SQL worker stopped unexpectedly (exit code {code})"
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it."""
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self._close_pipes()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
-def _main_denial(denied: list[str]) -> str:
-    """The most telling denial: one about the user's statement rather than SQLite's own schema table."""
-    return next((d for d in denied if "sqlite_" not in d), denied[0])
+class _Pool:
+    """At most ``size`` workers, each serving one thread at a time; idle ones are kept for reuse."""
+
+    def __init__(self, size: int) -> None:
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(size)
+
+    @contextlib.contextmanager
+    def worker(self) -> Iterator[_Worker]:
+        with self._slots:
+            with self._lock:
+                w = self._idle.pop() if self._idle else None
+            if w is None or not w.alive:
+                w = _Worker()
+            try:
+                yield w
+            finally:
+                if not w.alive:  # killed at a time or memory limit: start its successor now, so it is ready sooner
+                    try:
+                        w = _Worker()
+                    except SqlRunError:
+                        w = None
+                if w is not None:
+                    with self._lock:
+                        self._idle.append(w)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for w in idle:
+            w.kill()
+
+    def forget(self) -> None:
+        """In a forked child: drop the parent's workers without touching their processes."""
+        for w in self._idle:
+            w._close_pipes()
+        self._idle = []
 
 
-def _guard(conn: sqlite3.Connection, allowed_actions: set[int], time_limit: float) -> tuple[list[str], list[float]]:
-    """Install limits, authorizer and wall-time progress handler on ``conn``.
-
-    Returns (denials, deadline): the authorizer appends reasons to ``denials``; set ``deadline[0]``
-    (perf_counter seconds) before running.
-    """
-    denied: list[str] = []
-    deadline = [time.perf_counter() + time_limit]
-    if hasattr(conn, "enable_load_extension"):
-        conn.enable_load_extension(False)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, max(MAX_SQL_CHARS * 4, 100_000))
-    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    conn.set_authorizer(_authorizer(allowed_actions, denied))
-    conn.set_progress_handler(lambda: 1 if time.perf_counter() > deadline[0] else 0, 1000)
-    return denied, deadline
+_pool = _Pool(POOL_SIZE)
 
 
+def _after_fork_in_child() -> None:
+    global _pool
+    _pool.forget()
+    _pool = _Pool(POOL_SIZE)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(lambda: _pool.close())
+
+
+# -- databases ----------------------------------------------------------------------------------------
 class Database:
-    """A SQLite database built from a script, kept in memory for the life of the process.
+    """A SQLite database built from a script, kept in memory by the worker processes.
 
-    ``name`` is for messages; ``script`` the CREATE/INSERT text. Building runs the script under an
-    authorizer (no ATTACH, PRAGMA, extensions) and a time limit; a bad script raises SqlRunError.
+    ``name`` is for messages; ``script`` the CREATE/INSERT text. Building runs the script in a worker under an
+    authorizer (no ATTACH, PRAGMA, extensions), a time limit and the worker's hard limits; a bad script raises
+    SqlRunError. ``tables`` are the table names, ``schema`` the CREATE TABLE statements as written.
     """
 
     def __init__(self, name: str, script: str):
         self.name, self.script = name, script
-        self._uri = f"file:/mrtpo-sql-{next(_counter)}-{hashlib.sha1(script.encode()).hexdigest()[:12]}?vfs=memdb"
-        self._owner = sqlite3.connect(self._uri, uri=True, check_same_thread=False, isolation_level=None)
-        self._lock = threading.Lock()
-        denied, deadline = _guard(self._owner, _BUILD_ACTIONS, BUILD_TIME_LIMIT_S)
-        try:
-            self._owner.executescript(script)
-        except sqlite3.Error as e:
-            self._owner.close()
-            raise SqlRunError(_main_denial(denied) if denied else f"{type(e).__name__}: {e}") from None
-        self._owner.set_authorizer(None)
-        self._owner.set_progress_handler(None, 0)
-        self._owner.execute("PRAGMA query_only = 1")
-        rows = self._owner.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL ORDER BY rowid").fetchall()
-        if not rows:
-            self._owner.close()
-            raise SqlRunError("the script creates no table")
-        self.tables = [r[0] for r in rows]
+        problem = text_problem(script, "script")
+        if problem:
+            raise SqlRunError(problem)
+        self.key = hashlib.sha256(script.encode("utf-8")).hexdigest()[:32]
+        tables, schema = self._request(("build", self.key, script, BUILD_TIME_LIMIT_S), BUILD_TIME_LIMIT_S)
+        self.tables: list[str] = list(tables)
         #: the CREATE TABLE statements as written in the script (with their inline comments)
-        self.schema = "\n\n".join(r[1].strip() + ";" for r in rows)
+        self.schema: str = schema
+
+    def _request(self, request: tuple, time_limit: float) -> tuple:
+        """The worker's reply to ``request`` less its status; the database is (re)built in the worker first
+        when that one does not hold it (a new worker, or one that dropped it)."""
+        with _pool.worker() as w:
+            reply = w.call(request, time_limit)
+            if reply[0] == "unknown-db":
+                built = w.call(("build", self.key, self.script, BUILD_TIME_LIMIT_S), BUILD_TIME_LIMIT_S)
+                if built[0] != "ok":
+                    raise SqlRunError(f"the database '{self.name}' does not build: {built[1]}")
+                reply = w.call(request, time_limit)
+        if reply[0] != "ok":
+            raise SqlRunError(reply[1] if len(reply) > 1 else f"the SQL worker answered {reply[0]!r}")
+        return reply[1:]
 
     def run(self, sql: str, max_rows: int = MAX_ROWS, time_limit: float = TIME_LIMIT_S) -> Result:
         """Run one read-only query; its rows, or SqlRunError saying why not."""
         precheck(sql)
-        conn = sqlite3.connect(self._uri + "&mode=ro", uri=True, isolation_level=None)
-        try:
-            conn.execute("PRAGMA query_only = 1")  # before the authorizer, which denies PRAGMA
-            denied, deadline = _guard(conn, _READ_ACTIONS, time_limit)
-            try:
-                cur = conn.execute(first_statement(sql))
-                rows = cur.fetchmany(max_rows + 1)
-            except sqlite3.Error as e:
-                if denied:
-                    raise SqlRunError(_main_denial(denied)) from None
-                msg = str(e)
-                if "interrupted" in msg:
-                    msg = f"stopped after the {time_limit:g} s time limit"
-                elif "too big" in msg:
-                    msg = f"a value exceeds {MAX_VALUE_BYTES} bytes"
-                raise SqlRunError(msg) from None
-            if len(rows) > max_rows:
-                raise SqlRunError(f"returned more than {max_rows} rows")
-            columns = [d[0] for d in (cur.description or [])]
-            return Result(columns, [tuple(r) for r in rows])
-        finally:
-            conn.close()
+        columns, rows = self._request(("run", self.key, first_statement(sql), max_rows, time_limit), time_limit)
+        return Result(list(columns), [tuple(r) for r in rows])
 
     def content_hash(self) -> str:
-        """SHA-256 of the full dump (schema and rows): equal before and after means nothing changed."""
-        with self._lock:
-            h = hashlib.sha256()
-            for line in self._owner.iterdump():
-                h.update(line.encode())
-            return h.hexdigest()
+        """SHA-256 of the full dump (schema and rows) of the copy queries run on: equal before and after
+        means nothing changed."""
+        (digest,) = self._request(("hash", self.key), BUILD_TIME_LIMIT_S)
+        return digest

@@ -62,6 +62,9 @@ REWARDS = ["format", "function", "arguments"]
 FORMAT_RULE = ('Answer with only one JSON object {"name": "<function name>", "arguments": {...}}, '
                "optionally inside one ```json fence, and nothing else.")
 _MAX_TRIES = 64  # candidate positions the tolerant parser tries, so long answers stay fast
+MAX_PARSE_CHARS = 100_000  # the tolerant parser reads this much of an answer
+_MAX_CALL_CHARS = 20_000  # longest Python-style call it hands to ast
+_MAX_DEPTH = 64  # deepest nesting of lists/objects read as a call's arguments
 _JSON_TYPES = {"object", "string", "number", "integer", "boolean", "array", "null"}
 
 
@@ -82,15 +85,43 @@ def build_prompt(request: str, tools: list[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------------------------------------
 # parsing the answer
 
-_FENCE = re.compile(r"\A```[ \t]*(?:json\b)?\s*(.*?)\s*```\Z", re.DOTALL | re.IGNORECASE)
+_FENCE_HEADER = re.compile(r"[ \t]*(?:json\b)?", re.IGNORECASE)
 
 
 def strip_fence(text: str) -> str | None:
-    """The content of ``text`` when it is exactly one ```json / ``` fence, else None."""
-    m = _FENCE.match(text.strip())
-    if m is None or "```" in m.group(1):
+    """The content of ``text`` when it is exactly one ```json / ``` fence (stripped), else None."""
+    t = text.strip()
+    if len(t) < 6 or not t.startswith("```") or not t.endswith("```"):
         return None
-    return m.group(1)
+    inner = t[3:-3]
+    if "```" in inner:
+        return None
+    return inner[_FENCE_HEADER.match(inner).end():].strip()
+
+
+def _short(text: str, n: int = 80) -> str:
+    """``text`` cut to ``n`` characters (with '...') for a reason."""
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _show(value: Any) -> str:
+    """A JSON rendering of a decoded value for a reason, at most 80 characters."""
+    try:
+        return _short(json.dumps(value, ensure_ascii=False))
+    except (RecursionError, ValueError, TypeError):
+        return f"a {type(value).__name__} nested too deeply to show"
+
+
+def _depth_exceeds(obj: Any, limit: int) -> bool:
+    """Whether lists/dicts in ``obj`` nest more than ``limit`` deep (iterative, so any depth is safe)."""
+    stack = [(obj, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return False
 
 
 def format_ok(response: str) -> tuple[bool, str]:
@@ -98,17 +129,21 @@ def format_ok(response: str) -> tuple[bool, str]:
     body = response.strip()
     inner = strip_fence(body)
     if inner is not None:
-        body = inner.strip()
+        body = inner
     elif "```" in body:
         return False, "the answer has text outside its code fence, or more than one fence"
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as e:
         return False, f"the answer is not one valid JSON object ({e.msg} at column {e.colno})"
+    except RecursionError:
+        return False, "the answer's JSON is nested too deeply to read"
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        return False, f"the answer is not one valid JSON object ({_short(str(e).split(';')[0])})"
     if not isinstance(obj, dict):
         return False, f"the answer is a JSON {type(obj).__name__}, not an object"
     if set(obj) != {"name", "arguments"}:
-        return False, f"the object's keys are {sorted(obj)}, expected exactly ['arguments', 'name']"
+        return False, f"the object's keys are {_short(str(sorted(obj)))}, expected exactly ['arguments', 'name']"
     if not isinstance(obj["name"], str):
         return False, "'name' is not a string"
     if not isinstance(obj["arguments"], dict):
@@ -117,15 +152,22 @@ def format_ok(response: str) -> tuple[bool, str]:
 
 
 def _as_call(obj: Any) -> dict[str, Any] | None:
-    """Normalize a decoded object to {"name": str|None, "arguments": dict|None}, or None if no call."""
-    if isinstance(obj, list) and obj:
-        return _as_call(obj[0])
+    """Normalize a decoded object to {"name": str, "arguments": dict|None}, or None if no call.
+
+    Unwraps (at most ``_MAX_DEPTH`` levels) a list's first element, ``{"tool_calls": ...}`` and
+    ``{"function": {...}}``; ``arguments`` may also be a JSON string or be given as ``parameters``.
+    """
+    for _ in range(_MAX_DEPTH):
+        if isinstance(obj, list) and obj:
+            obj = obj[0]
+        elif isinstance(obj, dict) and "tool_calls" in obj:
+            obj = obj["tool_calls"]
+        elif isinstance(obj, dict) and isinstance(obj.get("function"), dict):
+            obj = obj["function"]
+        else:
+            break
     if not isinstance(obj, dict):
         return None
-    if "tool_calls" in obj:
-        return _as_call(obj["tool_calls"])
-    if isinstance(obj.get("function"), dict):
-        return _as_call(obj["function"])
     name = obj.get("name", obj.get("function"))
     if not isinstance(name, str):
         return None
@@ -133,67 +175,89 @@ def _as_call(obj: Any) -> dict[str, Any] | None:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             pass
-    return {"name": name, "arguments": args if isinstance(args, dict) else None}
+    if not isinstance(args, dict) or _depth_exceeds(args, _MAX_DEPTH):
+        args = None
+    return {"name": name, "arguments": args}
 
 
 def _json_objects(text: str):
-    """Every JSON object decodable from a '{' in ``text`` (left to right), repairing up to 3 missing '}'."""
+    """Every JSON object decodable from a '{' in ``text`` (left to right), repairing up to 3 missing '}'.
+
+    At most ``_MAX_TRIES`` positions are tried; a repair is tried only when decoding failed at the end of the
+    text (a failure earlier cannot be mended by a '}' at the end), so each try reads the text once.
+    """
     dec = json.JSONDecoder()
     for n, m in enumerate(re.finditer(r"\{", text)):
         if n == _MAX_TRIES:
             return
         start = m.start()
-        for tail in ("", "}", "}}", "}}}"):
-            try:
-                obj, _ = dec.raw_decode(text[start:] + tail if tail else text, 0 if tail else start)
-            except json.JSONDecodeError:
+        try:
+            yield dec.raw_decode(text, start)[0]
+            continue
+        except json.JSONDecodeError as e:
+            if e.pos < len(text):
                 continue
-            yield obj
-            break
+        except (ValueError, RecursionError):  # ValueError: an integer of more than 4300 digits
+            continue
+        for tail in ("}", "}}", "}}}"):
+            try:
+                yield dec.raw_decode(text[start:] + tail)[0]
+                break
+            except (ValueError, RecursionError):
+                continue
 
 
-_PY_CALL = re.compile(r"([A-Za-z_][\w.]*)\s*\(")
+_PY_CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\s*\(")  # the look-behind keeps the scan linear
+
+
+def _closing_parens(text: str) -> dict[int, int]:
+    """{index of '(': index of its matching ')'} for the balanced pairs of ``text`` (one pass)."""
+    pairs, stack = {}, []
+    for m in re.finditer(r"[()]", text):
+        if m.group() == "(":
+            stack.append(m.start())
+        elif stack:
+            pairs[stack.pop()] = m.start()
+    return pairs
 
 
 def _python_call(text: str) -> dict[str, Any] | None:
     """A call written as Python, ``name(a=1, b='x')``, read with ast (literal values only)."""
+    closing = None
     for n, m in enumerate(_PY_CALL.finditer(text)):
         if n == _MAX_TRIES:
             return None
-        depth, end = 0, None
-        for i in range(m.end() - 1, len(text)):
-            depth += {"(": 1, ")": -1}.get(text[i], 0)
-            if depth == 0:
-                end = i + 1
-                break
-        if end is None:
+        if closing is None:
+            closing = _closing_parens(text)
+        close = closing.get(m.end() - 1)
+        if close is None or close + 1 - m.start() > _MAX_CALL_CHARS:
             continue
         try:
-            node = ast.parse(text[m.start():end], mode="eval").body
-        except SyntaxError:
-            continue
-        if not isinstance(node, ast.Call) or not node.keywords or node.args:
-            continue
-        try:
+            node = ast.parse(text[m.start():close + 1], mode="eval").body
+            if not isinstance(node, ast.Call) or not node.keywords or node.args:
+                continue
             args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
-        except (ValueError, SyntaxError, TypeError):
+        except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+            continue
+        if _depth_exceeds(args, _MAX_DEPTH):
             continue
         return {"name": m.group(1), "arguments": args}
     return None
 
 
 def parse_call(response: str) -> dict[str, Any] | None:
-    """The function call in ``response`` (tolerant; see the module docstring), or None."""
+    """The function call in ``response`` (tolerant; see the module docstring), or None.
+
+    Only the first ``MAX_PARSE_CHARS`` characters are searched, so any answer is read in bounded time.
+    """
     text = strip_fence(response) or response
-    first_dict = None
+    text = text[:MAX_PARSE_CHARS]
     for obj in _json_objects(text):
         call = _as_call(obj)
         if call is not None:
             return call
-        if first_dict is None and isinstance(obj, dict):
-            first_dict = obj
     call = _python_call(text)
     if call is not None:
         return call
@@ -360,7 +424,7 @@ class ToolsTask(TaskFamily):
             return Score(0.0, "no function call found in the answer")
         if call["name"].strip() == want:
             return Score(1.0)
-        return Score(0.0, f"called '{call['name']}', expected '{want}'")
+        return Score(0.0, f"called '{_short(call['name'])}', expected '{want}'")
 
     def _score_arguments(self, example: Example, call: dict[str, Any] | None) -> Score:
         if call is None or call["arguments"] is None:
@@ -381,12 +445,11 @@ class ToolsTask(TaskFamily):
                 hits += arg not in optional
             else:
                 errors += arg in optional
-                notes.append(f"'{arg}' is {json.dumps(got[arg], ensure_ascii=False)}, "
-                             f"expected {json.dumps(value, ensure_ascii=False)}")
+                notes.append(f"'{arg}' is {_show(got[arg])}, expected {_show(value)}")
         extra = [a for a in got if a not in want]
         errors += len(extra)
         if extra:
-            notes.append(f"unexpected argument(s) {extra}")
+            notes.append(f"unexpected argument(s) {_short(str(extra))}")
         denom = len(needed) + errors
         value = 1.0 if denom == 0 else hits / denom
         return Score(value, "; ".join(notes))
