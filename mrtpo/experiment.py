@@ -458,7 +458,8 @@ def plot_png(summary: dict) -> bytes:
             f = lambda v: np.array([np.nan if a is None else a for a in v], dtype=float)  # noqa: E731
             color = PALETTE[mi % len(PALETTE)]
             ax.fill_between(x, f(c["lo"]), f(c["hi"]), color=color, alpha=0.18, linewidth=0)
-            ax.plot(x, f(c["mean"]), color=color, label=m, linewidth=1.6)
+            # a reward's curve has gaps (steps whose prompts lack it): markers keep lone points visible
+            ax.plot(x, f(c["mean"]), color=color, label=m, linewidth=1.6, marker="o", markersize=2.5)
         title = "mean reward (per prompt)" if key == "mean" else key.split("/", 1)[-1]
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
@@ -480,6 +481,9 @@ def plot_png(summary: dict) -> bytes:
         color = PALETTE[(methods.index(m)) % len(PALETTE)]
         ax.errorbar([d], [i], xerr=[[d - lo], [hi - d]], fmt="o", color=color, capsize=4)
     ax.axvline(0, color="#444", linewidth=1)
+    ends = [abs(v) for p in summary["paired"].values() for v in (p["auc_diff"], *p["ci95"])
+            if v is not None and math.isfinite(v)]
+    ax.set_xlim(-1.15 * max(ends + [1e-3]), 1.15 * max(ends + [1e-3]))  # 0 in the middle
     ax.set_yticks(range(len(others)), [f"{m} − {summary['paired'][m]['against']}" for m in others], fontsize=8)
     ax.set_ylim(-0.7, len(others) - 0.3)
     ax.set_title("paired Δ AUC (95 % cluster bootstrap)", fontsize=9)

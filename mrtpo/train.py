@@ -51,6 +51,7 @@ from mrtpo.tasks import get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.templates import Template
 
+
 def _opt(default, help: str, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
          choices: tuple[str, ...] | None = None):
     """A TrainConfig field: its default, help text and allowed values (checked by ``__post_init__``; the CLI's

@@ -66,7 +66,8 @@ def test_schedule_seed_drives_prompts_and_samples_seed_drives_the_rest():
     assert any(not torch.equal(v, params(b)[k]) for k, v in params(a).items())
     # a run without schedule_seed keeps its old sampling seeds (stored runs resume unchanged)
     assert c._sample_seed(2, 1) == (1 * 1_000_003 + 2 * 1009 + 1) % 2 ** 31
-    assert TrainConfig.from_dict({k: v for k, v in cfg().to_dict().items() if k != "schedule_seed"}).schedule_seed is None
+    old = {k: v for k, v in cfg().to_dict().items() if k != "schedule_seed"}
+    assert TrainConfig.from_dict(old).schedule_seed is None
     with pytest.raises(MrtpoError, match="schedule_seed must be >= 0"):
         cfg(schedule_seed=-1)
 
@@ -307,7 +308,8 @@ def test_experiment_command_on_tiny_random(tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     summary = json.loads((out / "summary.json").read_text())
     assert {"task", "steps", "seeds", "methods", "paired"} <= set(summary)
-    assert (summary["task"], summary["steps"], summary["seeds"], summary["experiment"]) == ("instructions", 2, 2, "plant")
+    assert (summary["task"], summary["steps"], summary["seeds"], summary["experiment"]) == \
+        ("instructions", 2, 2, "plant")
     assert set(summary["methods"]) == {"gdpo", "mrtpo"} and set(summary["paired"]) == {"mrtpo"}
     for m in summary["methods"].values():
         assert {"auc", "final"} <= set(m) and 0 <= m["auc"] <= 1
