@@ -4,8 +4,8 @@ Runs ``python -m mrtpo experiment`` with the README's settings — the instructi
 rewards the default model meets sometimes but not always and that a checker decides from a few tokens (P.S.,
 title, placeholders, highlighted sections, keywords, bullets), G = 8 responses × B = 1 prompt per step, 64 new
 tokens, full fine-tuning at lr 1e-5, β = 0.5 with the 10-step warmup — for ``--seeds`` seeds × ``--steps`` steps
-per method, then prints the elapsed time, where the step time goes, and the summary (paired AUC difference with its 95 % cluster
-bootstrap interval). Everything goes to ``--out`` (default ``runs/bench-learning``): its own run store
+per method, then prints the elapsed time, where the step time goes, and the summary (paired AUC difference with
+its 95 % cluster bootstrap interval). Everything goes to ``--out`` (default ``runs/bench-learning``): its own run store
 ``runs.db``, ``summary.json``, ``curves.png``, ``report.html``. Re-running resumes (the elapsed time then covers
 only what was left; the summed step times cover every step).
 

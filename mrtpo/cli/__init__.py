@@ -26,7 +26,8 @@ from mrtpo.cli import app, credit, experiment, rollouts, tasks, train
 from mrtpo.cli.common import error_text
 from mrtpo.errors import MrtpoError
 
-COMMAND_GROUPS = (credit, tasks, train, experiment, rollouts, app)  # each module's register(subparsers) adds its commands
+# each module's register(subparsers) adds its commands
+COMMAND_GROUPS = (credit, tasks, train, experiment, rollouts, app)
 
 
 def build_parser() -> argparse.ArgumentParser:
