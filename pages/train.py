@@ -171,7 +171,7 @@ def experiment_view(store: Store, db_path: str) -> None:
         a, b = pairs[m]
         col.markdown(f"**{m}** (run {exp.run_name(m, seed)})")
         with col:
-            st.html(f"<style>{render.CSS}</style>"
+            st.html(f"<style>{render.CSS}.mrtpo .lab{{flex:0 0 95px}}</style>"  # narrower labels in columns
                     f"{render.probe_shift_html(probes[m][pi]['tokens'], reward, a, b, int(step), vmax, vdiff)}")
 
 
