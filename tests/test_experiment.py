@@ -335,3 +335,5 @@ def test_experiment_command_on_tiny_random(tmp_path, capsys):
     assert "different configuration (lr: 1e-05 → 0.001)" in capsys.readouterr().err
     assert main([a if a != "gdpo,mrtpo" else "gdpo" for a in args]) == 2
     assert "at least two methods" in capsys.readouterr().err
+    assert main(args + ["--seed", "1"]) == 2  # per-run fields are not flags here, nor abbreviations of --seeds
+    assert "unrecognized arguments: --seed 1" in capsys.readouterr().err

@@ -23,7 +23,8 @@ PER_RUN = ("method", "seed", "schedule_seed")
 
 def register(sub) -> None:
     p = sub.add_parser("experiment", help="paired, seeded comparison of methods: every method × seed as runs, then "
-                                          "summary.json, curves.png, report.html")
+                                          "summary.json, curves.png, report.html",
+                       allow_abbrev=False)  # --seed / --method are not abbreviations of --seeds / --methods
     p.add_argument("--methods", type=_names, required=True,
                    help="comma-separated methods, the first is the baseline (e.g. gdpo,mrtpo)")
     p.add_argument("--seeds", type=V.int_flag(1), required=True, help="number of seeds (0 .. N-1)")
