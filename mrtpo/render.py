@@ -182,3 +182,20 @@ def stored_sample_html(row: dict) -> str:
     reasons = "; ".join(f"{k}: {v}" for k, v in row.get("reasons", {}).items() if v)
     return (f"<div class='mrtpo'>{''.join(parts)}"
             f"<p style='font-size:12px;color:#555'>{html.escape(reasons)}</p></div>")
+
+
+def probe_shift_html(tokens: Sequence[str], reward: str, before: Sequence[float], after: Sequence[float],
+                     step: int, vmax: float, vdiff: float) -> str:
+    """The relevance shift of one probe response for ``reward``: ρ before training (step 0), ρ at ``step`` and
+    Δρ = after − before. The scales are given (``vmax`` for ρ, ±``vdiff`` for Δρ) so that blocks of several runs
+    side by side share them."""
+    toks = [{"text": t} for t in tokens]
+    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    d = a - b
+    tips = [f"{t!r} | {reward} | step 0: ρ {b[n]:.3f} | step {step}: ρ {a[n]:.3f} | Δρ {d[n]:+.3f}"
+            for n, t in enumerate(tokens)]
+    rows = [token_row("ρ step 0", toks, b, "sequential", vmax, tips),
+            token_row(f"ρ step {step}", toks, a, "sequential", vmax, tips),
+            token_row(f"Δρ (±{vdiff:.3g})", toks, d, "diverging", vdiff or 1.0, tips)]
+    return (f"<div class='mrtpo'><div class='legend'>relevance ρ: orange (0 … {vmax:.3g}, mean 1); Δρ = step {step}"
+            f" − step 0: blue up, red down</div>{''.join(rows)}</div>")

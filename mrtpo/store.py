@@ -11,6 +11,7 @@ Tables (schema version in ``schema_version``)::
     probe            (run_id, idx) -> the fixed probe responses (example, text, token ids, tokens, rewards, info)
     probe_relevance  (run_id, step, idx, reward) -> js, relevance (JSON lists); step 0 = before training
     locks            run_id -> owner, pid, host, heartbeat, started (one trainer per run; anyone may read)
+    experiments      name -> config (JSON), runs (JSON list of run names), created, updated  (mrtpo.experiment)
 
 A step's rows are written in one transaction after the step completes (:meth:`Store.write_step`), so a run
 killed mid-step has every completed step and nothing of the interrupted one. Steps are numbered from 1.
@@ -45,7 +46,7 @@ from typing import Any, Iterator
 
 from mrtpo.errors import MrtpoError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STALE_LOCK_S = 120.0  # a lock of another host whose heartbeat is older than this is considered abandoned
 HEARTBEAT_S = 5.0  # the lock holder renews its heartbeat this often (from a thread)
 RUN_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}"
@@ -84,25 +85,39 @@ CREATE TABLE IF NOT EXISTS probe_relevance (
 CREATE TABLE IF NOT EXISTS locks (
     run_id INTEGER PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER, host TEXT, heartbeat REAL NOT NULL, started TEXT
 );
+CREATE TABLE IF NOT EXISTS experiments (
+    name TEXT PRIMARY KEY, config TEXT NOT NULL, runs TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL
+);
 """
 
 
-def validate_run_name(name: Any) -> str:
+def validate_run_name(name: Any, what: str = "run", longest: int = 100) -> str:
     """``name`` if it is a valid run name (:data:`RUN_NAME_PATTERN`), else MrtpoError saying why.
 
     Run names are labels, never paths: the CLI, the app and :meth:`Store.create_run` all check them here.
+    ``what`` names the thing in messages (experiment names follow the same rule, with ``longest`` shorter, since
+    their runs' names extend them).
     """
     if not isinstance(name, str) or not name:
-        raise MrtpoError("a run needs a name (letters, digits, '.', '_', '+', '-'; up to 100 characters)")
-    if len(name) > 100:
-        raise MrtpoError(f"run name '{name[:40]}…' is {len(name)} characters long; at most 100")
+        raise MrtpoError(f"a {what} needs a name (letters, digits, '.', '_', '+', '-'; up to {longest} characters)")
+    if len(name) > longest:
+        raise MrtpoError(f"{what} name '{name[:40]}…' is {len(name)} characters long; at most {longest}")
     if not _RUN_NAME.fullmatch(name):
         bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._+-"))})
         why = (f"it contains {', '.join(repr(c) for c in bad)}" if bad
                else "it must start with a letter or digit")
-        raise MrtpoError(f"bad run name {name!r}: {why}. A run name is a letter or digit followed by up to 99 "
-                         f"letters, digits, '.', '_', '+' or '-' (no '/', no '..' paths)")
+        raise MrtpoError(f"bad {what} name {name!r}: {why}. A {what} name is a letter or digit followed by up to "
+                         f"{longest - 1} letters, digits, '.', '_', '+' or '-' (no '/', no '..' paths)")
     return name
+
+
+@dataclass
+class ExperimentInfo:
+    name: str
+    config: dict  # mrtpo.experiment.ExperimentConfig.to_dict()
+    runs: list[str]  # its runs' names
+    created: float
+    updated: float
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -198,8 +213,10 @@ class Store:
                 row = self._conn.execute("SELECT version FROM schema_version").fetchone()
                 if row is None:
                     self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-                elif row[0] == 1:  # version 1 had no lock start time; its checkpoint paths are still read
-                    self._conn.execute("ALTER TABLE locks ADD COLUMN started TEXT")
+                elif row[0] in (1, 2):
+                    if row[0] == 1:  # version 1 had no lock start time; its checkpoint paths are still read
+                        self._conn.execute("ALTER TABLE locks ADD COLUMN started TEXT")
+                    # version 2 had no experiments table (created above, empty)
                     self._conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
                 elif row[0] != SCHEMA_VERSION:
                     raise MrtpoError(f"run store {self.path} has schema version {row[0]}, this mrtpo reads "
@@ -284,6 +301,26 @@ class Store:
 
     def list_runs(self) -> list[RunInfo]:
         return [self.get_run(n) for n in self.run_names()]
+
+    # ------------------------------------------------------------------------------------------ experiments
+    def put_experiment(self, name: str, config: dict, runs: list[str]) -> ExperimentInfo:
+        """Record experiment ``name`` (its config and its runs' names), or update an existing one's."""
+        now = time.time()
+        with self._tx() as c:
+            c.execute("INSERT INTO experiments VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                      "config = excluded.config, runs = excluded.runs, updated = excluded.updated",
+                      (name, _json(config), _json(list(runs)), now, now))
+        return self.get_experiment(name)
+
+    def get_experiment(self, name: str) -> ExperimentInfo | None:
+        rows = self._q("SELECT name, config, runs, created, updated FROM experiments WHERE name = ?", (name,))
+        if not rows:
+            return None
+        r = rows[0]
+        return ExperimentInfo(r[0], json.loads(r[1]), json.loads(r[2]), r[3], r[4])
+
+    def experiment_names(self) -> list[str]:
+        return [r[0] for r in self._q("SELECT name FROM experiments ORDER BY created, name")]
 
     # ------------------------------------------------------------------------------------------ steps
     def write_step(self, run_id: int, step: int, metrics: dict[str, float], samples: list[dict],

@@ -6,7 +6,13 @@ with the current policy (``mrtpo.relevance``, no grad) and the token reallocatio
 on the token advantages (METHOD.md "The policy update") → metrics.
 
 Steps are numbered from 1. Everything random is seeded from (seed, step), so a run is deterministic for a
-seed on CPU, and resuming from a checkpoint reproduces the steps a run would have taken.
+seed on CPU, and resuming from a checkpoint reproduces the steps a run would have taken. Two seeds:
+``schedule_seed`` (default: ``seed``) drives the *schedule* — which prompts each step sees, in which order
+(:meth:`Trainer.examples_for_step`), and the random stream every group and the probe are sampled from
+(:meth:`Trainer._sample_seed`); ``seed`` drives the rest (the initial LoRA weights, the minibatch order, the
+global torch RNG at the start of a step). Runs that share the schedule seed and the initial weights are *paired*:
+at step 1 they sample identical groups, and later their samples differ only because their policies do — so two
+methods compared that way differ only in the estimator (``mrtpo.experiment``).
 
 With a :class:`mrtpo.store.Store` the trainer writes every step (metrics, sampled responses with their token
 data, probe relevance) in one transaction after the step completes, and every ``checkpoint_every`` steps
@@ -45,6 +51,7 @@ from mrtpo.tasks import get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.templates import Template
 
+
 def _opt(default, help: str, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
          choices: tuple[str, ...] | None = None):
     """A TrainConfig field: its default, help text and allowed values (checked by ``__post_init__``; the CLI's
@@ -79,7 +86,11 @@ class TrainConfig:
     max_new_tokens: int = _opt(64, "longest sampled response", lo=1)
     temperature: float = _opt(1.0, "sampling temperature (0: greedy)", lo=0.0)
     top_p: float = _opt(1.0, "nucleus sampling", lo=0.0, hi=1.0, lo_open=True)
-    seed: int = _opt(0, "seed of every random choice", lo=0, hi=2 ** 31 - 1)
+    seed: int = _opt(0, "seed of the initialization (LoRA) and minibatch order; of the schedule too unless "
+                        "schedule_seed is given", lo=0, hi=2 ** 31 - 1)
+    schedule_seed: int | None = _opt(None, "seed of the prompt order and of every sampling stream (default: seed); "
+                                           "runs that share it see the same prompts and sample from the same "
+                                           "streams", lo=0, hi=2 ** 31 - 1)
     lora: bool = _opt(False, "train a LoRA adapter (peft) instead of all weights")
     lora_rank: int = _opt(8, "LoRA rank", lo=1)
     lora_alpha: int = _opt(16, "LoRA alpha", lo=1)
@@ -260,18 +271,34 @@ class Trainer:
             return token_logprobs(self.reference, prompts, resp, tok.pad_token_id, cfg.temperature)[0]
 
     # ------------------------------------------------------------------------------------------ schedule
+    @property
+    def schedule_seed(self) -> int:
+        """The seed of the schedule: ``config.schedule_seed``, or ``config.seed`` when that is None."""
+        c = self.config
+        return c.seed if c.schedule_seed is None else c.schedule_seed
+
     def examples_for_step(self, step: int) -> list:
-        """The B examples of ``step`` (1-based): a seeded permutation of the examples per epoch."""
+        """The B examples of ``step`` (1-based): a permutation of the examples per epoch, seeded by
+        (schedule seed, epoch)."""
         B, n = self.config.prompts_per_step, len(self.examples)
         out = []
         for j in range((step - 1) * B, step * B):
             epoch, pos = divmod(j, n)
-            perm = np.random.default_rng([self.config.seed, epoch]).permutation(n)
+            perm = np.random.default_rng([self.schedule_seed, epoch]).permutation(n)
             out.append(self.examples[int(perm[pos])])
         return out
 
+    @staticmethod
+    def _seed_of(seed: int, step: int, b: int) -> int:
+        return (seed * 1_000_003 + step * 1009 + b) % (2 ** 31)
+
     def _sample_seed(self, step: int, b: int) -> int:
-        return (self.config.seed * 1_000_003 + step * 1009 + b) % (2 ** 31)
+        """The seed of sampling stream ``b`` of ``step`` (group b; the probe is step 0): from the schedule seed."""
+        return self._seed_of(self.schedule_seed, step, b)
+
+    def _own_seed(self, step: int, b: int) -> int:
+        """A seed for what is not the schedule (minibatch order, the step's global RNG): from ``seed``."""
+        return self._seed_of(self.config.seed, step, b)
 
     # ------------------------------------------------------------------------------------------ a step
     def rollout(self, step: int) -> _Rollout:
@@ -335,7 +362,7 @@ class Trainer:
         cfg, lm = self.config, self.lm
         s = self.steps_done + 1
         self._seen = None  # until the step is stored, memory may be ahead of the store
-        torch.manual_seed(self._sample_seed(s, 10_007))
+        torch.manual_seed(self._own_seed(s, 10_007))
         t0 = time.perf_counter()
         ro = self.rollout(s)
         t_sample = time.perf_counter() - t0
@@ -403,7 +430,7 @@ class Trainer:
             with torch.no_grad():
                 old = token_logprobs(model, ro.prompt_ids, ro.resp_ids, pad, cfg.temperature)[0]
         ref = self._ref_logprobs(ro.prompt_ids, ro.resp_ids)
-        gen = torch.Generator().manual_seed(self._sample_seed(step, 20_011))
+        gen = torch.Generator().manual_seed(self._own_seed(step, 20_011))
         losses, stats, norms = [], [], []
         for _ in range(cfg.ppo_epochs):
             order = torch.randperm(N, generator=gen) if cfg.minibatches > 1 else torch.arange(N)

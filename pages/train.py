@@ -1,4 +1,6 @@
-"""Train: start or resume a run, step it, compare per-reward curves of runs, watch the probe's relevance shift.
+"""Train: start or resume a run, step it, compare per-reward curves of runs, watch the probe's relevance shift;
+or view a paired experiment (``mrtpo experiment``): curves with bands over seeds, the paired AUC difference with
+its interval, and the probe of every method at the same step side by side.
 
 One :class:`mrtpo.train.Trainer` per run per process (``st.cache_resource``): it trains its own copy of the model
 (never the explorer's shared one). While a session steps a run, the run's lock in the store keeps every other
@@ -13,12 +15,13 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from pages import _state as S
+from mrtpo import experiment as X
 from mrtpo import render
 from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError
 from mrtpo.store import Store, default_path, validate_run_name
 from mrtpo.train import TrainConfig, Trainer
+from pages import _state as S
 
 NEW = "➕ new run"
 
@@ -38,10 +41,155 @@ def _trainer(path: str, run: str, _config: TrainConfig | None = None) -> Trainer
     return Trainer(_config, _store(path), run)
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def _summary(path: str, name: str, marks: tuple) -> dict:
+    """The experiment's statistics (``mrtpo.experiment.summarize``), recomputed when a run's steps change."""
+    store = _store(path)
+    exp = X.load_experiment(store, name)
+    return X.summarize(X.read_experiment(store, exp))
+
+
+PALETTE = ["#2166ac", "#b2182b", "#1b7837", "#762a83", "#e08214", "#4d4d4d"]
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _band_curves(summary: dict, cols: int = 3) -> go.Figure:
+    """One panel per curve (mean reward, then each reward/...): each method's seed mean and its min–max band."""
+    keys = X._panel_keys(summary)
+    rows = max(1, math.ceil(len(keys) / cols))
+    titles = ["mean reward (per prompt)" if k == "mean" else k.split("/", 1)[-1] for k in keys]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles)
+    for j, m in enumerate(summary["methods"]):
+        color = PALETTE[j % len(PALETTE)]
+        for i, k in enumerate(keys):
+            c = summary["curves"][m].get(k)
+            if not c:
+                continue
+            x = list(range(1, len(c["mean"]) + 1))
+            pos = {"row": i // cols + 1, "col": i % cols + 1}
+            fig.add_trace(go.Scatter(x=x, y=c["hi"], mode="lines", line={"width": 0}, legendgroup=m,
+                                     showlegend=False, hoverinfo="skip"), **pos)
+            fig.add_trace(go.Scatter(x=x, y=c["lo"], mode="lines", line={"width": 0}, fill="tonexty",
+                                     fillcolor=_rgba(color, 0.18), legendgroup=m, showlegend=False,
+                                     hoverinfo="skip"), **pos)
+            fig.add_trace(go.Scatter(x=x, y=c["mean"], mode="lines+markers", name=m, legendgroup=m,
+                                     showlegend=i == 0, line={"color": color}, marker={"size": 4},
+                                     hovertemplate=f"{m} · step %{{x}}: %{{y:.3f}}<extra></extra>"), **pos)
+    fig.update_yaxes(range=[-0.03, 1.03])
+    fig.update_layout(height=250 * rows, margin={"t": 40, "b": 20, "l": 20, "r": 20})
+    return fig
+
+
+def _fmt(v, f: str = "{:.3f}") -> str:
+    return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f.format(v)
+
+
+def experiment_view(store: Store, db_path: str) -> None:
+    """Pick an experiment; its curves with bands, the paired differences, and the probe of every method side by
+    side at one step."""
+    names = store.experiment_names()
+    if not names:
+        st.info(f"No experiments in {db_path} yet. Run one from a terminal, e.g. `python -m mrtpo experiment "
+                f"--task instructions --methods gdpo,mrtpo --seeds 3 --steps 30 --out runs/exp` (README, "
+                f"Training); it appears here while it runs.")
+        return
+    q = st.query_params.get("experiment")
+    if st.session_state.get("train_exp") not in names:
+        st.session_state["train_exp"] = q if q in names else names[-1]
+    name = st.selectbox("Experiment", names, key="train_exp", help=f"experiments in {db_path}")
+    st.query_params["experiment"] = name
+    exp = X.load_experiment(store, name)
+    runs = {(m, j): store.get_run(exp.run_name(m, j)) for m, j, _ in exp.runs()}
+    marks = tuple((r.steps_done, r.updated) if r else None for r in runs.values())
+    with S.guard("reading the experiment"):
+        summary = _summary(db_path, name, marks)
+    b = exp.base
+    finished = sum(1 for r in runs.values() if r and r.steps_done >= exp.steps)
+    st.markdown(f"**{name}** — {b['task']} · model {b['model']} · {', '.join(exp.methods)} · {exp.seeds} seeds × "
+                f"{exp.steps} steps · G={b['group_size']} × B={b['prompts_per_step']} · lr {b['lr']:g} · "
+                f"β {b['beta']:g} (warmup {b['warmup']}){' · LoRA' if b['lora'] else ''}")
+    if finished < len(runs):
+        st.info(f"In progress: {finished} of {len(runs)} runs finished. The statistics use the steps that every "
+                f"method of a seed has stored so far; press **Refresh** to update.")
+        st.button("Refresh", key="train_exp_refresh")
+    st.caption("The runs of one seed share the prompts and the sampling streams (schedule seed): at step 1 every "
+               "method samples the same groups, later they differ only through their policies. Band: min–max over "
+               "seeds.")
+    base = exp.methods[0]
+    cols = st.columns(max(1, len(summary["paired"])))
+    for c, (m, p) in zip(cols, summary["paired"].items()):
+        lo, hi = p["ci95"]
+        c.metric(f"Δ AUC  {m} − {base}", _fmt(p["auc_diff"], "{:+.4f}"),
+                 help="mean paired difference of the mean reward over (seed, step, prompt) units; interval: 95 % "
+                      "cluster bootstrap over seeds, then units")
+        verdict = ("includes 0: no difference shown at this scale" if lo is not None and hi is not None and
+                   lo <= 0 <= hi else f"excludes 0: {m} {'above' if (lo or 0) > 0 else 'below'} {base}")
+        c.caption(f"95 % interval [{_fmt(lo, '{:+.4f}')}, {_fmt(hi, '{:+.4f}')}] over n = {p['n']} units "
+                  f"({p['n_seeds']} seeds) — {verdict}")
+    table = pd.DataFrame([{"method": m, "AUC": v["auc"], "final (last 5 steps)": v["final"],
+                           f"steps to {_fmt(summary['threshold'])}": v["steps_to_threshold"],
+                           "steps stored": ", ".join(str(s) for s in v["steps_done"])}
+                          for m, v in summary["methods"].items()])
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.subheader("Reward curves")
+    st.plotly_chart(_band_curves(summary), key="train_exp_curves", width="stretch")
+
+    st.subheader("Relevance shift on the probe, method by method")
+    c1, c2, c3, c4 = st.columns(4)
+    seed = c1.selectbox("Seed", list(range(exp.seeds)), key="train_exp_seed")
+    have = [m for m in exp.methods if runs[(m, seed)] is not None]
+    probes = {m: store.probe(runs[(m, seed)].id) for m in have}
+    probes = {m: p for m, p in probes.items() if p}
+    if not probes:
+        st.caption("These runs have no probe responses.")
+        return
+    first = next(iter(probes.values()))
+    if any([q["token_ids"] for q in p] != [q["token_ids"] for q in first] for p in probes.values()):
+        st.warning("The methods' probe responses differ (runs not paired); each shows its own.")
+    pi = c2.selectbox("Probe response", list(range(len(first))), key="train_exp_probe",
+                      format_func=lambda i: f"{i}: {first[i]['text'][:40]!r}")
+    reward = c3.selectbox("Reward", first[pi]["reward_names"], key="train_exp_reward")
+    common = min(runs[(m, seed)].steps_done for m in probes)
+    if common < 1:
+        st.caption("No steps stored yet for this seed.")
+        return
+    step = c4.number_input("Step", 1, common, common, key="train_exp_step",
+                           help="the same step for every method")
+    heat = {m: dict(zip(*store.probe_relevance(runs[(m, seed)].id, pi, reward))) for m in probes}
+    pairs = {m: (h.get(0), h.get(int(step))) for m, h in heat.items() if h.get(0) and h.get(int(step))}
+    vmax = max([max(v) for a, b in pairs.values() for v in (a, b)] + [1.0])
+    vdiff = max([max(abs(x - y) for x, y in zip(b, a)) for a, b in pairs.values()] + [1e-9])
+    st.caption(f"Example **{first[pi]['example_id']}**, the same response and the same step for every method: the "
+               f"shift from step 0 is what each method's training did to the policy's relevance. Verifier "
+               f"information for {reward}:")
+    st.code(first[pi]["verifier_info"].get(reward, ""), language=None, wrap_lines=True)
+    for col, m in zip(st.columns(len(pairs)), pairs):
+        a, b = pairs[m]
+        col.markdown(f"**{m}** (run {exp.run_name(m, seed)})")
+        with col:
+            st.html(f"<style>{render.CSS}.mrtpo .lab{{flex:0 0 95px}}</style>"  # narrower labels in columns
+                    f"{render.probe_shift_html(probes[m][pi]['tokens'], reward, a, b, int(step), vmax, vdiff)}")
+
+
 db_path = str(default_path())
 with S.guard("run store"):
     store = _store(db_path)
 runs = store.run_names()
+
+if "train_view" not in st.session_state:
+    st.session_state["train_view"] = "Experiments" if st.query_params.get("experiment") else "Runs"
+view = st.radio("View", ["Runs", "Experiments"], key="train_view", horizontal=True,
+                help="a single run (start, step, watch), or a paired experiment of several methods × seeds")
+if view == "Experiments":
+    with S.guard("experiment"):
+        experiment_view(store, db_path)
+    st.stop()
+if "experiment" in st.query_params:
+    del st.query_params["experiment"]
 
 # ---------------------------------------------------------------------------------------------- pick a run
 if "train_run" not in st.session_state:

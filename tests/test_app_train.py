@@ -12,6 +12,7 @@ os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from mrtpo.store import Store  # noqa: E402
+from mrtpo.train import TrainConfig  # noqa: E402
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "train.py")
 
@@ -108,3 +109,80 @@ def test_bad_run_name_is_a_message_and_nothing_is_written(db):
     assert Store(db).run_names() == []
     assert {p.name for p in db.parent.rglob("*")} <= {"runs.db", "runs.db-wal", "runs.db-shm"}  # no checkpoints
     assert not (db.parent.parent / "escape").exists()
+
+
+# ---------------------------------------------------------------------------------------------- experiments
+def _experiment(db, steps=2):
+    from mrtpo import experiment as X
+
+    base = {k: v for k, v in TrainConfig(model="tiny-random", device="cpu", task="instructions",
+                                         example_ids=["plant-care", "city-travel"], group_size=4, prompts_per_step=1,
+                                         max_new_tokens=8, probe_size=2).to_dict().items()
+            if k not in X.PER_RUN_FIELDS}
+    exp = X.ExperimentConfig("pagexp", ["gdpo", "mrtpo"], 2, steps, base)
+    st = Store(db)
+    X.run_experiment(st, exp)
+    return st, exp, X.summarize(X.read_experiment(st, exp))
+
+
+def test_experiment_view(db):
+    import re
+
+    from mrtpo import render
+
+    st, exp, summary = _experiment(db)
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    _ok(at)
+    assert at.radio(key="train_view").value == "Runs"  # the single-run view stays the default
+    at.radio(key="train_view").set_value("Experiments").run()
+    _ok(at)
+    assert at.selectbox(key="train_exp").value == "pagexp"
+    p = summary["paired"]["mrtpo"]
+    metric = at.metric[0]
+    assert metric.label == "Δ AUC  mrtpo − gdpo" and metric.value == f"{p['auc_diff']:+.4f}"
+    assert any(f"[{p['ci95'][0]:+.4f}, {p['ci95'][1]:+.4f}] over n = {p['n']} units (2 seeds)" in c.value
+               for c in at.caption)
+    df = at.dataframe[0].value
+    assert list(df["method"]) == ["gdpo", "mrtpo"]
+    assert list(df["AUC"]) == pytest.approx([summary["methods"][m]["auc"] for m in ("gdpo", "mrtpo")])
+    curves = json.loads(at.get("plotly_chart")[0].proto.spec)
+    means = [t for t in curves["data"] if t.get("mode") == "lines+markers"]
+    bands = [t for t in curves["data"] if t.get("fill") == "tonexty"]
+    assert len(bands) == len(means) > 0  # every mean curve has its band
+    first = next(t for t in means if t["name"] == "mrtpo")
+    assert first["y"] == pytest.approx(summary["curves"]["mrtpo"]["mean"]["mean"])
+    # the probe: both methods, the same step, the same response (paired), the same step-0 relevance
+    assert at.number_input(key="train_exp_step").value == 2
+    blocks = [h.proto.body for h in at.get("html")]
+    assert len(blocks) == 2
+    probe_runs = [st.get_run(exp.run_name(m, 0)) for m in exp.methods]
+    reward = at.selectbox(key="train_exp_reward").value
+    rel = [dict(zip(*st.probe_relevance(r.id, 0, reward))) for r in probe_runs]
+    assert rel[0][0] == rel[1][0]  # step 0: the same policy, the same response
+    toks = st.probe(probe_runs[0].id)[0]["tokens"]
+    assert all(b.count('<span class="tok"') == 3 * len(toks) for b in blocks)  # ρ step 0, ρ step 2, Δρ
+    assert [re.findall(r"step 2: ρ ([0-9.]+)", b)[:len(toks)] for b in blocks] == \
+        [[f"{x:.3f}" for x in r[2]] for r in rel]
+    vmax = max(max(v) for r in rel for v in (r[0], r[2]))
+    assert all(f"0 … {vmax:.3g}" in b for b in blocks)  # one scale for both methods
+    assert render.CSS.strip()[:20] in blocks[0]
+    # another seed and step
+    at.selectbox(key="train_exp_seed").set_value(1).run()
+    at.number_input(key="train_exp_step").set_value(1).run()
+    _ok(at)
+    assert len(at.get("html")) == 2
+
+
+def test_experiment_view_without_experiments_and_in_progress(db):
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    at.radio(key="train_view").set_value("Experiments").run()
+    _ok(at)
+    assert any("No experiments" in i.value and "mrtpo experiment" in i.value for i in at.info)
+    st, exp, _ = _experiment(db, steps=1)
+    st.put_experiment(exp.name, {**exp.to_dict(), "steps": 3}, [r[2] for r in exp.runs()])  # asked for 3 steps
+    at.run()
+    _ok(at)
+    assert any("In progress: 0 of 4 runs finished" in i.value for i in at.info)
+    assert at.metric[0].label == "Δ AUC  mrtpo − gdpo"

@@ -338,10 +338,11 @@ def test_schema_1_store_with_name_paths_still_resumes(tmp_path):
     os.replace(st.checkpoint_file(run), legacy)
     st._conn.execute("UPDATE runs SET checkpoint_path = ?", (str(legacy),))
     st._conn.execute("ALTER TABLE locks DROP COLUMN started")
+    st._conn.execute("DROP TABLE experiments")
     st._conn.execute("UPDATE schema_version SET version = 1")
     st.close()
     st = Store(tmp_path / "runs.db")
-    assert st._q("SELECT version FROM schema_version") == [(2,)]
+    assert st._q("SELECT version FROM schema_version") == [(3,)] and st.experiment_names() == []
     tr = Trainer(None, st, "old", family=ToyFamily())
     assert tr.steps_done == 1
     tr.train(1)

@@ -8,6 +8,7 @@ score       score given responses against task examples
 train       train a policy with the verifiers' rewards (a resumable run in the run store)
 runs        list the runs in the run store
 compare     per-reward mean-reward curves of runs, side by side
+experiment  paired, seeded comparison of methods (every method × seed as runs; summary, plot, report)
 rollouts    heatmaps for your own rollouts (TRL completions parquet, verl JSONL)
 app         start the Streamlit workbench
 
@@ -21,11 +22,12 @@ import argparse
 import os
 import sys
 
-from mrtpo.cli import app, credit, rollouts, tasks, train
+from mrtpo.cli import app, credit, experiment, rollouts, tasks, train
 from mrtpo.cli.common import error_text
 from mrtpo.errors import MrtpoError
 
-COMMAND_GROUPS = (credit, tasks, train, rollouts, app)  # each module's register(subparsers) adds its commands
+# each module's register(subparsers) adds its commands
+COMMAND_GROUPS = (credit, tasks, train, experiment, rollouts, app)
 
 
 def build_parser() -> argparse.ArgumentParser:

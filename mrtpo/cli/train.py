@@ -21,14 +21,17 @@ from mrtpo import validate as V
 from mrtpo.errors import MrtpoError
 
 
-def add_config_flags(p: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field, generated from the dataclass: ``--group-size N`` for ``group_size``; numbers
-    are range-checked by the field's metadata (the same limits TrainConfig checks), ``--lora`` is a switch,
-    ``--example-ids a,b`` a list, ``--template FILE`` a verifier-info template file. Defaults are None: a flag not
-    given leaves the field to TrainConfig's default (or to a resumed run's stored config)."""
+def add_config_flags(p: argparse.ArgumentParser, exclude: tuple[str, ...] = ()) -> None:
+    """One flag per TrainConfig field (but those in ``exclude``), generated from the dataclass: ``--group-size N``
+    for ``group_size``; numbers are range-checked by the field's metadata (the same limits TrainConfig checks),
+    ``--lora`` is a switch, ``--example-ids a,b`` a list, ``--template FILE`` a verifier-info template file.
+    Defaults are None: a flag not given leaves the field to TrainConfig's default (or to a resumed run's stored
+    config)."""
     from mrtpo.train import TrainConfig, field_kind
 
     for f in dataclasses.fields(TrainConfig):
+        if f.name in exclude:
+            continue
         flag, meta, kind = "--" + f.name.replace("_", "-"), f.metadata, field_kind(f)
         default = "" if f.default is None else f" (default {f.default})"
         help = meta.get("help", "") + default
@@ -56,12 +59,13 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def config_from_args(a):
+def config_from_args(a, exclude: tuple[str, ...] = ()):
     """The TrainConfig the flags ask for, and the fields given explicitly (to compare with a stored run)."""
     from mrtpo.templates import Template
     from mrtpo.train import TrainConfig
 
-    given = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig) if getattr(a, f.name) is not None}
+    given = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)
+             if f.name not in exclude and getattr(a, f.name) is not None}
     if "template" in given:
         given["template"] = Template.from_file(given["template"]).to_dict()
     return TrainConfig(**given), given

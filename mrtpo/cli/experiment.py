@@ -1,0 +1,97 @@
+"""The ``experiment`` command: a paired, seeded comparison of methods (``mrtpo.experiment``).
+
+    mrtpo experiment --task T --methods gdpo,mrtpo[,mrtpo+dara,...] --seeds N --steps S [--lora] [--model M]
+                     [--beta B] --out DIR [--name NAME] [--threshold X] [any train flag but --method/--seed]
+
+Runs every method × seed as ordinary runs ``NAME.METHOD.sSEED`` of the run store (``--db``, ``$MRTPO_RUNS`` or
+``runs/mrtpo.db``); NAME defaults to DIR's folder name. Re-running the same command resumes (finished runs are
+skipped, a killed run resumes from its checkpoint); different flags for an existing experiment are refused with
+the differences. Writes ``DIR/summary.json``, ``DIR/curves.png`` and ``DIR/report.html``, and prints the summary's
+main figures as JSON on stdout (the full summary, curves included, is in the file).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mrtpo import validate as V
+from mrtpo.cli.train import _names, add_config_flags, config_from_args
+from mrtpo.errors import MrtpoError
+
+PER_RUN = ("method", "seed", "schedule_seed")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("experiment", help="paired, seeded comparison of methods: every method × seed as runs, then "
+                                          "summary.json, curves.png, report.html",
+                       allow_abbrev=False)  # --seed / --method are not abbreviations of --seeds / --methods
+    p.add_argument("--methods", type=_names, required=True,
+                   help="comma-separated methods, the first is the baseline (e.g. gdpo,mrtpo)")
+    p.add_argument("--seeds", type=V.int_flag(1), required=True, help="number of seeds (0 .. N-1)")
+    p.add_argument("--steps", type=V.int_flag(1), required=True, help="steps per run")
+    p.add_argument("--out", required=True, help="folder for summary.json, curves.png and report.html")
+    p.add_argument("--name", default=None, help="experiment name (default: the --out folder's name); its runs are "
+                                                "NAME.METHOD.sSEED")
+    p.add_argument("--threshold", type=V.float_flag(0.0, 1.0), default=None,
+                   help="mean reward for 'steps to threshold' (default: halfway from step 1 to the best final value)")
+    p.add_argument("--bootstrap", type=V.int_flag(100), default=10_000, help="bootstrap resamples (default 10000)")
+    p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_config_flags(p, exclude=PER_RUN)
+    p.set_defaults(fn=cmd_experiment)
+
+
+def experiment_config(a):
+    """The ExperimentConfig the flags ask for (name from --name or --out's folder name)."""
+    from mrtpo.experiment import ExperimentConfig
+
+    cfg, given = config_from_args(a, exclude=PER_RUN)
+    base = {k: v for k, v in cfg.to_dict().items() if k not in PER_RUN}
+    name = a.name if a.name is not None else Path(a.out).resolve().name
+    return ExperimentConfig(name=name, methods=list(a.methods), seeds=a.seeds, steps=a.steps, base=base)
+
+
+def headline(summary: dict) -> dict:
+    """The summary without its curves and config (what the command prints)."""
+    return {k: v for k, v in summary.items() if k not in ("curves", "config", "definitions")}
+
+
+def cmd_experiment(a) -> int:
+    from mrtpo.experiment import read_experiment, run_experiment, summarize, write_outputs
+    from mrtpo.jsonl import dumps
+    from mrtpo.store import Store
+
+    exp = experiment_config(a)
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise MrtpoError(f"--out {out} is a file; give a folder")
+    store = Store(a.db)
+    log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    log(f"experiment '{exp.name}': {', '.join(exp.methods)} × {exp.seeds} seeds × {exp.steps} steps "
+        f"in {store.path}")
+    bars = []
+
+    def on_run(name: str, start: int, total: int):
+        if a.quiet:
+            log(f"{name}: steps {start + 1}..{total}")
+            return None
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=start, desc=name, unit="step", file=sys.stderr, dynamic_ncols=True)
+        bars.append(bar)
+
+        def step(s, m):
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", s=f"{m['time/step']:.1f}")
+            bar.update(1)
+        return step
+
+    try:
+        run_experiment(store, exp, log=log, on_run=on_run)
+    finally:
+        for b in bars:
+            b.close()
+    summary = summarize(read_experiment(store, exp), threshold=a.threshold, n_boot=a.bootstrap)
+    paths = write_outputs(summary, out)
+    log("wrote " + ", ".join(str(p) for p in paths.values()))
+    print(dumps(headline(summary)))
+    return 0
