@@ -342,12 +342,13 @@ def fast_bf16_cpu() -> bool:
 
 
 def compute_dtype(lm: LoadedModel, precision: str) -> torch.dtype:
-    """The dtype decoder passes run in: ``"model"`` = the model's own; ``"auto"`` = bfloat16 on a float32 model on a
-    CPU with fast bf16 (what a GPU run does), else the model's; ``"bfloat16"`` = bfloat16 everywhere."""
+    """The dtype decoder passes run in: ``"model"`` = the model's own; ``"auto"`` = bfloat16 for a float32 model on
+    CUDA (a trainer's float32 master weights) or on a CPU with fast bf16, else the model's; ``"bfloat16"`` = bfloat16
+    everywhere."""
     if precision not in PRECISIONS:
         raise MrtpoError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    if precision == "bfloat16" or (precision == "auto" and lm.device.type == "cpu" and lm.dtype == torch.float32
-                                   and fast_bf16_cpu()):
+    fast = lm.device.type == "cuda" or (lm.device.type == "cpu" and fast_bf16_cpu())
+    if precision == "bfloat16" or (precision == "auto" and lm.dtype == torch.float32 and fast):
         return torch.bfloat16
     return lm.dtype
 

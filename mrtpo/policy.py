@@ -60,7 +60,8 @@ def clipped_surrogate_loss(
 
 def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
                    temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(y_t | x, y<t) of every response token, one right-padded forward pass (in the model's dtype).
+    """log π(y_t | x, y<t) of every response token, one right-padded forward pass (in the model's dtype; bf16
+    autocast for a float32 model on CUDA).
 
     prompts, responses: N token-id lists.  Returns (logp (N, T), mask (N, T)), T = longest response.
     Only response positions go through the LM head, so no (N, L, V) logits tensor exists.
@@ -82,7 +83,10 @@ def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: 
         pos[i, len(r):] = len(p) - 1
         tok[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, : len(r)] = True
-    h = decoder_stack(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
+    # on CUDA a float32 (master-weight) model runs its forward under bf16 autocast; on a CPU it stays exact
+    fp32_cuda = dev.type == "cuda" and next(model.parameters()).dtype == torch.float32
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=fp32_cuda):
+        h = decoder_stack(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
     h = torch.gather(h, 1, pos.to(dev).unsqueeze(-1).expand(N, T, h.shape[-1]))  # (N, T, H)
     logits = model.get_output_embeddings()(h).float()
     if temperature and temperature > 0 and temperature != 1.0:

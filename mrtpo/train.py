@@ -239,7 +239,12 @@ class Trainer:
         cfg = self.config
         torch.manual_seed(cfg.seed)
         lm = lm or load_model(cfg.model, cfg.device)
-        model = lm.model
+        model, dtype = lm.model, lm.dtype
+        if not cfg.lora and dtype != torch.float32:
+            # Full fine-tuning keeps float32 master weights: AdamW steps at lr ~1e-5 are below bfloat16's resolution
+            # for most weights (one bf16 step at lr 1e-5 changed 2 % of them). Sampling and the replay still decode
+            # on bf16 copies (compute_dtype "auto"), and on CUDA the update's forward runs under bf16 autocast.
+            model, dtype = model.float(), torch.float32
         self.reference = None
         if cfg.lora:
             from peft import LoraConfig, get_peft_model
@@ -254,7 +259,7 @@ class Trainer:
             if cfg.kl_coef > 0:
                 self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         model.eval()  # no dropout: deterministic; gradients still flow
-        self.lm = LoadedModel(model=model, tokenizer=lm.tokenizer, name=lm.name, device=lm.device, dtype=lm.dtype)
+        self.lm = LoadedModel(model=model, tokenizer=lm.tokenizer, name=lm.name, device=lm.device, dtype=dtype)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self._pristine = True  # the initial weights and optimizer (no update or checkpoint applied yet)

@@ -1,4 +1,5 @@
 """The training loop on the tiny model: loss by hand, updates, store, resume, β = 0 ≡ GDPO, lock, LoRA."""
+import copy
 import math
 
 import pytest
@@ -199,3 +200,24 @@ def test_bad_config_is_a_clear_error():
         TrainConfig(aggregation="sum")
     with pytest.raises(MrtpoError, match="unknown training config field"):
         TrainConfig.from_dict({"lr": 1e-3, "bogus": 1})
+
+
+def test_full_finetuning_keeps_float32_master_weights(tiny):
+    """A model loaded in bfloat16 (what device=auto gives on CUDA) trains float32 master weights: a step at lr 1e-5
+    changes nearly every weight, where updating bf16 weights in place changes almost none."""
+    from mrtpo.model import LoadedModel
+
+    bf = LoadedModel(model=copy.deepcopy(tiny.model).to(torch.bfloat16), tokenizer=tiny.tokenizer, name="tiny-random",
+                     device=tiny.device, dtype=torch.bfloat16)
+    tr = Trainer(cfg(method="gdpo", lr=1e-5, probe_size=0), lm=bf, family=ToyFamily())
+    assert tr.lm.dtype == torch.float32 and all(p.dtype == torch.float32 for p in tr.params)
+    before = params(tr)
+    tr.train(1)
+    after = params(tr)
+    changed = sum(int((after[k] != v).sum()) for k, v in before.items())
+    total = sum(v.numel() for v in before.values())
+    assert changed / total > 0.5
+    lora = Trainer(cfg(method="gdpo", lora=True, probe_size=0), lm=LoadedModel(
+        model=copy.deepcopy(tiny.model).to(torch.bfloat16), tokenizer=tiny.tokenizer, name="tiny-random",
+        device=tiny.device, dtype=torch.bfloat16), family=ToyFamily())
+    assert lora.lm.dtype == torch.bfloat16  # LoRA: the frozen base stays as loaded (peft keeps the adapter in float32)
