@@ -54,7 +54,6 @@ def cmd_relevance(a) -> int:
     prog = Progress(a.quiet)
     template = load_template(a.template)
     cases, bad = [], 0
-    prog.stage(f"reading {a.input}")
     for n, obj, problem in json_lines(a.input):
         err = f"line {n}: {problem}" if problem else _check_case(obj, n)
         if err:

@@ -25,7 +25,6 @@ def cmd_rollouts(a) -> int:
     parse_method(a.method)  # a bad method fails before any work
     vt = ro.VerifierTemplate.from_file(a.verifier_template)
     template = Template.from_file(a.template) if a.template else None
-    prog.stage(f"reading {a.input}")
     rows = ro.read_rollouts(a.input, a.format)
     groups = [g for g in ro.group_rows(rows) if a.step is None or g.step == a.step]
     if not groups:  # as ro.explain_rollouts
