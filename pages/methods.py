@@ -69,7 +69,7 @@ fig = go.Figure()
 for m, a in advs.items():
     if m not in chart_methods:
         continue
-    fig.add_bar(name=m, x=[f"#{i}" for i in range(G)], y=a.final.numpy().round(4).tolist(),
+    fig.add_bar(name=m, x=[f"response {i}" for i in range(G)], y=a.final.numpy().round(4).tolist(),
                 hovertemplate=f"{m} · %{{x}}: A = %{{y:.4f}}<extra></extra>")
 with S.guard("token view"):
     token_views = {m: S.view(run, m, chart_beta) for m in TOKEN_METHODS}
@@ -77,7 +77,7 @@ for m, tv in token_views.items():
     mean = [float(a.mean()) if len(a) else 0.0 for a in tv.token_adv]
     lo = [float(a.min()) if len(a) else 0.0 for a in tv.token_adv]
     hi = [float(a.max()) if len(a) else 0.0 for a in tv.token_adv]
-    fig.add_bar(name=f"{m} (token mean)", x=[f"#{i}" for i in range(G)], y=np.round(mean, 4).tolist(),
+    fig.add_bar(name=f"{m} (token mean)", x=[f"response {i}" for i in range(G)], y=np.round(mean, 4).tolist(),
                 marker_pattern_shape="/",
                 error_y={"type": "data", "symmetric": False, "array": [h - x for h, x in zip(hi, mean)],
                          "arrayminus": [x - low for x, low in zip(mean, lo)], "thickness": 1, "width": 3},
@@ -135,7 +135,8 @@ tok_labels = [html.escape(repr(t["text"])[1:-1].replace(" ", "␣") or "∅", qu
 for k in g.reward_names:
     if k in run.replay.responses[i].relevance:
         rel = run.replay.responses[i].relevance[k].round(4).tolist()
-        prof.add_scatter(name=k, x=list(range(len(tok_labels))), y=rel, mode="lines+markers", marker={"size": 4}, customdata=tok_labels,
+        prof.add_scatter(name=k, x=list(range(len(tok_labels))), y=rel, mode="lines+markers", marker={"size": 4},
+                         customdata=tok_labels, showlegend=True,
                          hovertemplate=f"{html.escape(k)} · t = %{{x}} %{{customdata}}: ρ = %{{y:.3f}}<extra></extra>")
 every = max(1, math.ceil(len(tok_labels) / 60))  # at most ~60 labels; the hover names every token
 prof.update_layout(height=340, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="ρ_ikt", legend_orientation="h",

@@ -344,8 +344,8 @@ def train_with_progress(tr: Trainer, todo: int) -> None:
             starts.append((phase, time.perf_counter()))
             k = step - first
             frac = (k + phases.index(phase) / len(phases)) / todo if phase in phases else k / todo
-            bar.progress(min(1.0, frac), text=f"step {step} ({k + 1} of {todo}) · **{phase}** · {secs:.1f} s into "
-                                              f"the step · {time.perf_counter() - t_start:.0f} s in all")
+            bar.progress(min(1.0, frac), text=f"step {step} ({k + 1} of {todo}) · now **{phase}**, which began "
+                                              f"{secs:.1f} s into the step")
 
         def on_step(step: int, m: dict) -> None:
             end = time.perf_counter()
@@ -372,6 +372,7 @@ if one or many:
     train_with_progress(tr, todo)
     run = store.require_run(choice)
     header(head, run)  # the header above shows the new step count
+    st.session_state["train_sample_step"] = run.steps_done  # the sampled responses below: the newest step
     st.success(f"{S.md(run.name)}: {_n(run.steps_done, 'step')} stored")
 
 # ---------------------------------------------------------------------------------------------- curves
@@ -425,7 +426,11 @@ def _curves(keys: list[str], series: dict, cols: int = 3, window: int = 1, heigh
                                      hovertemplate=f"{name} · step %{{x}}: %{{y:.3f}}<extra></extra>"),
                           row=i // cols + 1, col=i % cols + 1)
     step_axes(fig, last, rows)
-    fig.update_layout(height=height * rows, margin={"t": 40, "b": 20, "l": 20, "r": 20}, legend_orientation="h")
+    for i, k in enumerate(keys):  # rewards and fractions on their whole [0, 1] scale
+        if k.startswith(("reward/", "type/")) or k in ("clip_frac",):
+            fig.update_yaxes(range=[-0.05, 1.05], row=i // cols + 1, col=i % cols + 1)
+    fig.update_layout(height=height * rows + 40, margin={"t": 70, "b": 20, "l": 20, "r": 20},
+                      legend={"orientation": "h", "x": 0, "y": 1, "yanchor": "top", "yref": "container"})
     return fig
 
 
@@ -491,7 +496,7 @@ else:
                           for i, r in enumerate(rows)])
     st.dataframe(table, hide_index=True, width="stretch")
     if rows:
-        i = st.selectbox("Response", list(range(len(rows))), key="train_sample_idx",
+        i = st.selectbox("Response", list(range(len(rows))), key=f"train_sample_idx_{int(step)}",
                          format_func=lambda j: f"#{j} — {S._short(rows[j]['text'], 70)}")
         beta_s = store.metrics(run.id).get("beta_s", {}).get(int(step), 0.0) or 0.0
         with S.guard("the stored step"):

@@ -152,8 +152,12 @@ def test_teach_shows_the_two_distributions_behind_js(sampled: AppTest):
                           list(resp.token_ids), k, t, 10, Template.from_dict(run.template))
     chart = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if "teach_dist_chart" in c.proto.id))
     p_bars, q_bars = chart["data"]
-    assert p_bars["y"] == pytest.approx([r["p"] for r in ref["rows"]])  # p_t (P_all) and q_t (P_\k) side by side
-    assert q_bars["y"] == pytest.approx([r["q"] for r in ref["rows"]])
+    y_t = ref["token"]
+    bars = ref["rows"] + ([] if any(r["id"] == y_t["id"] for r in ref["rows"]) else [y_t])  # y_t always shown
+    assert p_bars["y"] == pytest.approx([r["p"] for r in bars])  # p_t (P_all) and q_t (P_\k) side by side
+    assert q_bars["y"] == pytest.approx([r["q"] for r in bars])
+    bold = [j for j, x in enumerate(chart["layout"]["xaxis"]["ticktext"]) if x.startswith("<b>y_t = ")]
+    assert bold == [[r["id"] for r in bars].index(y_t["id"])]
     assert len(p_bars["y"]) >= 10 and chart["layout"]["barmode"] == "group"
     assert chart["layout"]["xaxis"]["ticktext"][0] == html.escape(repr(ref["rows"][0]["text"])[1:-1].replace(" ", "␣")
                                                                   or "∅", quote=False)
