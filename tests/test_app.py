@@ -224,6 +224,23 @@ def test_timer_tells_a_cache_hit_from_work():
     assert again.text == "cached" and first.text.endswith(" s") and t["sample"] >= 0
 
 
+def test_state_sample_until_varied_uses_the_cached_sampler():
+    from mrtpo.tasks import get_family
+    from pages import _state as St
+
+    fam = get_family("instructions")
+    ex = fam.example("tea-note")
+    ch = St.Choices("tiny-random", "cpu", "instructions", "tea-note")
+    seen = []
+    with St.Timer({}, "sample") as first:
+        group, tries = St.sample_until_varied(ch, fam, ex, 6, 4, 16, 1.0, 0, on_try=seen.append)
+    assert [t.seed for t in tries] == [0, 1, 2, 3] and seen == tries and tries[-1].varied == ["punctuation:no_comma"]
+    with St.Timer({}, "sample") as again:  # the same seeds again: every group from the cache
+        group2, _ = St.sample_until_varied(ch, fam, ex, 6, 4, 16, 1.0, 0)
+    assert not first.cached and again.cached and again.text == "cached"
+    np.testing.assert_array_equal(group.rewards, group2.rewards)
+
+
 def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
     from pages import _state as St
 
