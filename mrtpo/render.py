@@ -166,22 +166,89 @@ def relevance_diff_html(before: ResponseRelevance, after: ResponseRelevance, rew
             f"blue up, red down</div>{''.join(rows)}</div>")
 
 
-def stored_sample_html(row: dict) -> str:
-    """Heatmaps of one response stored by the trainer (``Store.samples``): its token advantages and, per replayed
-    reward, its relevance; the reasons of its zero rewards below."""
-    toks = [{"text": t} for t in row["tokens"]]
-    adv = row["token_advantage"]
-    va = max([abs(x) for x in adv] + [abs(row["advantage"]), 1e-9])
-    vr = max([max(v) for v in row["relevance"].values() if v] + [1.0])
+def stored_sample_html(view: TokenView, i: int, row: dict) -> str:
+    """Heatmaps of response ``i`` of a stored training step, as Explore shows a sampled one: per reward, the
+    estimator's uniform advantage Â_ik / scale (the whole response one color), the method's token row A'_ikt and
+    the stored relevance ρ; then the combined advantage (uniform vs the trainer's token advantages).
+
+    view: :func:`mrtpo.pipeline.stored_step_view` of the step; row: the stored row of response ``i``
+    (``Store.samples``), for its rewards, reasons and which rewards were replayed.  Colors are scaled per response
+    (the largest |advantage| and ρ of this response), so a small advantage is still visible; the legend gives the
+    limits.  A response-level method, or a reward not replayed (constant in its group), has no token row."""
+    toks = view.tokens[i]
+    T = len(toks)
+    base = parse_method(view.method).estimator_label
+    tokens_method = parse_method(view.method).tokens
+    names = [k for k in view.reward_names if k in row["rewards"]]
+    replayed = set(row.get("relevance", {}))
+    advs = [np.abs(view.token_adv[i]).max(initial=0.0), abs(float(view.final[i]))]
+    advs += [np.abs(view.token_adv_per_reward[i][k]).max(initial=0.0) for k in names]
+    advs += [abs(float(view.per_reward[i, view.reward_names.index(k)])) for k in names]
+    va = float(max(advs)) or 1.0
+    vr = float(max([view.relevance[i][k].max(initial=0.0) for k in names if k in replayed] + [1.0]))
     parts = [legend(va, vr)]
-    tips = [f"{t['text']!r} | token advantage {a:+.4f}" for t, a in zip(toks, adv)]
-    parts.append(token_row(f"token advantage (resp. {row['advantage']:+.3f})", toks, adv, "diverging", va, tips))
-    for k, rel in row["relevance"].items():
-        tips = [f"{t['text']!r} | {k} | relevance {x:.3f}" for t, x in zip(toks, rel)]
-        parts.append(token_row(f"ρ {k}", toks, rel, "sequential", vr, tips))
-    reasons = "; ".join(f"{k}: {v}" for k, v in row.get("reasons", {}).items() if v)
-    return (f"<div class='mrtpo'>{''.join(parts)}"
-            f"<p style='font-size:12px;color:#555'>{html.escape(reasons)}</p></div>")
+    reasons = row.get("reasons", {})
+    for k in names:
+        j = view.reward_names.index(k)
+        uni, ta, rel = float(view.per_reward[i, j]), view.token_adv_per_reward[i][k], view.relevance[i][k]
+        why = f" — {html.escape(reasons[k])}" if reasons.get(k) else ""
+        parts.append(f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}'
+                     f'<span style="color:#777;font-size:12px">{why}</span></div>')
+        tips = [f"{t['text']!r} | reward {k} | relevance {rel[n]:.3f} | {view.method} advantage {ta[n]:+.4f} | "
+                f"{base} advantage {uni:+.4f}" for n, t in enumerate(toks)]
+        parts.append(token_row(f"{base} (uniform) {uni:+.3f}", toks, [uni] * T, "diverging", va, tips))
+        if uni == 0 and k not in replayed:
+            parts.append('<div class="lab" style="padding-left:190px">same for every response of its group: '
+                         'advantage 0, not replayed</div>')
+            continue
+        if tokens_method and k in replayed:
+            parts.append(token_row(f"{view.method} β_s={view.beta:.3g}", toks, ta, "diverging", va, tips))
+            parts.append(token_row("relevance ρ", toks, rel, "sequential", vr, tips))
+    fin, ta = float(view.final[i]), view.token_adv[i]
+    tips = [f"{t['text']!r} | combined | {view.method} advantage {ta[n]:+.4f} | {base} advantage {fin:+.4f}"
+            for n, t in enumerate(toks)]
+    parts.append('<div class="reward"><b>combined</b> (sum over rewards, batch-normalized: what the update used)</div>')
+    parts.append(token_row(f"{base} (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips))
+    if tokens_method:
+        parts.append(token_row(f"{view.method} β_s={view.beta:.3g}", toks, ta, "diverging", va, tips))
+    return f"<div class='mrtpo'>{''.join(parts)}</div>"
+
+
+def position_html(tokens: Sequence[dict], t: int, label: str = "token t") -> str:
+    """One response as a row of tokens with token ``t`` highlighted (orange) and its position in each tooltip."""
+    tips = [f"t = {n}: {tok['text']!r}" for n, tok in enumerate(tokens)]
+    onehot = [1.0 if n == t else 0.0 for n in range(len(tokens))]
+    return f"<div class='mrtpo'>{token_row(label, tokens, onehot, 'sequential', 1.0, tips)}</div>"
+
+
+def prompt_diff_html(without: str, with_: str) -> str:
+    """``with_`` (P_all) with what ``without`` (P_\\k) lacks highlighted: the text that v_k added (difflib)."""
+    import difflib
+
+    ops = difflib.SequenceMatcher(None, without, with_, autojunk=False).get_opcodes()
+    inserts = [o for o in ops if o[0] != "equal"]
+    if len(inserts) == 1 and inserts[0][0] == "insert":  # one block added (P_\\k = P_all less v_k's item)
+        _, i1, _, j1, j2 = inserts[0]
+        # the same block fits anywhere it can slide while the text repeats; show it starting at a line start
+        # ("\\n- v_k …" reads as the added line) when it can, else as far right as it goes
+        while j1 > 0 and with_[j1 - 1] == with_[j2 - 1]:
+            j1, j2 = j1 - 1, j2 - 1
+        starts = [j1]
+        while j2 < len(with_) and with_[j1] == with_[j2]:
+            j1, j2 = j1 + 1, j2 + 1
+            starts.append(j1)
+        j1 = next((j for j in starts if j > 0 and with_[j - 1] == "\n"), starts[-1])
+        j2 = j1 + inserts[0][4] - inserts[0][3]
+        ops = [("equal", 0, 0, 0, j1), ("insert", 0, 0, j1, j2), ("equal", 0, 0, j2, len(with_))]
+    out = []
+    for op, _, _, j1, j2 in ops:
+        seg = html.escape(with_[j1:j2])
+        if op == "equal":
+            out.append(seg)
+        elif j2 > j1:  # insert / replace: in P_all only
+            out.append(f"<mark style='background:rgba({REL[0]},{REL[1]},{REL[2]},0.35);border-radius:2px'>{seg}</mark>")
+    return ("<pre style='white-space:pre-wrap;background:#f6f6f6;padding:8px;font-size:13px;line-height:1.5'>"
+            f"{''.join(out)}</pre>")
 
 
 def probe_shift_html(tokens: Sequence[str], reward: str, before: Sequence[float], after: Sequence[float],

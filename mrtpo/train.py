@@ -158,6 +158,10 @@ def _field_problem(f: dataclasses.Field, v) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- trainer
+# The phases of a step, in order, as :meth:`Trainer.train` reports them to ``on_phase``.
+PHASES = ("sampling", "scoring", "replay", "update", "probe", "storing")
+
+
 @dataclass
 class _Rollout:
     """One step's sampled batch: B scored groups, the (N, K) reward matrix over the union of reward names."""
@@ -306,14 +310,16 @@ class Trainer:
         return self._seed_of(self.config.seed, step, b)
 
     # ------------------------------------------------------------------------------------------ a step
-    def rollout(self, step: int) -> _Rollout:
-        """Sample and score the B groups of ``step`` with the current policy."""
+    def rollout(self, step: int, on_scoring: Callable[[], None] | None = None) -> _Rollout:
+        """Sample, then score, the B groups of ``step`` with the current policy (``on_scoring()`` in between)."""
         cfg, lm = self.config, self.lm
-        groups = []
-        for b, ex in enumerate(self.examples_for_step(step)):
-            samples = sample(lm, ex.prompt, n=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
-                             temperature=cfg.temperature, top_p=cfg.top_p, seed=self._sample_seed(step, b))
-            groups.append(score_group(self.family, ex, samples))
+        examples = self.examples_for_step(step)
+        sampled = [sample(lm, ex.prompt, n=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
+                          temperature=cfg.temperature, top_p=cfg.top_p, seed=self._sample_seed(step, b))
+                   for b, ex in enumerate(examples)]
+        if on_scoring:
+            on_scoring()
+        groups = [score_group(self.family, ex, samples) for ex, samples in zip(examples, sampled)]
         names: list[str] = []
         for g in groups:
             names += [k for k in g.reward_names if k not in names]
@@ -336,8 +342,13 @@ class Trainer:
         return self.train(1)[-1]
 
     def train(self, n: int, callback: Callable[[int, dict], None] | None = None,
-              checkpoint_last: bool = False) -> list[dict[str, float]]:
+              checkpoint_last: bool = False,
+              on_phase: Callable[[int, str, float], None] | None = None) -> list[dict[str, float]]:
         """``n`` updates; ``callback(step, metrics)`` after each; ``checkpoint_last``: also checkpoint the last one.
+
+        ``on_phase(step, phase, seconds)`` is called as each phase of a step begins, ``seconds`` after the step
+        began, with phase one of :data:`PHASES` in that order ("replay" only for MRTPO methods; "probe" and
+        "storing" only with a store, "probe" only with probe responses): progress within a step.
 
         With a store: takes the run's lock first (MrtpoError, nothing changed, if a live trainer holds it), keeps
         it alive from a heartbeat thread, syncs with the store (:meth:`_sync`), steps, releases it at the end.
@@ -346,36 +357,39 @@ class Trainer:
             raise MrtpoError("this run is already training in another session of this process; watch it meanwhile")
         try:
             if self.store is None:
-                return self._steps(n, callback)
+                return self._steps(n, callback, on_phase=on_phase)
             with self.store.locked(self.run_id) as self._owner:
                 self._sync()
-                return self._steps(n, callback, checkpoint_last)
+                return self._steps(n, callback, checkpoint_last, on_phase)
         finally:
             self._owner = None
             self._mu.release()
 
-    def _steps(self, n: int, callback, checkpoint_last: bool = False) -> list[dict[str, float]]:
+    def _steps(self, n: int, callback, checkpoint_last: bool = False, on_phase=None) -> list[dict[str, float]]:
         out = []
         for i in range(n):
-            m = self._one_step(checkpoint=checkpoint_last and i == n - 1)
+            m = self._one_step(checkpoint=checkpoint_last and i == n - 1, on_phase=on_phase)
             out.append(m)
             if callback:
                 callback(self.steps_done, m)
         return out
 
-    def _one_step(self, checkpoint: bool = False) -> dict[str, float]:
+    def _one_step(self, checkpoint: bool = False, on_phase=None) -> dict[str, float]:
         cfg, lm = self.config, self.lm
         s = self.steps_done + 1
         self._seen = None  # until the step is stored, memory may be ahead of the store
         torch.manual_seed(self._own_seed(s, 10_007))
         t0 = time.perf_counter()
-        ro = self.rollout(s)
+        phase = (lambda name: on_phase(s, name, time.perf_counter() - t0)) if on_phase else (lambda name: None)
+        phase("sampling")
+        ro = self.rollout(s, on_scoring=lambda: phase("scoring"))
         t_sample = time.perf_counter() - t0
         G, N = cfg.group_size, ro.R.shape[0]
         adv = A.compute(cfg.method, ro.R, G)
         replays = [None] * len(ro.groups)
         t1 = time.perf_counter()
         if self.method.tokens:  # the current policy, eval, no grad
+            phase("replay")
             replays = [replay_scored(lm, g, self.template) for g in ro.groups]
         t_replay = time.perf_counter() - t1
         # (N, K, T) relevance and (N, T) mask over the trained tokens; the EOS that ends a response is trained but
@@ -391,18 +405,22 @@ class Trainer:
         tok_adv = A.token_advantages(adv, rho, mask, beta=beta_s, cap=cfg.cap) if self.method.tokens else \
             A.token_advantages(adv, None, mask, beta=0.0)
         t2 = time.perf_counter()
+        phase("update")
         upd = self._update(ro, tok_adv, mask, s)
         t_update = time.perf_counter() - t2
         step_time = time.perf_counter() - t0
         self.steps_done = s
 
         t3 = time.perf_counter()
+        if self.store is not None and self.probe:
+            phase("probe")
         probe_rows = self._probe_rows() if self.store is not None and self.probe else []
         t_probe = time.perf_counter() - t3
         metrics = self._metrics(ro, adv, tok_adv, mask, upd, beta_s)
         metrics.update({"time/step": step_time, "time/sample": t_sample, "time/replay": t_replay,
                         "time/update": t_update, "time/probe": t_probe})
         if self.store is not None:
+            phase("storing")
             rows = self._sample_rows(ro, adv, tok_adv, replays)
             t4 = time.perf_counter()
             ckpt = None

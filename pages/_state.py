@@ -10,7 +10,10 @@ the model. Pages (including ``pages/train.py`` and ``pages/rollouts.py``) use:
 - :func:`sample_cached`, :func:`replay_cached` — the heavy work, cached by inputs;
 - :func:`set_run` / :func:`get_run` → :class:`Run` — the current group and its replay (one per session);
 - :func:`current_template` / :func:`set_template` — the verifier-info template in use (a plain dict);
-- :func:`show_error(e) <show_error>` and :func:`guard` — errors as ``st.error`` with what to do, never a traceback.
+- :func:`show_error(e) <show_error>` and :func:`guard` — errors as ``st.error`` with what to do, never a traceback;
+  :func:`md` escapes user text for any markdown element (``st.error``, ``st.markdown``, captions);
+- :class:`Timer` (seconds, or "cached" when a cached function answered from its cache), :func:`next_token_topk_cached`,
+  :func:`sample_until_varied` (the library's helper on the cached sampler).
 
 Session-state keys (all prefixed ``mrtpo_``): ``mrtpo_model``, ``mrtpo_device``, ``mrtpo_family``, ``mrtpo_example``
 (sidebar widgets), ``mrtpo_run`` (a :class:`Run`), ``mrtpo_template`` ({family: template dict}).
@@ -19,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
@@ -27,9 +32,10 @@ import numpy as np
 import streamlit as st
 
 from mrtpo.errors import MrtpoError
-from mrtpo.model import DEFAULT_MODEL, TINY_MODEL, LoadedModel, Sample, load_model, sample
-from mrtpo.pipeline import ScoredGroup, TokenView, template_for, token_view
-from mrtpo.relevance import ReplayResult, replay_group
+from mrtpo.model import DEFAULT_MODEL, TINY_MODEL, LoadedModel, Sample, default_model_cached, load_model, sample
+from mrtpo.pipeline import SampleTry, ScoredGroup, TokenView, template_for, token_view
+from mrtpo.pipeline import sample_until_varied as _sample_until_varied
+from mrtpo.relevance import ReplayResult, next_token_topk, replay_group
 from mrtpo.tasks import family_names, get_family
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
@@ -40,19 +46,38 @@ PREFERRED_FAMILY = "sql"
 
 
 # ---------------------------------------------------------------------------------------------- errors
-def show_error(e: BaseException, what: str = "") -> None:
-    """Show ``e`` as ``st.error`` with a hint on what to do; MrtpoError messages already say it. No traceback."""
-    head = f"{what}: " if what else ""
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
+
+
+def md(text: object) -> str:
+    """``text`` escaped for Streamlit's markdown, so that it shows literally (``{prompt.__class__}`` keeps its
+    underscores, ``*`` stays a star, ``$x$`` is no formula).
+
+    Every markdown punctuation character gets a backslash; a zero-width space also breaks what the escapes
+    cannot: a colon before a letter (``:material/x:`` icons, ``:red[..]`` colors) and a dash before a dash (the
+    typographer's "--" → "–")."""
+    t = _MD_SPECIAL.sub(r"\\\1", str(text))
+    return re.sub(r"\\-(?=\\-)", "\\-\u200b", re.sub(r"\\:(?=[A-Za-z])", "\\:\u200b", t))
+
+
+def error_text(e: BaseException, what: str = "") -> str:
+    """The markdown :func:`show_error` shows for ``e``: the message, escaped (:func:`md`), and what to do."""
+    head = f"{md(what)}: " if what else ""
     if isinstance(e, MrtpoError):
-        st.error(f"{head}{e}")
-    elif isinstance(e, MemoryError) or "out of memory" in str(e).lower():
-        st.error(f"{head}out of memory ({str(e).splitlines()[0] if str(e) else type(e).__name__}). "
-                 "Lower the group size or max tokens, or pick a smaller model.")
-    else:
-        msg = str(e).splitlines()[0] if str(e) else ""
-        st.error(f"{head}unexpected {type(e).__name__}{': ' + msg if msg else ''}. Check the inputs (model name, "
-                 "device, template, rewards) and try again; if it persists, run the same step with the CLI "
-                 "(`python -m mrtpo explain ...`) to see details.")
+        return f"{head}{md(e)}"
+    first = str(e).splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, MemoryError) or "out of memory" in str(e).lower():
+        return (f"{head}out of memory ({md(first or type(e).__name__)}). Lower the group size or max tokens, or "
+                "pick a smaller model.")
+    return (f"{head}unexpected {type(e).__name__}{': ' + md(first) if first else ''}. Check the inputs (model name, "
+            "device, template, rewards) and try again; if it persists, run the same step with the CLI "
+            "(`python -m mrtpo explain ...`) to see details.")
+
+
+def show_error(e: BaseException, what: str = "") -> None:
+    """Show ``e`` as ``st.error`` with a hint on what to do; MrtpoError messages already say it. No traceback.
+    The message and ``what`` may hold user text (a template, a file name): they are escaped (:func:`md`)."""
+    st.error(error_text(e, what))
 
 
 @contextlib.contextmanager
@@ -75,9 +100,22 @@ def default_model_name() -> str:
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
-def get_model(name: str, device: str = "auto") -> LoadedModel:
-    """The model ``name`` on ``device``, loaded once per process and shared by every session (MrtpoError if missing)."""
+def _model(name: str, device: str = "auto") -> LoadedModel:
     return load_model(name, device)
+
+
+CONVERTING = ("Converting the default model (SmolLM2-135M-Instruct) once: about 20 s. Later loads take about a "
+              "second.")
+
+
+def get_model(name: str, device: str = "auto") -> LoadedModel:
+    """The model ``name`` on ``device``, loaded once per process and shared by every session (MrtpoError if missing).
+
+    The first load of the default model on a machine converts it (about 20 s): a spinner says so."""
+    if name == DEFAULT_MODEL and not default_model_cached():
+        with st.spinner(CONVERTING):
+            return _model(name, device)
+    return _model(name, device)
 
 
 # ---------------------------------------------------------------------------------------------- families
@@ -193,14 +231,44 @@ def set_template(fam: str | None, template: Template | dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- heavy work, cached
+# Cache hits are detected, not guessed from the time: each cached function counts its calls, and its body (which
+# runs only on a miss) counts its runs, per thread (each session's script runs in its own thread). A block whose
+# calls ran no body was answered from the caches; :class:`Timer` compares the counts.
+_counts = threading.local()
+
+
+def _mark_ran() -> None:
+    _counts.ran = getattr(_counts, "ran", 0) + 1
+
+
+def _ran_count() -> int:
+    return getattr(_counts, "ran", 0)
+
+
+def _cache_calls() -> int:
+    return getattr(_counts, "calls", 0)
+
+
+def _counted(fn):
+    """``fn`` (an ``st.cache_data`` function) with its calls counted; ``.clear()`` still clears its cache."""
+    def call(*args, **kwargs):
+        _counts.calls = _cache_calls() + 1
+        return fn(*args, **kwargs)
+    call.__doc__, call.__name__, call.clear = fn.__doc__, fn.__name__, fn.clear
+    return call
+
+
+@_counted
 @st.cache_data(show_spinner=False, max_entries=32)
 def sample_cached(model: str, device: str, prompt: str, n: int, max_new_tokens: int, temperature: float,
                   seed: int) -> list[Sample]:
     """``n`` sampled responses to ``prompt`` (one batched generate), cached by every input."""
+    _mark_ran()
     return sample(get_model(model, device), prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
                   seed=seed)
 
 
+@_counted
 @st.cache_data(show_spinner=False, max_entries=64)
 def replay_cached(model: str, device: str, prompt: str, verifier_info: Sequence[dict[str, str]],
                   token_ids: Sequence[Sequence[int]], template: dict, rewards: Sequence[Sequence[float]] | None
@@ -210,10 +278,31 @@ def replay_cached(model: str, device: str, prompt: str, verifier_info: Sequence[
     verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
     or None (replay every reward).
     """
+    _mark_ran()
     lm = get_model(model, device)
     R = None if rewards is None else np.asarray(rewards, dtype=float)
     return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
                         Template.from_dict(template), rewards=R)
+
+
+@_counted
+@st.cache_data(show_spinner=False, max_entries=256)
+def next_token_topk_cached(model: str, device: str, prompt: str, verifier_info: dict[str, str],
+                           token_ids: Sequence[int], reward: str, t: int, k: int, template: dict) -> dict:
+    """:func:`mrtpo.relevance.next_token_topk` (the top-k of p_t and q_t at position t), cached by every input."""
+    _mark_ran()
+    return next_token_topk(get_model(model, device), prompt, dict(verifier_info), list(token_ids), reward, t, k,
+                           Template.from_dict(template))
+
+
+def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, tries: int, n: int, max_new_tokens: int,
+                        temperature: float, seed: int, on_try=None) -> tuple[ScoredGroup, list[SampleTry]]:
+    """:func:`mrtpo.pipeline.sample_until_varied` on :func:`sample_cached` (a seed tried before is not sampled
+    again): seeds ``seed``, ``seed + 1``, … until a reward varies in the group, at most ``tries``."""
+    return _sample_until_varied(
+        None, family_, example, tries, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+        on_try=on_try, sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens,
+                                                          temperature, s))
 
 
 def replay_for(ch: Choices, group: ScoredGroup, template: dict, skip_constant: bool = True,
@@ -270,15 +359,30 @@ def view(run: Run, method: str = "mrtpo", beta: float = 0.5) -> TokenView:
 
 
 class Timer:
-    """``with Timer(d, "sample"): ...`` records the seconds in ``d["sample"]``."""
+    """``with Timer(d, "sample") as tm: ...`` records the seconds in ``d["sample"]``; ``tm.cached`` says whether the
+    block's cached functions (:func:`sample_cached`, :func:`replay_cached`, …) all answered from their caches (a
+    block that calls none is not "cached"), and ``tm.text`` is "cached" or "7.9 s"."""
 
     def __init__(self, into: dict, name: str):
         self.into, self.name = into, name
+        self.cached = False
 
     def __enter__(self):
-        self.t0 = time.perf_counter()
+        self.t0, self.runs = time.perf_counter(), _ran_count()
+        self.calls0 = _cache_calls()
         return self
 
     def __exit__(self, *exc):
-        self.into[self.name] = round(time.perf_counter() - self.t0, 3)
+        self.seconds = round(time.perf_counter() - self.t0, 3)
+        self.into[self.name] = self.seconds
+        self.cached = exc[0] is None and _ran_count() == self.runs and _cache_calls() > self.calls0
         return False
+
+    @property
+    def text(self) -> str:
+        return timing_text(self.seconds, self.cached)
+
+
+def timing_text(seconds: float, cached: bool = False) -> str:
+    """How long a step took, for a message: "cached" when it came from a cache (no work done), else "7.9 s"."""
+    return "cached" if cached else f"{seconds:.1f} s"

@@ -2,6 +2,9 @@
 and MRTPO's token view on top of them."""
 from __future__ import annotations
 
+import html
+import math
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -10,14 +13,14 @@ import torch
 
 from pages import _state as S
 from mrtpo import render
-from mrtpo.advantages import ESTIMATORS, compute
+from mrtpo.advantages import ESTIMATORS, compute, method_names, parse_method
 
 st.title("Methods")
 run = S.require_run()
 g = run.group
 G, K = g.rewards.shape
 R = torch.tensor(g.rewards, dtype=torch.float32)
-st.markdown(f"Group **{run.label}**, G = {G}, K = {K} rewards: {', '.join(g.reward_names)}")
+st.markdown(f"Group **{S.md(run.label)}**, G = {G}, K = {K} rewards: {S.md(', '.join(g.reward_names))}")
 
 with S.guard("advantages"):
     advs = {m: compute(m, R, G) for m in ESTIMATORS}
@@ -56,12 +59,39 @@ with st.expander("The textbook collapse (two binary rewards, G = 2)", expanded=n
 
 # ---------------------------------------------------------------------------------------------- advantage chart
 st.subheader("Advantage per response per method")
+c1, c2 = st.columns([3, 1])
+chart_methods = c1.multiselect("Methods", method_names(), key="methods_chart_methods",
+                               default=list(ESTIMATORS) + ["mrtpo", "mrtpo+dara", "mrtpo+gd2po"],
+                               help="response-level estimators, and token-level ones (mrtpo…) by their token mean")
+chart_beta = c2.slider("β (token-level methods)", 0.0, 1.0, 0.5, 0.05, key="methods_chart_beta")
+TOKEN_METHODS = [m for m in chart_methods if parse_method(m).tokens]
 fig = go.Figure()
 for m, a in advs.items():
-    fig.add_bar(name=m, x=[f"#{i}" for i in range(G)], y=a.final.numpy().round(4).tolist())
-fig.update_layout(barmode="group", height=340, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="A_i",
+    if m not in chart_methods:
+        continue
+    fig.add_bar(name=m, x=[f"response {i}" for i in range(G)], y=a.final.numpy().round(4).tolist(),
+                hovertemplate=f"{m} · %{{x}}: A = %{{y:.4f}}<extra></extra>")
+with S.guard("token view"):
+    token_views = {m: S.view(run, m, chart_beta) for m in TOKEN_METHODS}
+for m, tv in token_views.items():
+    mean = [float(a.mean()) if len(a) else 0.0 for a in tv.token_adv]
+    lo = [float(a.min()) if len(a) else 0.0 for a in tv.token_adv]
+    hi = [float(a.max()) if len(a) else 0.0 for a in tv.token_adv]
+    fig.add_bar(name=f"{m} (token mean)", x=[f"response {i}" for i in range(G)], y=np.round(mean, 4).tolist(),
+                marker_pattern_shape="/",
+                error_y={"type": "data", "symmetric": False, "array": [h - x for h, x in zip(hi, mean)],
+                         "arrayminus": [x - low for x, low in zip(mean, lo)], "thickness": 1, "width": 3},
+                customdata=np.stack([lo, hi], axis=-1).round(4).tolist(),
+                hovertemplate=f"{m} · %{{x}}: token mean %{{y:.4f}}, tokens from %{{customdata[0]:.4f}} to "
+                              f"%{{customdata[1]:.4f}}<extra></extra>")
+fig.update_layout(barmode="group", height=360, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="A_i",
                   legend_orientation="h")
 st.plotly_chart(fig, key="methods_adv_chart")
+st.caption("Plain bars: the response-level estimators (every token of a response gets this advantage). Hatched "
+           f"bars: the token-level methods at β = {chart_beta:g}, the mean of their token advantages A_it over the "
+           "response, with a whisker from the lowest to the highest token. MRTPO keeps each response's mean (it "
+           "equals its estimator's bar: mrtpo = GDPO, mrtpo+dara = DARA, …) and moves credit between the tokens "
+           "of a response, which the whiskers show.")
 
 # ---------------------------------------------------------------------------------------------- DARA
 st.subheader("DARA: density-aware weights")
@@ -101,12 +131,18 @@ st.html(f"<style>{render.CSS}</style>" + render.response_html(v, i, rewards=[], 
 
 st.markdown("**Relevance profile along the response**")
 prof = go.Figure()
+tok_labels = [html.escape(repr(t["text"])[1:-1].replace(" ", "␣") or "∅", quote=False) for t in v.tokens[i]]
 for k in g.reward_names:
     if k in run.replay.responses[i].relevance:
-        prof.add_scatter(name=k, y=run.replay.responses[i].relevance[k].round(4).tolist(), mode="lines",
-                         hovertext=[t["text"] for t in v.tokens[i]])
-prof.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="token t", yaxis_title="ρ_ikt",
-                   legend_orientation="h")
+        rel = run.replay.responses[i].relevance[k].round(4).tolist()
+        prof.add_scatter(name=k, x=list(range(len(tok_labels))), y=rel, mode="lines+markers", marker={"size": 4},
+                         customdata=tok_labels, showlegend=True,
+                         hovertemplate=f"{html.escape(k)} · t = %{{x}} %{{customdata}}: ρ = %{{y:.3f}}<extra></extra>")
+every = max(1, math.ceil(len(tok_labels) / 60))  # at most ~60 labels; the hover names every token
+prof.update_layout(height=340, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="ρ_ikt", legend_orientation="h",
+                   xaxis={"title": "token (position t)", "tickvals": list(range(0, len(tok_labels), every)),
+                          "ticktext": [f"{tok_labels[n]}" for n in range(0, len(tok_labels), every)],
+                          "tickangle": -60, "tickfont": {"size": 10}})
 if prof.data:
     st.plotly_chart(prof, key="methods_rel_chart")
 else:

@@ -66,12 +66,12 @@ if "rollouts_file" not in st.session_state:
     st.stop()
 
 name, data = st.session_state["rollouts_file"]
-with S.guard(f"reading {name}"):
+with S.guard(f"reading {name}"):  # (show_error escapes the file name)
     rows = load_rows(name, data, fmt)
     vt = ro.VerifierTemplate.from_json(vt_text)
 groups = ro.group_rows(rows)
-st.write(f"**{name}**: {len(rows)} rows in {len(groups)} groups; columns: "
-         + ", ".join(f"`{c}`" for c in rows[0].fields))
+st.markdown(f"**{S.md(name)}**: {len(rows)} rows in {len(groups)} groups; columns: "
+            + ", ".join(S.md(c) for c in rows[0].fields))
 
 gi = st.selectbox("Group", list(range(len(groups))), key="rollouts_group", format_func=lambda i: _label(groups[i]))
 group = groups[gi]

@@ -1,6 +1,9 @@
 """The Streamlit app under AppTest with the tiny random model (no browser): every page runs and shows real numbers."""
 from __future__ import annotations
 
+import contextlib
+import html
+import json
 import os
 import re
 import tomllib
@@ -14,6 +17,7 @@ os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from mrtpo.advantages import compute  # noqa: E402
+from pages import _state as S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -24,6 +28,11 @@ BG = re.compile(r'<span class="tok" style="background:([^"]*)"')
 def _ok(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
+
+
+def shown(markdown: str) -> str:
+    """What a markdown message shows (backslash escapes and zero-width spaces gone; checked in Chromium)."""
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u200b", "")
 
 
 def _rows(body: str) -> list[tuple[str, list[str]]]:
@@ -128,15 +137,140 @@ def test_teach_page(sampled: AppTest):
     assert "= GDPO's A_0" in text
 
 
+def test_teach_shows_the_two_distributions_behind_js(sampled: AppTest):
+    from mrtpo.model import load_model
+    from mrtpo.relevance import next_token_topk
+    from mrtpo.templates import Template
+
+    at = sampled
+    at.switch_page("pages/teach.py").run()
+    _ok(at)
+    run = at.session_state["mrtpo_run"]
+    k, t = "punctuation:no_comma", at.slider(key="teach_token").value
+    resp = run.replay.responses[0]
+    ref = next_token_topk(load_model("tiny-random", "cpu"), run.group.prompt, run.group.verifier_info[0],
+                          list(resp.token_ids), k, t, 10, Template.from_dict(run.template))
+    chart = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if "teach_dist_chart" in c.proto.id))
+    p_bars, q_bars = chart["data"]
+    y_t = ref["token"]
+    bars = ref["rows"] + ([] if any(r["id"] == y_t["id"] for r in ref["rows"]) else [y_t])  # y_t always shown
+    assert p_bars["y"] == pytest.approx([r["p"] for r in bars])  # p_t (P_all) and q_t (P_\k) side by side
+    assert q_bars["y"] == pytest.approx([r["q"] for r in bars])
+    bold = [j for j, x in enumerate(chart["layout"]["xaxis"]["ticktext"]) if x.startswith("<b>y_t = ")]
+    assert bold == [[r["id"] for r in bars].index(y_t["id"])]
+    assert len(p_bars["y"]) >= 10 and chart["layout"]["barmode"] == "group"
+    assert chart["layout"]["xaxis"]["ticktext"][0] == html.escape(repr(ref["rows"][0]["text"])[1:-1].replace(" ", "␣")
+                                                                  or "∅", quote=False)
+    assert f"={ref['js']:.5f}" in at.latex[-1].value  # the JS built from the two full distributions
+    assert abs(ref["js"] - float(resp.js[k][t])) < 2e-3  # the replay's d at t (bf16 replay on AMX CPUs)
+    bodies = [h.proto.body for h in at.get("html")]
+    pos = next(b for b in bodies if f"token t = {t}" in b)  # the token highlighted in the response
+    cells = BG.findall(pos)
+    assert len(cells) == len(resp.token_ids) and [c != "transparent" for c in cells].index(True) == t
+    assert sum(c != "transparent" for c in cells) == 1
+    diff = next(b for b in bodies if "<mark" in b)  # P_all with what P_\k lacks highlighted: v_k's item
+    added = re.findall(r"<mark[^>]*>(.*?)</mark>", diff, re.S)
+    assert len(added) == 1 and run.group.verifier_info[0][k] in html.unescape(added[0])
+    # another token: the view follows
+    at.slider(key="teach_token").set_value(0 if t else 1).run()
+    _ok(at)
+    assert f"token t = {0 if t else 1}" in " ".join(h.proto.body for h in at.get("html"))
+
+
+def test_methods_charts_token_methods_and_token_axis(sampled: AppTest):
+    at = sampled
+    at.switch_page("pages/methods.py").run()
+    _ok(at)
+    run = at.session_state["mrtpo_run"]
+    adv = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if "methods_adv_chart" in c.proto.id))
+    bars = {b["name"]: b for b in adv["data"]}
+    R = torch.tensor(run.group.rewards, dtype=torch.float32)
+    for m, base in (("mrtpo", "gdpo"), ("mrtpo+dara", "dara"), ("mrtpo+gd2po", "gd2po")):
+        b = bars[f"{m} (token mean)"]
+        assert b["y"] == pytest.approx(compute(base, R, 4).final.numpy().round(4).tolist(), abs=2e-4)
+        v = S.view(run, m, 0.5)  # whiskers: the lowest and the highest token advantage of each response
+        assert b["error_y"]["array"] == pytest.approx([float(a.max() - a.mean()) for a in v.token_adv], abs=2e-4)
+    prof = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if "methods_rel_chart" in c.proto.id))
+    toks = [t["text"] for t in run.replay.responses[0].tokens()]
+    x = prof["layout"]["xaxis"]
+    assert x["title"]["text"] == "token (position t)"
+    step = x["tickvals"][1] - x["tickvals"][0]
+    assert [html.unescape(s) for s in x["ticktext"]] == [repr(toks[n])[1:-1].replace(" ", "␣") or "∅"
+                                                         for n in range(0, len(toks), step)]
+
+
+def test_error_messages_show_user_text_literally(sampled: AppTest):
+    at = sampled
+    at.switch_page("pages/templates.py").run()
+    at.text_area(key="tpl_prompt").set_value("{prompt.__class__} {verifier_info}").run()
+    assert not at.exception
+    err = next(e.value for e in at.error if "class" in e.value)
+    assert "{prompt.__class__}" in shown(err)  # what the browser shows
+    assert "prompt.__class__" not in err and "\\_\\_class\\_\\_" in err  # escaped: no bold, no lost underscores
+
+
+def test_timer_tells_a_cache_hit_from_work():
+    from pages import _state as St
+
+    St.sample_cached.clear()
+    t = {}
+    with St.Timer(t, "sample") as first:
+        St.sample_cached("tiny-random", "cpu", "Say hi.", 2, 4, 1.0, 12345)
+    with St.Timer(t, "sample") as again:
+        St.sample_cached("tiny-random", "cpu", "Say hi.", 2, 4, 1.0, 12345)
+    with St.Timer(t, "score") as other:  # no cached function called: not "cached"
+        sum(range(10))
+    assert (first.cached, again.cached, other.cached) == (False, True, False)
+    assert again.text == "cached" and first.text.endswith(" s") and t["sample"] >= 0
+
+
+def test_state_sample_until_varied_uses_the_cached_sampler():
+    from mrtpo.tasks import get_family
+    from pages import _state as St
+
+    fam = get_family("instructions")
+    ex = fam.example("tea-note")
+    ch = St.Choices("tiny-random", "cpu", "instructions", "tea-note")
+    seen = []
+    with St.Timer({}, "sample") as first:
+        group, tries = St.sample_until_varied(ch, fam, ex, 6, 4, 16, 1.0, 0, on_try=seen.append)
+    assert [t.seed for t in tries] == [0, 1, 2, 3] and seen == tries and tries[-1].varied == ["punctuation:no_comma"]
+    with St.Timer({}, "sample") as again:  # the same seeds again: every group from the cache
+        group2, _ = St.sample_until_varied(ch, fam, ex, 6, 4, 16, 1.0, 0)
+    assert not first.cached and again.cached and again.text == "cached"
+    np.testing.assert_array_equal(group.rewards, group2.rewards)
+
+
+def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
+    from pages import _state as St
+
+    said = []
+
+    @contextlib.contextmanager
+    def spinner(text):
+        said.append(text)
+        yield
+
+    monkeypatch.setattr(St.st, "spinner", spinner)
+    monkeypatch.setattr(St, "_model", lambda name, device="auto": f"model {name}")
+    monkeypatch.setattr(St, "default_model_cached", lambda: False)
+    assert St.get_model("default") == "model default" and said == [St.CONVERTING]
+    assert "Converting the default model" in said[0] and "20 s" in said[0]
+    monkeypatch.setattr(St, "default_model_cached", lambda: True)
+    St.get_model("default")
+    St.get_model("tiny-random")
+    assert len(said) == 1
+
+
 def test_templates_page_malformed_then_rerun(sampled: AppTest):
     at = sampled
     at.switch_page("pages/templates.py").run()
     _ok(at)
     at.text_area(key="tpl_prompt").set_value("{prompt} {oops}").run()
-    assert any("unknown placeholder '{oops}'" in e.value for e in at.error)
+    assert any("unknown placeholder '{oops}'" in shown(e.value) for e in at.error)
     assert not at.exception
     at.text_area(key="tpl_prompt").set_value("").run()
-    assert any("is empty" in e.value for e in at.error)
+    assert any("is empty" in shown(e.value) for e in at.error)
     at.text_area(key="tpl_prompt").set_value("{prompt}\n\nRules:\n{verifier_info}").run()
     at.text_area(key="tpl_text_0_punctuation:no_comma").set_value("Do not write the letter e.").run()
     at.checkbox(key="tpl_every").check().run()
@@ -175,7 +309,7 @@ def test_bad_model_is_a_clear_error(monkeypatch):
     assert at.selectbox(key="mrtpo_model").value == "/no/such/model"
     at.button(key="explore_sample").click().run()
     assert not at.exception
-    assert any("cannot load model" in e.value for e in at.error)
+    assert any("cannot load model" in shown(e.value) for e in at.error)
 
 
 def test_pages_without_a_group_say_what_to_do():
@@ -199,5 +333,5 @@ def test_custom_empty_prompt_is_a_clear_error():
     at.text_area(key="explore_prompt").set_value("   ").run()
     at.button(key="explore_sample").click().run()
     assert not at.exception
-    assert any("the prompt is empty" in e.value for e in at.error)
+    assert any("the prompt is empty" in shown(e.value) for e in at.error)
     assert "mrtpo_run" not in at.session_state

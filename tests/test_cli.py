@@ -475,3 +475,125 @@ def test_train_flags_are_generated_from_the_config_fields(tmp_path, capsys):
         assert main(["train", "--steps", "1", flag, value]) == 2
         err = capsys.readouterr().err
         assert f"argument {flag}" in err and says in err, (flag, err)
+
+
+# ---------------------------------------------------------------------------------------------- progress, --quiet
+PROGRESS = __import__("re").compile(r"^\[ *\d+\.\d s\] (.*)$")
+
+
+def _stages(err: str) -> list[str]:
+    """The progress lines on stderr, without their times."""
+    return [m.group(1) for m in map(PROGRESS.match, err.splitlines()) if m]
+
+
+def test_explain_progress_on_stderr_quiet_with_quiet(tmp_path, capsys):
+    inp = tmp_path / "g.json"
+    inp.write_text(json.dumps({"prompt": "Say hi.", "verifier_info": {"a": "Be brief.", "b": "Be kind."},
+                               "responses": ["hi there", "hello you all"], "rewards": [[1, 0], [0, 1]]}))
+    outs = {}
+    for quiet in (False, True):
+        html, js = tmp_path / f"e{quiet}.html", tmp_path / f"e{quiet}.json"
+        rc, out, err = _run(capsys, "explain", "--input", inp, "--html", html, "--json", js, "--model", "tiny-random",
+                            "--device", "cpu", *(["--quiet"] if quiet else []))
+        assert rc == 0 and out == ""  # stdout untouched
+        outs[quiet] = (_stages(err), json.loads(js.read_text()), err)
+    stages, data, err = outs[False]
+    assert stages == ["loading model tiny-random (cpu)", "replaying 2 responses under P_all and each P_\\k",
+                      f"writing {tmp_path / 'eFalse.html'} and {tmp_path / 'eFalse.json'}"]
+    times = [float(PROGRESS.match(line).group(0).split("]")[0][1:-2]) for line in err.splitlines()
+             if PROGRESS.match(line)]
+    assert times == sorted(times)  # seconds since the command began
+    assert outs[True][0] == [] and outs[True][2] == f"wrote {tmp_path / 'eTrue.html'} and {tmp_path / 'eTrue.json'}\n"
+    assert outs[True][1] == data  # the same output either way
+
+
+def test_explain_until_varied_resamples_and_reports_each_try(tmp_path, capsys):
+    # tiny-random, tea-note, G = 4, 16 tokens: seeds 0-2 give every reward constant, seed 3 varies no_comma
+    base = ["explain", "--task", "instructions", "--example", "tea-note", "--group", "4", "--max-new-tokens", "16",
+            "--model", "tiny-random", "--device", "cpu", "--html", tmp_path / "e.html", "--json", tmp_path / "e.json"]
+    rc, out, err = _run(capsys, *base)
+    assert rc == 0 and out == ""
+    assert ("warning: every reward is the same for every response in this group, so every advantage is 0 and the "
+            "heatmaps have no color; try --seed 1, --until-varied 5, or a larger --group") in err
+    rc, out, err = _run(capsys, *base, "--until-varied", "6")
+    assert rc == 0 and out == "" and "warning" not in err
+    stages = _stages(err)
+    tries = [s for s in stages if s.startswith("try ")]
+    assert len(tries) == 4
+    for j in range(3):
+        assert __import__("re").fullmatch(
+            rf"try {j + 1}/6 \(seed {j}, [0-9.]+ s\): every reward constant \(punctuation:no_comma 1\.00, "
+            rf"keywords:existence 0\.00\); sampling again", tries[j])
+    assert tries[3].startswith("try 4/6 (seed 3,") and "varies: punctuation:no_comma (mean 0.75)" in tries[3]
+    assert "using try 4 (seed 3)" in stages
+    data = json.loads((tmp_path / "e.json").read_text())
+    assert data["seed"] == 3 and [t["seed"] for t in data["tries"]] == [0, 1, 2, 3]
+    assert data["tries"][3]["varied"] == ["punctuation:no_comma"]
+    assert sorted(r["reward_values"]["punctuation:no_comma"] for r in data["responses"]) == [0.0, 1.0, 1.0, 1.0]
+    assert "rgba(" in (tmp_path / "e.html").read_text()  # the heatmaps have color now
+    # too few tries: each reported, then the warning names them
+    rc, _, err = _run(capsys, *base, "--until-varied", "2")
+    assert rc == 0 and [s.split(" (")[0] for s in _stages(err) if s.startswith("try")] == ["try 1/2", "try 2/2"]
+    assert "in 2 tries (seeds 0..1)" in err and "try --seed 2, --until-varied 5" in err
+    assert "sampling again" not in _stages(err)[-3]  # the last try says nothing of a next one
+    # only where sampling happens
+    rc, _, err = _run(capsys, "explain", "--input", tmp_path / "e.json", "--html", tmp_path / "x.html",
+                      "--until-varied", "3")
+    assert rc == 2 and "--until-varied samples again with other seeds: it needs --task" in err
+    rc, _, err = _run(capsys, *base[:5], "--html", tmp_path / "x.html", "--until-varied", "0")
+    assert rc == 2 and "argument --until-varied" in err
+
+
+def test_relevance_progress_and_stdout(tmp_path, capsys):
+    case = {"id": "a", "prompt": "Write about fruit.", "verifier_info": {"kw": "mention banana"},
+            "response": "A banana."}
+    inp = _jsonl(tmp_path / "c.jsonl", [case, {**case, "id": "b", "response": "An apple."}])
+    rc, out, err = _run(capsys, "relevance", "--input", inp, "--output", "-", "--model", "tiny-random")
+    assert rc == 0 and [json.loads(x)["id"] for x in out.splitlines()] == ["a", "b"]
+    assert _stages(err) == ["loading model tiny-random (auto)",
+                            "replaying group 1/1 (2 cases, 1 rewards)", "writing -"]
+    rc, out_q, err = _run(capsys, "relevance", "--input", inp, "--output", "-", "--model", "tiny-random", "--quiet")
+    assert rc == 0 and out_q == out and _stages(err) == []
+
+
+def test_train_progress_by_phase_and_quiet(tmp_path, capsys):
+    args = ["train", "--task", "instructions", "--method", "mrtpo", "--model", "tiny-random", "--device", "cpu",
+            "--group-size", "2", "--prompts-per-step", "1", "--max-new-tokens", "4", "--probe-size", "1",
+            "--db", tmp_path / "r.db"]
+    rc, out, err = _run(capsys, *args, "--run", "a", "--steps", "2")
+    assert rc == 0 and out == ""
+    stages = _stages(err)
+    phases = ["sampling", "scoring", "replay", "update", "probe", "storing"]
+    assert stages[:6] == [f"step 1/2: {p}" for p in phases] and stages[7:13] == [f"step 2/2: {p}" for p in phases]
+    assert __import__("re").fullmatch(r"step 1/2 done in [0-9.]+ s \(.*\): reward [0-9.]+, loss [-+][0-9.]+, "
+                                      r"β_s 0\.000 \(warmup: this update is GDPO's\)", stages[6])
+    assert "β_s 0.014" in stages[13]  # 0.5 · smoothstep(1/10)
+    rc, out, err = _run(capsys, *args, "--run", "b", "--steps", "1", "--quiet")
+    assert rc == 0 and out == "" and _stages(err) == []
+    assert "creating run 'b'" in err and "run 'b': 1 steps" in err  # messages about the run stay
+
+
+def test_rollouts_progress_per_group(tmp_path, capsys):
+    vt = tmp_path / "vt.json"
+    vt.write_text(json.dumps({"score": "must be right"}))
+    f = tmp_path / "r.jsonl"
+    f.write_text('{"input": "q", "output": "a", "score": 1, "step": 1}\n{"input": "q", "output": "b", "score": 0, '
+                 '"step": 1}\n{"input": "r", "output": "c", "score": 1, "step": 2}\n')
+    rc, out, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-",
+                        "--model", "tiny-random", "--device", "cpu")
+    assert rc == 0 and len(out.splitlines()) == 2
+    assert _stages(err) == ["loading model tiny-random (cpu)", "replaying group 1/2 (step 1, 2 rows)",
+                            "replaying group 2/2 (step 2, 1 rows)", "writing -"]
+    rc, out_q, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-",
+                          "--model", "tiny-random", "--device", "cpu", "--quiet")
+    assert out_q == out and _stages(err) == []
+
+
+def test_default_model_conversion_is_announced(tmp_path, capsys, monkeypatch, tiny):
+    import mrtpo.model as M
+
+    monkeypatch.setattr(M, "default_model_cached", lambda: False)
+    monkeypatch.setattr(M, "load_model", lambda name, device="auto": tiny)
+    case = {"id": "a", "prompt": "Hi.", "verifier_info": {"kw": "x"}, "response": "Hello."}
+    rc, _, err = _run(capsys, "relevance", "--input", _jsonl(tmp_path / "c.jsonl", [case]), "--output", "-")
+    assert rc == 0 and "loading model default (auto): converting it once, ~20 s" in _stages(err)

@@ -1,6 +1,7 @@
 """Bring-your-own-rollouts: readers, grouping, sandboxed verifier templates, messages, explain, CLI, app page."""
 import json
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -84,7 +85,7 @@ def test_malformed_files_name_row_and_column(tmp_path, trl_file):
     with pytest.raises(ro.RolloutFileError, match=r"bad.jsonl: row 3: column 'score': must be a number"):
         ro.VerifierTemplate.from_dict({"score": "x"}).rewards_of(rows[1])
     bad.write_text('{"input": "q", "output": "a"}\n{oops\n')
-    with pytest.raises(ro.RolloutFileError, match=r"row 2: column '-': not valid JSON"):
+    with pytest.raises(ro.RolloutFileError, match=r"bad.jsonl: row 2: not valid JSON"):
         ro.read_rollouts(bad)
     bad.write_text('{"input": "q", "output": 5}\n')
     with pytest.raises(ro.RolloutFileError, match=r"row 1: column 'output': expected text or a list of chat"):
@@ -159,4 +160,10 @@ def test_app_page(trl_file, monkeypatch):
     assert sum(b.count('class="tok"') for b in bodies) > 100
     at.session_state["rollouts_file"] = ("bad.jsonl", b'{"input": "q", "output": "a"}\n{oops\n')
     at.run()
-    assert "bad.jsonl: row 2: column '-'" in at.error[0].value
+    shown = re.sub(r"\\(.)", r"\1", at.error[0].value).replace("\u200b", "")  # the markdown, as displayed
+    assert "bad.jsonl: row 2: not valid JSON" in shown and "column '" not in shown
+    at.session_state["rollouts_file"] = ("garbage.parquet", bytes(range(256)) * 4)  # the issue's upload
+    at.run()
+    shown = re.sub(r"\\(.)", r"\1", at.error[0].value).replace("\u200b", "")
+    assert shown == ("reading garbage.parquet: garbage.parquet: not a readable parquet file (Parquet magic bytes not "
+                     "found in footer. Either the file is corrupted or this is not a parquet file)")

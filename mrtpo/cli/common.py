@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 
 from mrtpo import validate as V
 from mrtpo.errors import MrtpoError
@@ -70,3 +72,39 @@ def find_example(examples, key, path):
                      if examples else f"{path}: no examples in the file")
 
 
+
+
+class Progress:
+    """Progress of a long command on stderr, one line per stage with the seconds since the command began::
+
+        [  0.0 s] loading model default (cpu)
+        [  1.2 s] sampling 8 × 96 tokens
+
+    Nothing when ``quiet``; stdout (the JSON) is never touched.  ``stage(text)`` prints a line;
+    ``seconds`` is the time since the start.
+    """
+
+    def __init__(self, quiet: bool = False, stream=None):
+        self.quiet, self.stream, self.t0 = quiet, stream, time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def stage(self, text: str) -> None:
+        if not self.quiet:
+            print(f"[{self.seconds:6.1f} s] {text}", file=self.stream or sys.stderr, flush=True)
+
+
+def load_model_arg(a, prog: Progress):
+    """The model of ``--model`` / ``--device``, with a progress line (saying when the default model is converted)."""
+    from mrtpo.model import DEFAULT_MODEL, default_model_cached, load_model
+
+    first = a.model == DEFAULT_MODEL and not default_model_cached()
+    prog.stage(f"loading model {a.model} ({a.device})" + (": converting it once, ~20 s" if first else ""))
+    return load_model(a.model, a.device)
+
+
+def quiet_arg(p: argparse.ArgumentParser, what: str = "progress lines") -> None:
+    p.add_argument("--quiet", action="store_true",
+                   help=f"no {what} on stderr (errors still go there; the output is unchanged)")

@@ -12,11 +12,14 @@ from mrtpo.cli.common import (
     LINES_EPILOG,
     NONNEG,
     POSITIVE,
+    Progress,
     error_text,
     find_example,
     lines_summary,
+    load_model_arg,
     load_template,
     model_args,
+    quiet_arg,
     sampling_args,
     write_json,
 )
@@ -46,9 +49,9 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 
 def cmd_relevance(a) -> int:
-    from mrtpo.model import load_model
     from mrtpo.relevance import replay_group
 
+    prog = Progress(a.quiet)
     template = load_template(a.template)
     cases, bad = [], 0
     for n, obj, problem in json_lines(a.input):
@@ -60,7 +63,7 @@ def cmd_relevance(a) -> int:
         cases.append((n, obj))
     if not cases:
         raise MrtpoError(f"{a.input}: no case to run" + (f" ({bad} bad lines)" if bad else " (the file has no lines)"))
-    lm = load_model(a.model, a.device)
+    lm = load_model_arg(a, prog)
 
     def run(items):
         res = replay_group(lm, items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
@@ -83,7 +86,9 @@ def cmd_relevance(a) -> int:
             raise e
         print(f"{a.input}: line {n}: {error_text(e)}", file=sys.stderr)
 
-    for items in groups.values():
+    for j, items in enumerate(groups.values(), start=1):
+        prog.stage(f"replaying group {j}/{len(groups)} ({len(items)} case{'s' if len(items) > 1 else ''}, "
+                   f"{len(items[0][1]['verifier_info'])} rewards)")
         try:
             results.update(run(items))
             continue
@@ -101,6 +106,7 @@ def cmd_relevance(a) -> int:
     if not results:
         raise MrtpoError(f"{a.input}: no case could run ({bad} bad lines); nothing written to {a.output}")
     text = "".join(dumps(results[n]) + "\n" for n in sorted(results))
+    prog.stage(f"writing {a.output}")
     if a.output == "-":
         sys.stdout.write(text)
     else:
@@ -235,12 +241,22 @@ def _explain_input(path: str):
     return ScoredGroup.unscored(Example(str(gid), prompt), samples, names, infos, rewards)
 
 
+def _try_line(tr, tries: int) -> str:
+    """One try of ``explain --until-varied`` as a progress line."""
+    vals = ", ".join(f"{k} {tr.means[k]:.2f}" for k in tr.constant)
+    head = f"try {tr.index}/{tries} (seed {tr.seed}, {tr.seconds:.1f} s): "
+    if not tr.varied:
+        return head + f"every reward constant ({vals})" + ("; sampling again" if tr.index < tries else "")
+    varied = ", ".join(f"{k} (mean {tr.means[k]:.2f})" for k in tr.varied)
+    return head + f"varies: {varied}" + (f"; constant: {vals}" if vals else "")
+
+
 def _responses_file(path: str) -> list[str]:
     """``--responses``: JSONL lines {"response": text}; a bad line is an error naming it."""
     texts = []
     for n, obj, problem in json_lines(path):
         if problem:
-            raise TaskFileError(path, n, "-", problem)
+            raise MrtpoError(f"{path}: line {n}: {problem}")
         if "response" not in obj:
             raise TaskFileError(path, n, "response", "missing")
         try:
@@ -255,11 +271,17 @@ def _responses_file(path: str) -> list[str]:
 def cmd_explain(a) -> int:
     from mrtpo import render
     from mrtpo.advantages import parse_method
-    from mrtpo.model import Sample, load_model, tokenize_response
-    from mrtpo.pipeline import replay_scored, sample_group, score_group, token_view, view_to_json
+    from mrtpo.model import Sample, tokenize_response
+    from mrtpo.pipeline import replay_scored, sample_until_varied, score_group, token_view, varied_rewards, view_to_json
     from mrtpo.tasks import get_family
 
+    prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any model work
+    if a.until_varied is not None and not a.task:
+        raise MrtpoError("--until-varied samples again with other seeds: it needs --task (not --input)")
+    if a.until_varied is not None and a.responses:
+        raise MrtpoError("--until-varied samples again with other seeds: it cannot be used with --responses")
+    tries = []
     if a.task:
         fam = get_family(a.task)
         if a.examples:
@@ -268,24 +290,46 @@ def cmd_explain(a) -> int:
             ex = fam.example(a.example or 0)
         texts = _responses_file(a.responses) if a.responses else None
         template = load_template(a.template, fam)
-        lm = load_model(a.model, a.device)
+        lm = load_model_arg(a, prog)
         if texts is not None:
+            prog.stage(f"scoring {len(texts)} responses")
             group = score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts])
         else:
-            group = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens,
-                                 temperature=a.temperature, seed=a.seed)
+            n_tries = a.until_varied or 1
+            until = f" (seeds {a.seed}.., up to {n_tries} tries until a reward varies)" if a.until_varied else ""
+            prog.stage(f"sampling {a.group} × {a.max_new_tokens} tokens and scoring{until}")
+            group, tries = sample_until_varied(
+                lm, fam, ex, n_tries, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
+                seed=a.seed, on_try=(lambda tr: prog.stage(_try_line(tr, n_tries))) if a.until_varied else None)
+            if a.until_varied and tries[-1].varied and len(tries) > 1:
+                prog.stage(f"using try {tries[-1].index} (seed {tries[-1].seed})")
     elif a.input:
         template = load_template(a.template)
         group = _explain_input(a.input)  # a bad file fails before the model loads
-        lm = load_model(a.model, a.device)
+        lm = load_model_arg(a, prog)
         group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
     else:
         raise MrtpoError("explain needs --task FAMILY (with --example / --examples) or --input group.json")
+    if not varied_rewards(group):
+        how = (f"in {len(tries)} tries (seeds {tries[0].seed}..{tries[-1].seed})" if len(tries) > 1 else
+               "in this group")
+        nxt = tries[-1].seed + 1 if tries else a.seed + 1
+        hint = ("" if not a.task or a.responses else
+                f"; try --seed {nxt}, --until-varied {max(5, 2 * len(tries))}"
+                + (", or a larger --group" if a.group < 16 else ""))
+        print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
+              f"heatmaps have no color{hint}", file=sys.stderr)
+    prog.stage(f"replaying {len(group.samples)} responses under P_all and each P_\\k")
     replay = replay_scored(lm, group, template)
     view = token_view(group, replay, method=a.method, beta=a.beta)
+    prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
     write_text(a.html, render.page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
     if a.json:
-        write_text(a.json, dumps(view_to_json(view, group)))
+        data = view_to_json(view, group)
+        if tries:
+            data["seed"] = tries[-1].seed
+            data["tries"] = [{"seed": t.seed, "varied": t.varied, "constant": t.constant} for t in tries]
+        write_text(a.json, dumps(data))
     print(f"wrote {a.html}" + (f" and {a.json}" if a.json else ""), file=sys.stderr)
     return 0
 
@@ -301,6 +345,7 @@ def register(sub) -> None:
                    help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
     model_args(p)
+    quiet_arg(p)
     p.set_defaults(fn=cmd_relevance)
 
     p = sub.add_parser("advantages", help="advantages of an estimator for a rewards matrix")
@@ -328,5 +373,10 @@ def register(sub) -> None:
     p.add_argument("--beta", type=BETA, default=0.5, help="in [0, 1]")
     p.add_argument("--html", required=True)
     p.add_argument("--json", default=None, help="also write every number shown as JSON")
+    p.add_argument("--until-varied", type=POSITIVE, default=None, metavar="N",
+                   help="sample with --seed, --seed + 1, ... (at most N tries, each reported) until at least one "
+                        "reward varies within the group (a reward constant in the group gives advantage 0 "
+                        "everywhere); the JSON records the seed used and the tries")
     model_args(p)
+    quiet_arg(p)
     p.set_defaults(fn=cmd_explain)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from mrtpo import validate as V
-from mrtpo.cli.train import _names, add_config_flags, config_from_args
+from mrtpo.cli.train import _names, add_config_flags, config_from_args, step_progress
 from mrtpo.errors import MrtpoError
 
 PER_RUN = ("method", "seed", "schedule_seed")
@@ -36,7 +36,8 @@ def register(sub) -> None:
                    help="mean reward for 'steps to threshold' (default: halfway from step 1 to the best final value)")
     p.add_argument("--bootstrap", type=V.int_flag(100), default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (a bar per run on a terminal, else a line per run and per step)")
     add_config_flags(p, exclude=PER_RUN)
     p.set_defaults(fn=cmd_experiment)
 
@@ -57,6 +58,7 @@ def headline(summary: dict) -> dict:
 
 
 def cmd_experiment(a) -> int:
+    from mrtpo.advantages import parse_method
     from mrtpo.experiment import read_experiment, run_experiment, summarize, write_outputs
     from mrtpo.jsonl import dumps
     from mrtpo.store import Store
@@ -69,27 +71,21 @@ def cmd_experiment(a) -> int:
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     log(f"experiment '{exp.name}': {', '.join(exp.methods)} × {exp.seeds} seeds × {exp.steps} steps "
         f"in {store.path}")
-    bars = []
+    closers = []
+    tokens = {name: parse_method(m).tokens for m, _, name in exp.runs()}
 
     def on_run(name: str, start: int, total: int):
-        if a.quiet:
+        if not a.quiet:
             log(f"{name}: steps {start + 1}..{total}")
-            return None
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, initial=start, desc=name, unit="step", file=sys.stderr, dynamic_ncols=True)
-        bars.append(bar)
-
-        def step(s, m):
-            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", s=f"{m['time/step']:.1f}")
-            bar.update(1)
-        return step
+        _, on_step, close = step_progress(total, a.quiet, name, start, tokens.get(name, False))
+        closers.append(close)
+        return on_step
 
     try:
         run_experiment(store, exp, log=log, on_run=on_run)
     finally:
-        for b in bars:
-            b.close()
+        for close in closers:
+            close()
     summary = summarize(read_experiment(store, exp), threshold=a.threshold, n_boot=a.bootstrap)
     paths = write_outputs(summary, out)
     log("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -11,27 +11,36 @@ import argparse
 import sys
 from pathlib import Path
 
-from mrtpo.cli.common import BETA, NONNEG, POSITIVE, model_args
+from mrtpo.cli.common import BETA, NONNEG, POSITIVE, Progress, load_model_arg, model_args, quiet_arg
+from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, write_text
 
 
 def cmd_rollouts(a) -> int:
     from mrtpo.advantages import parse_method
     from mrtpo.integrations import rollouts as ro
-    from mrtpo.model import load_model
     from mrtpo.templates import Template
 
+    prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any work
     vt = ro.VerifierTemplate.from_file(a.verifier_template)
     template = Template.from_file(a.template) if a.template else None
     rows = ro.read_rollouts(a.input, a.format)
     groups = [g for g in ro.group_rows(rows) if a.step is None or g.step == a.step]
+    if not groups:  # as ro.explain_rollouts
+        raise MrtpoError(f"no rows at step {a.step}" if a.step is not None else "no rows to explain")
     for g in groups:  # validate every row before loading the model
         for r in g.rows:
             vt.rewards_of(r), vt.info(r)
-    lm = load_model(a.model, a.device)
-    items = ro.explain_rollouts(lm, rows, vt, template, a.method, a.beta, a.step, a.max_groups)
+    lm = load_model_arg(a, prog)
+    todo = groups[:a.max_groups]
+    items = []
+    for j, g in enumerate(todo, start=1):  # ro.explain_rollouts, one group at a time with progress
+        step = f"step {g.step}, " if g.step is not None else ""
+        prog.stage(f"replaying group {j}/{len(todo)} ({step}{len(g.rows)} rows)")
+        items.append(ro.explain_group(lm, g, vt, template, a.method, a.beta))
     text = "".join(dumps(ro.group_json(eg)) + "\n" for eg in items)
+    prog.stage(f"writing {a.output}" + (f" and {a.html}" if a.html else ""))
     if a.output == "-":
         sys.stdout.write(text)
     else:
@@ -58,4 +67,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step", type=NONNEG, default=None, help="only rows of this training step (>= 0)")
     p.add_argument("--max-groups", type=POSITIVE, default=20, help="explain at most this many groups (default 20)")
     model_args(p)
+    quiet_arg(p)
     p.set_defaults(fn=cmd_rollouts)

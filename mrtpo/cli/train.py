@@ -77,7 +77,9 @@ def register(sub) -> None:
                                                "'+', '-'); an existing run is resumed")
     p.add_argument("--steps", type=V.int_flag(0), required=True, help="train until the run has this many steps")
     p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (a bar on a terminal, else a line per phase and per step); "
+                        "messages about the run still go there")
     add_config_flags(p)
     p.set_defaults(fn=cmd_train)
 
@@ -94,6 +96,54 @@ def register(sub) -> None:
                    help="metric keys to compare (default: every reward/... key); repeatable")
     p.add_argument("--json", action="store_true", help="print {run: {key: {step: value}}} instead")
     p.set_defaults(fn=cmd_compare)
+
+
+def step_line(step: int, total: int, m: dict, seconds: float, tokens: bool) -> str:
+    """A finished step in one line: the seconds it took and where they went, its reward, loss and (``tokens``: an
+    MRTPO method) the effective β_s, saying when the warmup makes it 0."""
+    times = " · ".join(f"{k.split('/', 1)[1]} {m[k]:.1f}" for k in ("time/sample", "time/replay", "time/update",
+                                                                      "time/probe", "time/checkpoint")
+                       if m.get(k, 0) >= 0.05)
+    beta = ""
+    if tokens:
+        b = m.get("beta_s", 0.0)
+        beta = f", β_s {b:.3f}" + (" (warmup: this update is GDPO's)" if b == 0 else "")
+    return (f"step {step}/{total} done in {seconds:.1f} s ({times}): reward {m['reward/mean']:.3f}, "
+            f"loss {m['loss']:+.4f}{beta}")
+
+
+def step_progress(total: int, quiet: bool, desc: str, start: int, tokens: bool = False):
+    """Progress of ``Trainer.train`` on stderr: ``(on_phase, on_step, close)``.
+
+    On a terminal a tqdm bar over the steps whose postfix names the phase running now (sampling, scoring, replay,
+    update, probe, storing) and its start time in the step; elsewhere (logs, pipes) one line per phase and one per
+    finished step (:func:`step_line`). ``quiet``: nothing."""
+    from mrtpo.cli.common import Progress
+
+    if quiet:
+        return None, None, lambda: None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=start, desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+        def on_phase(step, phase, secs):
+            bar.set_postfix_str(f"step {step}: {phase} ({secs:.1f} s in)")
+
+        def on_step(step, m):
+            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", loss=f"{m['loss']:+.4f}", s=f"{m['time/step']:.1f}")
+            bar.update(1)
+        return on_phase, on_step, bar.close
+    prog, began = Progress(), [0.0]
+
+    def on_phase(step, phase, secs):
+        if phase == "sampling":
+            began[0] = prog.seconds
+        prog.stage(f"step {step}/{total}: {phase}")
+
+    def on_step(step, m):
+        prog.stage(step_line(step, total, m, prog.seconds - began[0], tokens))
+    return on_phase, on_step, lambda: None
 
 
 def cmd_train(a) -> int:
@@ -121,25 +171,11 @@ def cmd_train(a) -> int:
         log(f"run '{name}' already has {stored} steps (asked for {a.steps}); nothing to do")
         return 0
     todo = a.steps - tr.steps_done
-    bar = None
-    if not a.quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=a.steps, initial=tr.steps_done, desc=name, unit="step", file=sys.stderr, dynamic_ncols=True)
-
-    def on_step(step, m):
-        if bar is not None:
-            bar.set_postfix(reward=f"{m['reward/mean']:.3f}", loss=f"{m['loss']:+.4f}", s=f"{m['time/step']:.1f}")
-            bar.update(1)
-        else:
-            print(f"step {step}: reward {m['reward/mean']:.3f} loss {m['loss']:+.4f} ({m['time/step']:.1f} s)",
-                  file=sys.stderr)
-
-    try:
-        tr.train(todo, callback=on_step, checkpoint_last=True)  # a finished command resumes without recomputing
+    on_phase, on_step, close = step_progress(a.steps, a.quiet, name, tr.steps_done, tr.method.tokens)
+    try:  # checkpoint_last: a finished command resumes without recomputing
+        tr.train(todo, callback=on_step, checkpoint_last=True, on_phase=on_phase)
     finally:
-        if bar is not None:
-            bar.close()
+        close()
     run = store.require_run(name)
     log(f"run '{name}': {run.steps_done} steps, last checkpoint at step {run.last_checkpoint}")
     return 0

@@ -41,12 +41,13 @@ _TRL_RESERVED = ("step", "prompt", "completion", "advantage")
 
 
 class RolloutFileError(TaskFileError):
-    """A rollout file problem: ``row`` (1-based, None for the whole file) and ``column`` say where."""
+    """A rollout file problem: ``row`` (1-based; None for the whole file) and ``column`` (None when the problem is
+    not in one column: the file cannot be read, a line is not JSON) say where."""
 
-    def __init__(self, path: str | Path, row: int | None, column: str, problem: str):
-        super().__init__(str(path), row or 0, column, problem)
-        where = f"row {row}: " if row else ""
-        self.args = (f"{path}: {where}column '{column}': {problem}",)
+    def __init__(self, path: str | Path, row: int | None, column: str | None, problem: str):
+        super().__init__(str(path), row or 0, column or "", problem)
+        where = (f"row {row}: " if row else "") + (f"column '{column}': " if column else "")
+        self.args = (f"{path}: {where}{problem}",)
 
     def __str__(self) -> str:
         return self.args[0]
@@ -205,7 +206,7 @@ def read_trl(path: str | Path) -> list[RolloutRow]:
     path = Path(path)
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
     if not files:
-        raise RolloutFileError(path, None, "-", "no .parquet files in this folder")
+        raise RolloutFileError(path, None, None, "no .parquet files in this folder")
     rows: list[RolloutRow] = []
     for f in files:
         rows.extend(_read_trl_file(f))
@@ -218,14 +219,26 @@ def _read_trl_file(path: Path) -> list[RolloutRow]:
     try:
         df = pd.read_parquet(path)
     except FileNotFoundError:
-        raise RolloutFileError(path, None, "-", "file not found") from None
+        raise RolloutFileError(path, None, None, "file not found") from None
     except Exception as e:  # noqa: BLE001 - pyarrow raises many types for a bad file
-        raise RolloutFileError(path, None, "-", f"not a readable parquet file ({str(e).splitlines()[0][:120]})") from None
+        raise RolloutFileError(path, None, None, f"not a readable parquet file ({_reader_problem(e, path)})") from None
     for col in ("prompt", "completion"):
         if col not in df.columns:
             raise RolloutFileError(path, None, col, f"missing (columns: {', '.join(map(str, df.columns))})")
     records = df.to_dict(orient="records")
     return [_make_row(path, n, rec, "prompt", "completion") for n, rec in enumerate(records, start=1)]
+
+
+def _reader_problem(e: Exception, path: Path, limit: int = 300) -> str:
+    """The parquet reader's message as one clause: the file's path and the reader's boilerplate removed (the message
+    names the file already), whole sentences only (cut after the last full sentence within ``limit`` characters)."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    text = re.sub(r"^Could not open Parquet input source '[^']*':\s*", "", text).replace(str(path), path.name)
+    if len(text) > limit:
+        cut = text[:limit]
+        end = max(cut.rfind(". "), cut.rfind("; "))
+        text = cut[:end] if end > 0 else cut.rsplit(" ", 1)[0] + " …"
+    return text.rstrip(". ")
 
 
 def read_verl(path: str | Path) -> list[RolloutRow]:
@@ -235,7 +248,7 @@ def read_verl(path: str | Path) -> list[RolloutRow]:
     """
     path = Path(path)
     rows = []
-    for n, obj in json_objects(path, lambda n, problem: RolloutFileError(path, n or None, "-", problem)):
+    for n, obj in json_objects(path, lambda n, problem: RolloutFileError(path, n or None, None, problem)):
         values = dict(obj)
         if isinstance(obj.get("score"), dict):
             for k, v in obj["score"].items():
@@ -261,7 +274,7 @@ def read_rollouts(path: str | Path, fmt: str = "auto") -> list[RolloutRow]:
         raise MrtpoError(f"unknown rollout format '{fmt}'; use trl (parquet) or verl (JSONL)")
     rows = read_trl(path) if fmt == "trl" else read_verl(path)
     if not rows:
-        raise RolloutFileError(path, None, "-", "no rows")
+        raise RolloutFileError(path, None, None, "no rows")
     return rows
 
 
