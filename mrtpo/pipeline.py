@@ -11,9 +11,10 @@ import numpy as np
 import torch
 
 from mrtpo import advantages as adv_mod
+from mrtpo.faithfulness import group_summary, pair_metrics
 from mrtpo.model import LoadedModel, Sample, sample
 from mrtpo.relevance import ReplayConfig, ReplayResult, ResponseRelevance, relevance_tensor, replay_group
-from mrtpo.tasks.base import Example, TaskFamily
+from mrtpo.tasks.base import Example, Span, TaskFamily
 from mrtpo.templates import Template
 
 
@@ -28,6 +29,9 @@ class ScoredGroup:
     rewards: np.ndarray  # (G, K)
     reasons: list[dict[str, str]]  # per response: {reward: reason}
     verifier_info: list[dict[str, str]]  # per response: {reward: text}
+    # per response: {reward: the character spans its checker read (Score.evidence; None = the whole response)};
+    # [] when no verifier scored the group (typed rewards)
+    evidence: list[dict[str, list[Span] | None]] = field(default_factory=list)
 
     @classmethod
     def unscored(cls, example: Example, samples: Sequence[Sample], reward_names: Sequence[str],
@@ -45,20 +49,22 @@ class ScoredGroup:
         """The same group restricted to the responses ``idx`` (in that order)."""
         idx = list(idx)
         return ScoredGroup(self.example, self.prompt, [self.samples[i] for i in idx], self.reward_names,
-                           self.rewards[idx], [self.reasons[i] for i in idx], [self.verifier_info[i] for i in idx])
+                           self.rewards[idx], [self.reasons[i] for i in idx], [self.verifier_info[i] for i in idx],
+                           [self.evidence[i] for i in idx] if self.evidence else [])
 
 
 def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample]) -> ScoredGroup:
     names = family.reward_names(example)
     R = np.zeros((len(samples), len(names)))
-    reasons, infos = [], []
+    reasons, infos, evidence = [], [], []
     for i, s in enumerate(samples):
         sc = family.score(example, s.text)
         R[i] = [sc[k].value for k in names]
         reasons.append({k: sc[k].reason for k in names})
+        evidence.append({k: sc[k].evidence for k in names})
         info = family.verifier_info(example, s.text)
         infos.append({k: info[k] for k in names})
-    return ScoredGroup(example, family.replay_prompt(example), list(samples), names, R, reasons, infos)
+    return ScoredGroup(example, family.replay_prompt(example), list(samples), names, R, reasons, infos, evidence)
 
 
 def sample_group(lm: LoadedModel, family: TaskFamily, example: Example, n: int = 8, max_new_tokens: int = 96,
@@ -76,10 +82,11 @@ def template_for(family: TaskFamily | None, override: Template | dict | None = N
 
 
 def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
-                  config: ReplayConfig | None = None) -> ReplayResult:
-    """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``."""
+                  config: ReplayConfig | None = None, measure: str = "js") -> ReplayResult:
+    """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``; relevance from the
+    measure named ``measure`` (:data:`mrtpo.relevance.MEASURES`)."""
     return replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
-                        rewards=group.rewards if skip_constant else None, config=config)
+                        rewards=group.rewards if skip_constant else None, config=config, measure=measure)
 
 
 @dataclass
@@ -100,11 +107,28 @@ class TokenView:
     token_adv: list[np.ndarray]  # per response: (T,) combined A_it after batch normalization
     diagnostics: dict = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # rewards constant in the group: not replayed, advantage 0
+    measure: str = "js"  # the relevance measure ρ comes from
+    # per response: {reward: evidence spans (None = whole response)}; [] when the group has no verifier evidence
+    evidence: list[dict[str, list[Span] | None]] = field(default_factory=list)
+
+    def faithfulness(self, i: int, reward: str):
+        """:class:`mrtpo.faithfulness.PairMetrics` of response ``i``'s relevance for ``reward`` against its evidence
+        (None without evidence, or for a reward not replayed)."""
+        if not self.evidence or reward in self.skipped:
+            return None
+        spans = self.evidence[i].get(reward)
+        offsets = [(t["start"], t["end"]) for t in self.tokens[i]]
+        return pair_metrics(self.relevance[i][reward], offsets, spans, self.texts[i])
 
 
 def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", beta: float = 0.5,
-               weights=None, cap: float | None = None) -> TokenView:
-    """Advantages of ``method`` for one group, spread over tokens by the replay's relevance (no model calls)."""
+               weights=None, cap: float | None = None, measure: str | None = None) -> TokenView:
+    """Advantages of ``method`` for one group, spread over tokens by the replay's relevance (no model calls).
+
+    measure: re-derive relevance with this measure first (:meth:`ReplayResult.with_measure`; default: the replay's).
+    """
+    if measure is not None:
+        replay = replay.with_measure(measure)
     G, K = group.rewards.shape
     adv = adv_mod.compute(method, torch.tensor(group.rewards, dtype=torch.float32), G, weights)
     m = adv_mod.parse_method(method)
@@ -126,7 +150,7 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
                               for i, r in enumerate(replay.responses)],
         token_adv=[tok[i, : len(r.token_ids)].numpy() for i, r in enumerate(replay.responses)],
         diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in adv.diagnostics.items() if k != "zscore"},
-        skipped=list(replay.skipped),
+        skipped=list(replay.skipped), measure=replay.measure, evidence=list(group.evidence),
     )
     return view
 
@@ -135,8 +159,8 @@ def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
     """Everything a view shows, as plain JSON."""
     r6 = lambda a: [round(float(x), 6) for x in a]  # noqa: E731
     out = {
-        "method": view.method, "beta": view.beta, "rewards": view.reward_names, "skipped": view.skipped,
-        "responses": [],
+        "method": view.method, "beta": view.beta, "measure": view.measure, "rewards": view.reward_names,
+        "skipped": view.skipped, "responses": [],
         "diagnostics": view.diagnostics,
     }
     if group is not None:
@@ -152,11 +176,39 @@ def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
             "token_advantage_per_reward": {k: r6(v) for k, v in view.token_adv_per_reward[i].items()},
             "token_advantage": r6(view.token_adv[i]),
         }
+        if view.evidence:  # the characters each checker read ([start, end) pairs; null = the whole response)
+            item["evidence"] = {k: None if v is None else [[int(s), int(e)] for s, e in v]
+                                for k, v in view.evidence[i].items()}
+            item["faithfulness"] = {}
+            for k in view.reward_names:
+                m = view.faithfulness(i, k)
+                if m is not None:
+                    item["faithfulness"][k] = {"auroc": _finite(m.auroc), "lift": _finite(m.lift),
+                                               "span_auroc": _finite(m.span_auroc), "left_out": m.status or None}
         if group is not None:
             item["reasons"] = group.reasons[i]
             item["verifier_info"] = group.verifier_info[i]
         out["responses"].append(item)
     return out
+
+
+def faithfulness_table(view: TokenView) -> list[dict]:
+    """Per replayed reward, over the group's responses (:func:`mrtpo.faithfulness.group_summary`): pairs that count,
+    mean token AUROC, share above 0.5, mean lift, mean span-peak AUROC and the pairs left out (evidence = whole
+    response, nothing specific, every token). [] when the group has no verifier evidence."""
+    if not view.evidence:
+        return []
+    rewards = [k for k in view.reward_names if k not in view.skipped]
+    offsets = [[(t["start"], t["end"]) for t in toks] for toks in view.tokens]
+    rows = group_summary(view.relevance, offsets, view.texts, view.evidence, rewards)
+    return [{"reward": r["reward"], "measure": view.measure, "pairs": r["pairs"], "token AUROC": _finite(r["auroc"]),
+             "AUROC > 0.5": _finite(r["above_chance"]), "lift": _finite(r["lift"]),
+             "span-peak AUROC": _finite(r["span_auroc"]),
+             "left out (whole / none / all)": "{whole} / {empty} / {all}".format(**r["left_out"])} for r in rows]
+
+
+def _finite(x: float) -> float | None:
+    return round(float(x), 6) if np.isfinite(x) else None
 
 
 def group_table(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo") -> list[dict]:

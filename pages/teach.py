@@ -97,3 +97,5 @@ st.markdown(f"Center mean(a) = **{center:.4f}**, scale std(a)+ε = **{scale:.4f}
             f"**{(summed - center) / scale:.4f}** (the app's value: {float(v.token_adv[i][t]):.4f}). "
             f"Token mean of A_i· = **{float(v.token_adv[i].mean()):.4f}** = GDPO's A_{i} = **{float(gd.final[i]):.4f}**.")
 st.html(f"<style>{render.CSS}</style>" + render.response_html(v, i))
+st.caption("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; "
+           "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit).")

@@ -47,8 +47,9 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 def cmd_relevance(a) -> int:
     from mrtpo.model import load_model
-    from mrtpo.relevance import replay_group
+    from mrtpo.relevance import get_measure, replay_group
 
+    get_measure(a.measure)  # an unknown measure fails before anything is read
     template = load_template(a.template)
     cases, bad = [], 0
     for n, obj, problem in json_lines(a.input):
@@ -64,7 +65,7 @@ def cmd_relevance(a) -> int:
 
     def run(items):
         res = replay_group(lm, items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
-                           [c["response"] for _, c in items], template)
+                           [c["response"] for _, c in items], template, measure=a.measure)
         out = {}
         for (n, c), r in zip(items, res.responses):
             j = r.to_json()
@@ -257,9 +258,11 @@ def cmd_explain(a) -> int:
     from mrtpo.advantages import parse_method
     from mrtpo.model import Sample, load_model, tokenize_response
     from mrtpo.pipeline import replay_scored, sample_group, score_group, token_view, view_to_json
+    from mrtpo.relevance import get_measure
     from mrtpo.tasks import get_family
 
     parse_method(a.method)  # a bad method fails before any model work
+    get_measure(a.measure)
     if a.task:
         fam = get_family(a.task)
         if a.examples:
@@ -281,7 +284,7 @@ def cmd_explain(a) -> int:
         group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
     else:
         raise MrtpoError("explain needs --task FAMILY (with --example / --examples) or --input group.json")
-    replay = replay_scored(lm, group, template)
+    replay = replay_scored(lm, group, template, measure=a.measure)
     view = token_view(group, replay, method=a.method, beta=a.beta)
     write_text(a.html, render.page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
     if a.json:
@@ -300,6 +303,7 @@ def register(sub) -> None:
     p.add_argument("--input", required=True,
                    help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
+    _measure_arg(p)
     model_args(p)
     p.set_defaults(fn=cmd_relevance)
 
@@ -328,5 +332,14 @@ def register(sub) -> None:
     p.add_argument("--beta", type=BETA, default=0.5, help="in [0, 1]")
     p.add_argument("--html", required=True)
     p.add_argument("--json", default=None, help="also write every number shown as JSON")
+    _measure_arg(p)
     model_args(p)
     p.set_defaults(fn=cmd_explain)
+
+
+def _measure_arg(p) -> None:
+    from mrtpo.relevance import MEASURE_HELP
+
+    p.add_argument("--measure", default="js", metavar="NAME",
+                   help="relevance measure (default js, the paper's per-token JS distance): "
+                        + "; ".join(f"{k} = {v}" for k, v in MEASURE_HELP.items()))
