@@ -30,13 +30,14 @@ Span = tuple[int, int]
 def token_labels(offsets: Sequence[tuple[int, int]], spans: Iterable[Span], text: str | None = None) -> np.ndarray:
     """(T,) bool: True where token t's characters [start, end) overlap a span.
 
-    Whitespace rule (given ``text``): a whitespace-only token directly before an evidence token is evidence too,
-    since tokenizers split ' 10' into ' ', '1', '0' and the space is where the model decides to write the number.
+    Whitespace rule (given ``text``): the one whitespace-only token directly before an evidence token is evidence
+    too, since tokenizers split ' 10' into ' ', '1', '0' and the space is where the model decides to write the
+    number (the rule ``bench/localization.py`` has always used).
     """
     spans = [tuple(s) for s in spans]
     lab = np.array([e > s and any(s < e0 and e > s0 for s0, e0 in spans) for s, e in offsets], dtype=bool)
     if text is not None:
-        for t in range(len(offsets) - 2, -1, -1):  # right to left, so a run of whitespace tokens joins the span
+        for t in range(len(offsets) - 1):
             s, e = offsets[t]
             if not lab[t] and lab[t + 1] and e > s and not text[s:e].strip():
                 lab[t] = True

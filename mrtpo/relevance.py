@@ -95,6 +95,7 @@ class MeasureInput:
     logp_without: np.ndarray  # log π(y_t | P_\\k, y<t): the sampled token under P_\\k
     offsets: Sequence[tuple[int, int]]  # each token's characters [start, end) in ``text``
     text: str
+    js_others: np.ndarray | None = None  # (K', T): d of the other rewards replayed for this response (K' may be 0)
 
 
 #: a relevance measure: MeasureInput -> (T,) scores ≥ 0; :func:`measure_relevance` normalizes them to ρ (mean 1)
@@ -175,9 +176,48 @@ def _logratio(inp: MeasureInput) -> np.ndarray:
     return np.abs(inp.logp_all - inp.logp_without)
 
 
-@register_measure("logratio-word", "the log-ratio, each token getting the max over the tokens of its word")
-def _logratio_word(inp: MeasureInput) -> np.ndarray:
-    return word_max(_logratio(inp), inp.offsets, inp.text)
+#: carry_forward's threshold: a token the policy gave at least this probability under P_all counts as fixed
+CARRY_MIN_PROB = 0.5
+
+
+def carry_forward(values: np.ndarray, logp: np.ndarray, min_prob: float = CARRY_MIN_PROB) -> np.ndarray:
+    """Relevance carried to the tokens a decision fixes: v_0 = x_0, v_t = max(x_t, v_{t−1}) when
+    π(y_t | P_all, y<t) = exp(logp_t) ≥ ``min_prob``, else x_t.
+
+    values: (T,) scores x; logp: (T,) the sampled tokens' log-probabilities.  Once "calculate_tri" is written,
+    "angle" is near certain under both prompts and its own JS is ≈ 0, although the decision that wrote it was
+    reward k's; the run of near-certain tokens after a decision inherits its score.
+    """
+    x = np.asarray(values, dtype=np.float32)
+    out = x.copy()
+    sure = np.exp(np.asarray(logp, dtype=np.float64)) >= min_prob
+    for t in range(1, len(out)):
+        if sure[t]:
+            out[t] = max(out[t], out[t - 1])
+    return out
+
+
+@register_measure("js-word-carry", "js-word, then carried forward over the following tokens the policy was sure "
+                                   f"of (π(y_t|P_all) ≥ {CARRY_MIN_PROB:g})")
+def _js_word_carry(inp: MeasureInput) -> np.ndarray:
+    return carry_forward(word_max(inp.js, inp.offsets, inp.text), inp.logp_all)
+
+
+def contrast(js: np.ndarray, others: np.ndarray | None) -> np.ndarray:
+    """The part of reward k's JS not shared with the other rewards' removals: max(0, d_kt − mean_{j≠k} d_jt).
+
+    js: (T,); others: (K', T) (K' = 0: d itself).  Removing any item of the prompt moves every token's distribution
+    a little; what removing v_k moves more than removing the others is specific to k."""
+    d = np.asarray(js, dtype=np.float32)
+    if others is None or not len(others):
+        return d
+    return np.maximum(0.0, d - np.asarray(others, dtype=np.float32).mean(0))
+
+
+@register_measure("js-contrast", "max(0, d_kt − mean over the other replayed rewards of d_jt), then word max and "
+                                 "carried forward as in js-word-carry")
+def _js_contrast(inp: MeasureInput) -> np.ndarray:
+    return carry_forward(word_max(contrast(inp.js, inp.js_others), inp.offsets, inp.text), inp.logp_all)
 
 
 def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
@@ -228,7 +268,8 @@ class ResponseRelevance:
         """What a relevance measure reads for ``reward`` (see :class:`MeasureInput`)."""
         T = len(self.token_ids)
         lp = np.zeros(T, np.float32) if self.logp_all is None else self.logp_all
-        return MeasureInput(self.js[reward], lp, self.logp_without.get(reward, lp), self.offsets, self.text)
+        others = np.array([v for k, v in self.js.items() if k != reward], dtype=np.float32).reshape(-1, T)
+        return MeasureInput(self.js[reward], lp, self.logp_without.get(reward, lp), self.offsets, self.text, others)
 
     def with_measure(self, name: str) -> "ResponseRelevance":
         """The same response with ``relevance`` from measure ``name`` (no model call)."""

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from mrtpo.errors import MrtpoError
-from mrtpo.relevance import (MEASURES, MeasureInput, ReplayConfig, get_measure, measure_relevance,
-                             naive_replay_group, normalize_relevance, replay_group, word_max)
+from mrtpo.relevance import (MEASURES, MeasureInput, ReplayConfig, carry_forward, contrast, get_measure,
+                             measure_relevance, naive_replay_group, normalize_relevance, replay_group, word_max)
 from mrtpo.templates import ALL
 
 PROMPT = "Schema: users(id, name, age). List the names of users older than 30."
@@ -35,7 +35,6 @@ def test_measures_on_a_hand_made_input():
     np.testing.assert_allclose(get_measure("js")(inp), [0.0, 0.3, 0.1])
     np.testing.assert_allclose(get_measure("js-word")(inp), [0.3, 0.3, 0.1])  # words "abc" (tokens 0, 1), "de"
     np.testing.assert_allclose(get_measure("logratio")(inp), [np.log(2), 0.0, np.log(3)], rtol=1e-6)
-    np.testing.assert_allclose(get_measure("logratio-word")(inp), [np.log(2), np.log(2), np.log(3)], rtol=1e-6)
     rho = measure_relevance("js", inp)
     np.testing.assert_allclose(rho, [0.0, 2.25, 0.75])  # T·d/Σd
     # a zero probability under one prompt: −inf log-ratio becomes the largest finite score, never NaN
@@ -44,6 +43,24 @@ def test_measures_on_a_hand_made_input():
     assert np.isfinite(rho).all() and rho.mean() == pytest.approx(1.0)
     with pytest.raises(MrtpoError, match="unknown relevance measure 'nope'.*js-word"):
         get_measure("nope")
+
+
+def test_carry_forward_and_contrast_hand_worked():
+    x = np.array([0.1, 0.8, 0.0, 0.05, 0.3, 0.0])
+    p = np.array([0.2, 0.3, 0.9, 0.6, 0.95, 0.4])  # π(y_t|P_all): tokens 2, 3, 4 are near certain
+    # t=2: max(0, 0.8) = 0.8; t=3: max(0.05, 0.8); t=4: max(0.3, 0.8); t=5 is not sure: its own 0.0
+    np.testing.assert_allclose(carry_forward(x, np.log(p)), [0.1, 0.8, 0.8, 0.8, 0.8, 0.0])
+    np.testing.assert_allclose(carry_forward(x, np.log(p), min_prob=0.92), [0.1, 0.8, 0.0, 0.05, 0.3, 0.0])
+    d = np.array([0.3, 0.1, 0.5])
+    others = np.array([[0.1, 0.2, 0.5], [0.3, 0.0, 0.1]])  # mean (0.2, 0.1, 0.3)
+    np.testing.assert_allclose(contrast(d, others), [0.1, 0.0, 0.2], atol=1e-7)
+    np.testing.assert_allclose(contrast(d, np.zeros((0, 3))), d)  # one reward replayed: d itself
+    inp = MeasureInput(js=d.astype(np.float32), logp_all=np.log([0.1, 0.99, 0.1]), logp_without=np.zeros(3),
+                       offsets=[(0, 1), (1, 2), (3, 4)], text="ab c", js_others=others)
+    # contrast (0.1, 0, 0.2) → word max over "ab" (0.1, 0.1, 0.2) → carry: token 1 is sure (0.99) → same
+    np.testing.assert_allclose(get_measure("js-contrast")(inp), [0.1, 0.1, 0.2], atol=1e-7)
+    # js-word-carry: word max (0.3, 0.3, 0.5); carrying changes nothing here
+    np.testing.assert_allclose(get_measure("js-word-carry")(inp), [0.3, 0.3, 0.5], atol=1e-7)
 
 
 def test_js_measure_is_the_paper_relevance(tiny):
@@ -86,5 +103,7 @@ def test_replay_measure_equals_stored_replay_with_measure(tiny):
                 assert np.array_equal(a.js[k], r.js[k])  # js stays the raw d whatever the measure
                 assert a.relevance[k].mean() == pytest.approx(1.0, abs=1e-5)
     assert base.with_measure("js") is base
+    inp = base.responses[0].measure_input("format")  # what js-contrast contrasts with: the other replayed rewards
+    np.testing.assert_array_equal(inp.js_others, [base.responses[0].js["correct"]])
     with pytest.raises(MrtpoError, match="unknown relevance measure"):
         replay_group(tiny, PROMPT, INFO, RESPONSES, measure="bogus")

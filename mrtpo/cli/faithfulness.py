@@ -16,43 +16,9 @@ from mrtpo.cli.common import POSITIVE, SEED, TEMPERATURE, load_template, model_a
 from mrtpo.errors import MrtpoError
 
 
-def faithfulness_report(lm, family, examples, template, measures, group: int, max_new_tokens: int,
-                        temperature: float, seed: int, progress=None) -> dict:
-    """Sample ``group`` responses per example, score, replay every reward, and summarize per reward × measure.
-
-    Returns {"rewards": {reward: {measure: summary}}, "all": {measure: summary}, "seconds": {...}} where a summary
-    is :func:`mrtpo.faithfulness.summarize`'s dict (pairs, auroc, above_chance, lift, span_auroc, left_out)."""
-    from mrtpo.faithfulness import response_metrics, summarize
-    from mrtpo.pipeline import replay_scored, sample_group
-
-    pairs: dict[str, dict[str, list]] = {m: {} for m in measures}
-    secs = {"sample": 0.0, "replay": 0.0, "metrics": 0.0}
-    for n, ex in enumerate(examples):
-        t0 = time.perf_counter()
-        g = sample_group(lm, family, ex, n=group, max_new_tokens=max_new_tokens, temperature=temperature,
-                         seed=seed)
-        t1 = time.perf_counter()
-        rep = replay_scored(lm, g, template, skip_constant=False)
-        t2 = time.perf_counter()
-        for m in measures:
-            rm = rep.with_measure(m)
-            for rr, ev in zip(rm.responses, g.evidence):
-                for k, pm in response_metrics(rr.relevance, rr.offsets, rr.text, ev).items():
-                    pairs[m].setdefault(k.split("#")[0], []).append(pm)
-        t3 = time.perf_counter()
-        secs["sample"] += t1 - t0
-        secs["replay"] += t2 - t1
-        secs["metrics"] += t3 - t2
-        if progress:
-            progress(f"{n + 1}/{len(examples)} {ex.id}: sample {t1 - t0:.1f} s, replay {t2 - t1:.1f} s")
-    rewards = sorted({k for m in measures for k in pairs[m]})
-    return {"rewards": {k: {m: summarize(pairs[m].get(k, [])) for m in measures} for k in rewards},
-            "all": {m: summarize(p for ps in pairs[m].values() for p in ps) for m in measures},
-            "seconds": {k: round(v, 2) for k, v in secs.items()}}
-
-
 def cmd_faithfulness(a) -> int:
     from mrtpo.model import load_model
+    from mrtpo.pipeline import faithfulness_report
     from mrtpo.relevance import get_measure
     from mrtpo.tasks import get_family
 
@@ -70,6 +36,7 @@ def cmd_faithfulness(a) -> int:
     t_load = time.perf_counter() - t0
     report = faithfulness_report(lm, fam, examples, template, measures, a.group, a.max_new_tokens, a.temperature,
                                  a.seed, progress=lambda s: print(s, file=sys.stderr, flush=True))
+    report.pop("pairs")
     report["seconds"]["model"] = round(t_load, 2)
     report["seconds"]["total"] = round(time.perf_counter() - t0, 2)
     out = {"task": fam.name, "model": lm.name, "examples": len(examples), "group": a.group,
