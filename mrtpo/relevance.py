@@ -268,7 +268,8 @@ class ResponseRelevance:
         """What a relevance measure reads for ``reward`` (see :class:`MeasureInput`)."""
         T = len(self.token_ids)
         lp = np.zeros(T, np.float32) if self.logp_all is None else self.logp_all
-        others = np.array([v for k, v in self.js.items() if k != reward], dtype=np.float32).reshape(-1, T)
+        rest = [v for k, v in self.js.items() if k != reward]
+        others = np.array(rest, dtype=np.float32).reshape(len(rest), T)
         return MeasureInput(self.js[reward], lp, self.logp_without.get(reward, lp), self.offsets, self.text, others)
 
     def with_measure(self, name: str) -> "ResponseRelevance":
