@@ -257,7 +257,6 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
     Returns {"rewards": {reward: {measure: summary}}, "all": {measure: summary}, "pairs": {measure: {reward:
     [(example index, PairMetrics), ...]}}, "seconds": {...}}, a summary being
     :func:`mrtpo.faithfulness.summarize`'s dict (pairs, auroc, above_chance, lift, span_auroc, left_out)."""
-
     pairs: dict[str, dict[str, list]] = {m: {} for m in measures}
     secs = {"sample": 0.0, "replay": 0.0, "metrics": 0.0}
     for n, ex in enumerate(examples):

@@ -16,7 +16,7 @@ import numpy as np
 
 from mrtpo.advantages import parse_method
 from mrtpo.faithfulness import token_labels
-from mrtpo.pipeline import ScoredGroup, TokenView
+from mrtpo.pipeline import ScoredGroup, TokenView, faithfulness_table
 from mrtpo.relevance import ResponseRelevance
 
 CSS = """
@@ -165,14 +165,28 @@ def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
     return f'<table><tr><th>#</th>{head}<th>advantage</th></tr>{"".join(rows)}</table>'
 
 
+def faithfulness_html(view: TokenView) -> str:
+    """The group's faithfulness table (:func:`mrtpo.pipeline.faithfulness_table`) as HTML; '' without evidence."""
+    rows = faithfulness_table(view)
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    fmt = lambda v: "–" if v is None else (f"{v:.3f}" if isinstance(v, float) else html.escape(str(v)))  # noqa: E731
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{fmt(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    return (f"<h3>Faithfulness of relevance ({html.escape(view.measure)}) to the verifiers' evidence</h3>"
+            f"<table><tr>{head}</tr>{body}</table>")
+
+
 def page_html(view: TokenView, group: ScoredGroup | None = None, title: str = "mrtpo explain") -> str:
-    """A self-contained HTML page: rewards table, then every response's heatmaps."""
+    """A self-contained HTML page: rewards table, the faithfulness table, then every response's heatmaps."""
     vm = scales(view)
     body = [f"<h2>{html.escape(title)}</h2>"]
     if group is not None:
         body.append(f"<p><b>Example</b> {html.escape(group.example.id)}</p>"
                     f"<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>{html.escape(group.prompt)}</pre>")
     body.append(rewards_table(view, group))
+    body.append(faithfulness_html(view))
     for i in range(len(view.texts)):
         body.append(f"<h3>Response {i} — advantage {view.final[i]:+.3f}</h3>")
         body.append(response_html(view, i, vmax=vm))

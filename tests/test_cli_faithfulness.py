@@ -50,6 +50,7 @@ def test_explain_json_carries_evidence_and_faithfulness(tmp_path):
     assert data["responses"][1]["faithfulness"]["function"]["left_out"] == "empty"  # no call: nothing read
     page = html.read_text()
     assert page.count('<span class="ev">') > 0 and "evidence: the characters" in page
+    assert "Faithfulness of relevance (js-word) to the verifiers' evidence" in page
 
 
 def test_relevance_measure_keeps_keys_and_takes_word_max(tmp_path, capsys):
