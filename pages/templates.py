@@ -29,7 +29,8 @@ def _faithfulness_change(g, before, after) -> None:
         rows.append({"reward": k, "pairs": a.get("pairs", b.get("pairs")),
                      "AUROC before": b.get("token AUROC"), "AUROC after": a.get("token AUROC"),
                      "Δ AUROC": d(a.get("token AUROC"), b.get("token AUROC")),
-                     "lift before": b.get("lift"), "lift after": a.get("lift"), "Δ lift": d(a.get("lift"), b.get("lift"))})
+                     "lift before": b.get("lift"), "lift after": a.get("lift"),
+                     "Δ lift": d(a.get("lift"), b.get("lift"))})
     st.markdown(f"**Faithfulness to the verifiers' evidence, before → after** (measure `{measure}`, all responses)")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     st.caption("Token AUROC (0.5 = uniform credit) and lift (1 = uniform) of relevance against the characters each "

@@ -81,7 +81,7 @@ def test_faithfulness_command(tmp_path, capsys):
     assert data["task"] == "tools" and data["examples"] == 2 and data["group"] == 2
     assert data["measures"] == ["js", "js-word"]
     assert set(data["rewards"]) == {"format", "function", "arguments"}
-    for reward, per in data["rewards"].items():
+    for per in data["rewards"].values():
         for m in ("js", "js-word"):
             s = per[m]
             assert set(s) >= {"pairs", "auroc", "lift", "span_auroc", "left_out"}

@@ -3,8 +3,16 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from mrtpo.faithfulness import (agreement, auroc, group_summary, lift, pair_metrics, span_peak_auroc, summarize,
-                                token_labels)
+from mrtpo.faithfulness import (
+    agreement,
+    auroc,
+    group_summary,
+    lift,
+    pair_metrics,
+    span_peak_auroc,
+    summarize,
+    token_labels,
+)
 
 
 def test_auroc_matches_sklearn_with_ties():

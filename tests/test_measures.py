@@ -5,8 +5,19 @@ import pytest
 import torch
 
 from mrtpo.errors import MrtpoError
-from mrtpo.relevance import (MEASURES, MeasureInput, ReplayConfig, carry_forward, contrast, get_measure,
-                             measure_relevance, naive_replay_group, normalize_relevance, replay_group, word_max)
+from mrtpo.relevance import (
+    MEASURES,
+    MeasureInput,
+    ReplayConfig,
+    carry_forward,
+    contrast,
+    get_measure,
+    measure_relevance,
+    naive_replay_group,
+    normalize_relevance,
+    replay_group,
+    word_max,
+)
 from mrtpo.templates import ALL
 
 PROMPT = "Schema: users(id, name, age). List the names of users older than 30."
