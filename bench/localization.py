@@ -99,6 +99,7 @@ def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, m
             "choose": summarize(p for n, p in everything if n % 2 == 0),
             "report": summarize(p for n, p in everything if n % 2 == 1),
             "rewards": {k: summarize(p for _, p in ps) for k, ps in grouped.items()},
+            "rewards_choose": {k: summarize(p for n, p in ps if n % 2 == 0) for k, ps in grouped.items()},
             "rewards_report": {k: summarize(p for n, p in ps if n % 2 == 1) for k, ps in grouped.items()}}
     return out
 
@@ -115,7 +116,7 @@ def print_table(title: str, results: dict, measures: list[str], key: str = "all"
         for m in measures:
             s = res["measures"][m][key]
             lo = s["left_out"]
-            per = res["measures"][m]["rewards" if key != "report" else "rewards_report"]
+            per = res["measures"][m]["rewards" if key == "all" else f"rewards_{key}"]
             print(f"{fam:<13}{m:<16}{s['pairs']:>6}{_f(s['auroc']):>13}{_f(s['above_chance'], '.0%'):>7}"
                   f"{_f(s['lift'], '.2f'):>7}{_f(s['span_auroc']):>12}{lo['whole']:>16}/{lo['empty']}/{lo['all']:<9}"
                   "   " + ", ".join(f"{k} {_f(v['auroc'], '.2f')} ({v['pairs']})" for k, v in per.items()))

@@ -25,7 +25,7 @@ CSS = """
 .mrtpo .lab{flex:0 0 190px;font-size:12px;color:#555;padding-top:3px}
 .mrtpo .toks{flex:1;font-family:ui-monospace,Menlo,Consolas,monospace;line-height:1.9;white-space:normal;word-break:break-word}
 .mrtpo .tok{border-radius:3px;padding:1px 0;white-space:pre-wrap}
-.mrtpo .ev{border-bottom:3px solid #111;padding-bottom:1px}
+.mrtpo .ev{border-bottom:3px solid #111;padding:0 1px 1px;box-decoration-break:clone;-webkit-box-decoration-break:clone}
 .mrtpo .evkey{font-family:ui-monospace,Menlo,Consolas,monospace}
 .mrtpo .faith{display:block;font-size:11px;color:#333}
 .mrtpo .nl{color:#aaa}
