@@ -18,6 +18,7 @@ left out, and :func:`summarize` reports how many of each.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
@@ -28,14 +29,23 @@ Span = tuple[int, int]
 
 
 def token_labels(offsets: Sequence[tuple[int, int]], spans: Iterable[Span], text: str | None = None) -> np.ndarray:
-    """(T,) bool: True where token t's characters [start, end) overlap a span.
+    """(T,) bool: True where token t's characters [start, end) overlap a span (an empty span or token marks nothing).
 
     Whitespace rule (given ``text``): the one whitespace-only token directly before an evidence token is evidence
     too, since tokenizers split ' 10' into ' ', '1', '0' and the space is where the model decides to write the
     number (the rule ``bench/localization.py`` has always used).
     """
-    spans = [tuple(s) for s in spans]
-    lab = np.array([e > s and any(s < e0 and e > s0 for s0, e0 in spans) for s, e in offsets], dtype=bool)
+    merged: list[list[int]] = []  # sorted, overlapping or touching spans merged: their ends are sorted too
+    for s0, e0 in sorted((int(a), int(b)) for a, b in spans if b > a):
+        if merged and s0 <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e0)
+        else:
+            merged.append([s0, e0])
+    ends = [e0 for _, e0 in merged]
+    lab = np.zeros(len(offsets), dtype=bool)
+    for t, (s, e) in enumerate(offsets):  # the first span ending after s overlaps [s, e) iff it starts before e
+        j = bisect.bisect_right(ends, s)
+        lab[t] = e > s and j < len(merged) and merged[j][0] < e
     if text is not None:
         for t in range(len(offsets) - 1):
             s, e = offsets[t]

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from mrtpo.faithfulness import pair_metrics  # noqa: E402
 from mrtpo.model import Sample, tokenize_response  # noqa: E402
-from mrtpo.pipeline import replay_scored, score_group, template_for, token_view  # noqa: E402
+from mrtpo.pipeline import faithfulness_table, replay_scored, score_group, template_for, token_view  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -56,15 +56,14 @@ def test_explore_outlines_evidence_and_shows_auroc_and_lift(app: AppTest):
     rows = ROW.findall(body)
     # response 0: "Tea, green tea, and a cup." — no_comma read its two commas; each comma is underlined in the
     # reward's MRTPO and relevance rows
-    rel_rows = {lab.split("<")[0]: toks for lab, toks in rows}
-    comma_rows = [(lab, toks) for lab, toks in rows[:3]]
+    comma_rows = rows[:3]  # the no_comma reward's rows: GDPO uniform, MRTPO, relevance
     assert [len(re.findall(r'<span class="ev"><span class="tok"[^>]*>,</span></span>', t)) for _, t in comma_rows] \
         == [0, 2, 2]  # not on GDPO's uniform row
     v = token_view(run.group, run.replay, beta=0.5)
     m = pair_metrics(v.relevance[0]["punctuation:no_comma"], [(t["start"], t["end"]) for t in v.tokens[0]],
                      run.group.evidence[0]["punctuation:no_comma"], RESPONSES[0])
     assert f"AUROC {m.auroc:.2f} · lift {m.lift:.2f}" in comma_rows[2][0]
-    assert "relevance ρ" in rel_rows
+    assert comma_rows[2][0].startswith("relevance ρ")
     # the group's faithfulness table: one row per replayed reward, pairs counted as the library does
     df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
     assert df["reward"].tolist() == ["punctuation:no_comma", "keywords:existence"]
@@ -83,8 +82,6 @@ def test_measure_picker_rederives_relevance(app: AppTest):
     run = at.session_state["mrtpo_run"]
     want = token_view(run.group, run.replay, measure="js-word")
     got = [float(x) for x in df["token AUROC"]]
-    from mrtpo.pipeline import faithfulness_table
-
     np.testing.assert_allclose(got, [r["token AUROC"] for r in faithfulness_table(want)], atol=1e-6)
 
 
@@ -99,8 +96,7 @@ def test_templates_before_after_and_teach_sentence(app: AppTest):
     assert df["reward"].tolist() == ["punctuation:no_comma", "keywords:existence"]
     after = at.session_state["tpl_after"]
     run = at.session_state["mrtpo_run"]
-    want = [r["token AUROC"] for r in __import__("mrtpo.pipeline").pipeline.faithfulness_table(
-        token_view(run.group, after["replay"]))]
+    want = [r["token AUROC"] for r in faithfulness_table(token_view(run.group, after["replay"]))]
     np.testing.assert_allclose(df["AUROC after"].astype(float), want, atol=1e-6)
     at.switch_page("pages/teach.py").run()
     _ok(at)

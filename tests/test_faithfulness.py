@@ -95,3 +95,18 @@ def test_agreement_counts_tokens():
     assert a == {"both": 1, "only_a": 1, "only_b": 1, "neither": 0, "identical": False}
     assert agreement([(0, 2)], [[0, 2]], offsets)["identical"]
     assert agreement(None, None, offsets) == {"both": 3, "only_a": 0, "only_b": 0, "neither": 0, "identical": True}
+
+
+def test_token_labels_equal_the_pairwise_definition():
+    """Random tokens and spans (overlapping, unsorted, empty): a token is evidence iff it has characters and they
+    overlap a non-empty span; the sorted sweep agrees with checking every pair."""
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        offsets, pos = [], 0
+        for _ in range(int(rng.integers(0, 15))):
+            n = int(rng.integers(0, 4))
+            offsets.append((pos, pos + n))
+            pos += n
+        spans = [(int(a), int(a + rng.integers(0, 5))) for a in rng.integers(0, 30, int(rng.integers(0, 5)))]
+        want = [e > s and any(s < e0 and e > s0 for s0, e0 in spans if e0 > s0) for s, e in offsets]
+        assert token_labels(offsets, spans).tolist() == want

@@ -8,7 +8,8 @@ gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over 
    (rewards are gathered over processes, as TRL does), then sliced to this process' rows;
 2. for ``mrtpo`` / ``mrtpo+<estimator>``: each local completion is replayed with the policy being trained
    (:func:`mrtpo.relevance.replay_group`, no gradient) under P_all / P_\\k built from a user callback
-   ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``, giving ρ (B, K, T);
+   ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``, giving ρ (B, K, T) from the
+   relevance measure ``MRTPOConfig.measure`` (:data:`mrtpo.relevance.MEASURES`; default ``"js"``, the paper's);
 3. ``inputs["advantages"]`` becomes the (B, T) token advantages of
    :func:`mrtpo.advantages.token_advantages`, which TRL's ``_compute_loss`` accepts as is (it only unsqueezes
    1-D advantages). Response-level methods (``gdpo``, ``dara``, ...) keep TRL's (B,) shape.
