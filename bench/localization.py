@@ -1,106 +1,128 @@
-"""Localization check (not a test): does MRTPO relevance point at the spans each checker reads?
+"""Localization benchmark (not a test): does relevance fall on the characters each checker reads?
 
-For each family, ``sample_data/localization/<family>.jsonl`` holds responses with the character spans each reward's
-checker reads, marked by hand. For every (response, reward) pair with both marked and unmarked tokens:
+Two sources of "what the checker reads", one set of metrics (:mod:`mrtpo.faithfulness`: token AUROC, lift,
+span-peak AUROC; uniform credit = 0.5, 1, 0.5), for every relevance measure asked for:
 
-- token AUROC: relevance ρ of each token against "token overlaps a marked span" (a whitespace-only token directly
-  before a span counts as part of it: SmolLM2 splits ' 10' into ' ', '1', '0');
-- span AUROC: each marked span scored by its peak ρ, against the unmarked tokens. Relevance marks *decision points*:
-  once "calculate_tri" is written, "angle" is determined under both prompts and gets JS ≈ 0, so the token metric
-  undercounts a span whose first token carries the decision; the span metric asks "does the span stand out".
+1. **hand marks** — ``sample_data/localization/<family>.jsonl``: responses written for the built-in examples, with
+   the spans each reward's checker reads marked by hand (18-32 per family);
+2. **verifier evidence** — ``Score.evidence`` of responses sampled from the model: the first ``--examples`` examples
+   of each family, G = ``--group`` responses each (temperature 1, seed 0, ``--max-new-tokens``), every reward
+   replayed. Pairs from even-indexed examples and odd-indexed ones are also reported apart (``choose`` / ``report``:
+   the measures were compared on the even half, see the README), and
+3. **agreement** of the verifiers' evidence with the hand marks on the hand-marked responses, token by token.
 
-Uniform credit scores 0.5 on both. Prints, per family, the mean over pairs, the share of pairs above 0.5, and the
-pooled token AUROC, then the mean per reward.
-Usage: python bench/localization.py [--model default] [--families sql,instructions,tools] [--template FILE]
+A pair (response, reward) counts when its evidence has evidence tokens and other tokens; evidence None (the whole
+response) and [] (nothing specific) are left out and counted.  Instructions rewards are grouped by their category
+(``keywords``, ``detectable_format``, ...).
+
+Usage: PYTHONPATH=$PWD python bench/localization.py [--model default] [--families sql,instructions,tools]
+       [--measures js,js-word,...] [--examples 24] [--group 4] [--max-new-tokens 96] [--skip-sampled]
+       [--template FILE] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import numpy as np
 
-import numpy as np  # noqa: E402
-from scipy.stats import rankdata  # noqa: E402
-
-from mrtpo.model import load_model  # noqa: E402
-from mrtpo.pipeline import template_for  # noqa: E402
-from mrtpo.relevance import replay_group  # noqa: E402
-from mrtpo.tasks import get_family  # noqa: E402
-from mrtpo.templates import Template  # noqa: E402
-
-
-def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Mann-Whitney AUROC with ties counted half."""
-    pos, neg = labels.sum(), (~labels).sum()
-    ranks = rankdata(scores)
-    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+from mrtpo.faithfulness import agreement, pair_metrics, summarize
+from mrtpo.model import load_model
+from mrtpo.pipeline import faithfulness_report, template_for
+from mrtpo.relevance import measure_names, replay_group
+from mrtpo.tasks import get_family
+from mrtpo.tasks.base import sample_data
+from mrtpo.templates import Template
 
 
-def token_labels(offsets, spans, text: str | None = None) -> np.ndarray:
-    """(T,) True where a token overlaps a span (or, given ``text``, is whitespace right before a span)."""
-    lab = np.array([any(s < e0 and e > s0 for s0, e0 in spans) for s, e in offsets], dtype=bool)
-    if text is not None:
-        for t in range(len(offsets) - 1):
-            s, e = offsets[t]
-            if not lab[t] and lab[t + 1] and e > s and not text[s:e].strip():
-                lab[t] = True
-    return lab
+def reward_key(family: str, reward: str) -> str:
+    """The row a reward is reported under: its name; for instructions, the constraint's category."""
+    return reward.split(":")[0] if family == "instructions" else reward
 
 
-def span_auroc(rho: np.ndarray, offsets, spans, text: str) -> float | None:
-    """AUROC of each span's peak ρ against the tokens outside every span."""
-    lab = token_labels(offsets, spans, text)
-    peaks = []
-    for s0, e0 in spans:
-        inside = token_labels(offsets, [(s0, e0)], text)
-        if inside.any():
-            peaks.append(rho[inside].max())
-    neg = rho[~lab]
-    if not peaks or not len(neg):
-        return None
-    scores = np.concatenate([np.array(peaks), neg])
-    return auroc(scores, np.r_[np.ones(len(peaks), bool), np.zeros(len(neg), bool)])
-
-
-def evaluate(lm, family: str, template: Template | None = None, score: str = "relevance") -> dict:
+def hand_marked(lm, family: str, measures: list[str], template: Template | None = None) -> dict:
+    """Every measure's metrics against the hand marks, and the agreement of the verifiers' evidence with them."""
     fam = get_family(family)
     tpl = template or template_for(fam)
-    rows = [json.loads(l) for l in (ROOT / "sample_data" / "localization" / f"{family}.jsonl").read_text().splitlines() if l.strip()]
+    path = sample_data("localization", f"{family}.jsonl")
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     by_ex: dict[str, list] = {}
     for r in rows:
         by_ex.setdefault(r["example_id"], []).append(r)
-    per_pair, span_pairs, pooled_s, pooled_l, per_reward = [], [], [], [], {}
+    pairs = {m: {} for m in measures}
+    agree = {}
     for eid, items in by_ex.items():
         ex = fam.example(eid)
         infos = [fam.verifier_info(ex, r["response"]) for r in items]
         res = replay_group(lm, fam.replay_prompt(ex), infos, [r["response"] for r in items], tpl)
+        for m in measures:
+            for r, rr in zip(items, res.with_measure(m).responses):
+                for k, spans in r["spans"].items():
+                    if k in rr.relevance:
+                        pm = pair_metrics(rr.relevance[k], rr.offsets, spans, r["response"])
+                        pairs[m].setdefault(reward_key(family, k), []).append(pm)
         for r, rr in zip(items, res.responses):
+            scores = fam.score(ex, r["response"])
             for k, spans in r["spans"].items():
-                if not spans or k not in rr.relevance:
-                    continue
-                lab = token_labels(rr.offsets, spans, r["response"])
-                if lab.all() or not lab.any():
-                    continue
-                s = rr.relevance[k] if score == "relevance" else rr.js[k]
-                per_pair.append(auroc(s, lab))
-                sp = span_auroc(s, rr.offsets, spans, r["response"])
-                if sp is not None:
-                    span_pairs.append(sp)
-                per_reward.setdefault(k.split(":")[0], []).append((per_pair[-1], sp if sp is not None else np.nan))
-                # pooled over pairs: relevance is normalized per response, so it is comparable across them
-                pooled_s.append(rr.relevance[k]), pooled_l.append(lab)
-    pooled = auroc(np.concatenate(pooled_s), np.concatenate(pooled_l)) if pooled_s else float("nan")
-    a, b = np.array(per_pair), np.array(span_pairs)
-    return {"family": family, "pairs": len(a), "mean_auroc": float(a.mean()) if len(a) else float("nan"),
-            "above_chance": float((a > 0.5).mean()) if len(a) else float("nan"), "pooled_auroc": pooled,
-            "span_auroc": float(b.mean()) if len(b) else float("nan"),
-            "span_above_chance": float((b > 0.5).mean()) if len(b) else float("nan"),
-            "per_reward": {k: (round(float(np.mean([x for x, _ in v])), 3), round(float(np.nanmean([y for _, y in v])), 3), len(v))
-                           for k, v in per_reward.items()}}
+                agree.setdefault(reward_key(family, k), []).append(
+                    agreement(scores[k].evidence, spans, rr.offsets, r["response"]))
+    return {"measures": {m: {"all": summarize(p for ps in per.values() for p in ps),
+                             "rewards": {k: summarize(v) for k, v in per.items()}} for m, per in pairs.items()},
+            "agreement": {k: _agreement_summary(v) for k, v in agree.items()}}
+
+
+def _agreement_summary(rows: list[dict]) -> dict:
+    """Pairs, identical spans, and token precision / recall of the evidence (a) against the hand marks (b)."""
+    both, a, b = (sum(r[f] for r in rows) for f in ("both", "only_a", "only_b"))
+    return {"pairs": len(rows), "identical": sum(r["identical"] for r in rows),
+            "precision": both / (both + a) if both + a else float("nan"),
+            "recall": both / (both + b) if both + b else float("nan")}
+
+
+def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, max_new_tokens: int,
+            template: Template | None = None) -> dict:
+    """Every measure's metrics against the verifiers' evidence on sampled responses (all, even and odd examples)."""
+    fam = get_family(family)
+    rep = faithfulness_report(lm, fam, fam.examples()[:n_examples], template or template_for(fam), measures,
+                              group=group, max_new_tokens=max_new_tokens,
+                              progress=lambda s: print(f"  {family} {s}", flush=True))
+    out = {"seconds": rep["seconds"], "measures": {}}
+    for m, per in rep["pairs"].items():
+        grouped: dict[str, list] = {}
+        for k, ps in per.items():
+            grouped.setdefault(reward_key(family, k), []).extend(ps)
+        everything = [x for ps in grouped.values() for x in ps]
+        out["measures"][m] = {
+            "all": summarize(p for _, p in everything),
+            "choose": summarize(p for n, p in everything if n % 2 == 0),
+            "report": summarize(p for n, p in everything if n % 2 == 1),
+            "rewards": {k: summarize(p for _, p in ps) for k, ps in grouped.items()},
+            "rewards_choose": {k: summarize(p for n, p in ps if n % 2 == 0) for k, ps in grouped.items()},
+            "rewards_report": {k: summarize(p for n, p in ps if n % 2 == 1) for k, ps in grouped.items()}}
+    return out
+
+
+def _f(x: float, fmt: str = ".3f") -> str:
+    return "  -  " if x is None or not np.isfinite(x) else format(x, fmt)
+
+
+def print_table(title: str, results: dict, measures: list[str], key: str = "all") -> None:
+    print(f"\n{title}")
+    print(f"{'family':<13}{'measure':<16}{'pairs':>6}{'token AUROC':>13}{'> 0.5':>7}{'lift':>7}{'span AUROC':>12}"
+          f"{'left out (whole/none/all)':>28}   per reward (token AUROC, pairs)")
+    for fam, res in results.items():
+        for m in measures:
+            s = res["measures"][m][key]
+            lo = s["left_out"]
+            per = res["measures"][m]["rewards" if key == "all" else f"rewards_{key}"]
+            print(f"{fam:<13}{m:<16}{s['pairs']:>6}{_f(s['auroc']):>13}{_f(s['above_chance'], '.0%'):>7}"
+                  f"{_f(s['lift'], '.2f'):>7}{_f(s['span_auroc']):>12}{lo['whole']:>16}/{lo['empty']}/{lo['all']:<9}"
+                  "   " + ", ".join(f"{k} {_f(v['auroc'], '.2f')} ({v['pairs']})" for k, v in per.items()))
+    for m in measures:
+        means = [res["measures"][m][key]["auroc"] for res in results.values()]
+        print(f"{'mean':<13}{m:<16}{'':>6}{_f(float(np.mean(means))):>13}")
 
 
 def main() -> None:
@@ -108,20 +130,38 @@ def main() -> None:
     ap.add_argument("--model", default="default")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--families", default="sql,instructions,tools")
+    ap.add_argument("--measures", default=",".join(measure_names()))
+    ap.add_argument("--examples", type=int, default=24, help="sampled examples per family (>= 20)")
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--skip-sampled", action="store_true", help="only the hand-marked table and the agreement")
     ap.add_argument("--template", default=None, help="override every family's template (JSON file)")
+    ap.add_argument("--json", default=None, help="also write every figure as JSON")
     a = ap.parse_args()
     lm = load_model(a.model, a.device)
     tpl = Template.from_file(a.template) if a.template else None
-    print(f"model {lm.name}; AUROC of relevance vs hand-marked checker spans (uniform credit = 0.5)")
-    print(f"{'family':<14}{'pairs':>6}{'token AUROC':>13}{'pairs > 0.5':>13}{'pooled':>8}{'span AUROC':>12}"
-          f"{'pairs > 0.5':>13}{'seconds':>9}")
-    for f in a.families.split(","):
-        t = time.perf_counter()
-        r = evaluate(lm, f, tpl)
-        print(f"{f:<14}{r['pairs']:>6}{r['mean_auroc']:>13.3f}{r['above_chance']:>13.0%}{r['pooled_auroc']:>8.3f}"
-              f"{r['span_auroc']:>12.3f}{r['span_above_chance']:>13.0%}{time.perf_counter() - t:>9.1f}")
-        print("    per reward (token, span AUROC; pairs): "
-              + ", ".join(f"{k} {m}, {sp} ({n})" for k, (m, sp, n) in r["per_reward"].items()))
+    families, measures = a.families.split(","), a.measures.split(",")
+    print(f"model {lm.name}; measures {', '.join(measures)}")
+    t0 = time.perf_counter()
+    hand = {f: hand_marked(lm, f, measures, tpl) for f in families}
+    print_table("1. Hand-marked spans (sample_data/localization)", hand, measures)
+    print("\n3. Verifier evidence vs hand marks (token precision / recall of the evidence; identical spans)")
+    for f, res in hand.items():
+        print(f"{f:<13}" + ", ".join(f"{k}: {v['identical']}/{v['pairs']} identical, P {_f(v['precision'], '.2f')}"
+                                     f" R {_f(v['recall'], '.2f')}" for k, v in res["agreement"].items()))
+    print(f"({time.perf_counter() - t0:.0f} s)")
+    out = {"model": lm.name, "hand_marked": hand}
+    if not a.skip_sampled:
+        t0 = time.perf_counter()
+        samp = {f: sampled(lm, f, measures, a.examples, a.group, a.max_new_tokens, tpl) for f in families}
+        print_table(f"2. Verifier evidence on sampled responses ({a.examples} examples × G = {a.group} per family)",
+                    samp, measures)
+        print_table("2b. ... even-indexed examples only (where the measures were compared)", samp, measures, "choose")
+        print_table("2c. ... odd-indexed examples only (held out)", samp, measures, "report")
+        print(f"({time.perf_counter() - t0:.0f} s)")
+        out["sampled"] = samp
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1, default=float), encoding="utf-8")
 
 
 if __name__ == "__main__":

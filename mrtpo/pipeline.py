@@ -13,6 +13,7 @@ import torch
 
 from mrtpo import advantages as adv_mod
 from mrtpo.errors import MrtpoError
+from mrtpo.faithfulness import group_summary, pair_metrics, response_metrics, summarize
 from mrtpo.model import LoadedModel, Sample, sample
 from mrtpo.relevance import (
     ReplayConfig,
@@ -22,7 +23,7 @@ from mrtpo.relevance import (
     relevance_tensor,
     replay_group,
 )
-from mrtpo.tasks.base import Example, TaskFamily
+from mrtpo.tasks.base import Example, Span, TaskFamily
 from mrtpo.templates import Template
 
 
@@ -37,6 +38,9 @@ class ScoredGroup:
     rewards: np.ndarray  # (G, K)
     reasons: list[dict[str, str]]  # per response: {reward: reason}
     verifier_info: list[dict[str, str]]  # per response: {reward: text}
+    # per response: {reward: the character spans its checker read (Score.evidence; None = the whole response)};
+    # [] when no verifier scored the group (typed rewards)
+    evidence: list[dict[str, list[Span] | None]] = field(default_factory=list)
 
     @classmethod
     def unscored(cls, example: Example, samples: Sequence[Sample], reward_names: Sequence[str],
@@ -54,20 +58,22 @@ class ScoredGroup:
         """The same group restricted to the responses ``idx`` (in that order)."""
         idx = list(idx)
         return ScoredGroup(self.example, self.prompt, [self.samples[i] for i in idx], self.reward_names,
-                           self.rewards[idx], [self.reasons[i] for i in idx], [self.verifier_info[i] for i in idx])
+                           self.rewards[idx], [self.reasons[i] for i in idx], [self.verifier_info[i] for i in idx],
+                           [self.evidence[i] for i in idx] if self.evidence else [])
 
 
 def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample]) -> ScoredGroup:
     names = family.reward_names(example)
     R = np.zeros((len(samples), len(names)))
-    reasons, infos = [], []
+    reasons, infos, evidence = [], [], []
     for i, s in enumerate(samples):
         sc = family.score(example, s.text)
         R[i] = [sc[k].value for k in names]
         reasons.append({k: sc[k].reason for k in names})
+        evidence.append({k: sc[k].evidence for k in names})
         info = family.verifier_info(example, s.text)
         infos.append({k: info[k] for k in names})
-    return ScoredGroup(example, family.replay_prompt(example), list(samples), names, R, reasons, infos)
+    return ScoredGroup(example, family.replay_prompt(example), list(samples), names, R, reasons, infos, evidence)
 
 
 def sample_group(lm: LoadedModel, family: TaskFamily, example: Example, n: int = 8, max_new_tokens: int = 96,
@@ -138,10 +144,11 @@ def template_for(family: TaskFamily | None, override: Template | dict | None = N
 
 
 def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
-                  config: ReplayConfig | None = None) -> ReplayResult:
-    """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``."""
+                  config: ReplayConfig | None = None, measure: str = "js") -> ReplayResult:
+    """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``; relevance from the
+    measure named ``measure`` (:data:`mrtpo.relevance.MEASURES`)."""
     return replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
-                        rewards=group.rewards if skip_constant else None, config=config)
+                        rewards=group.rewards if skip_constant else None, config=config, measure=measure)
 
 
 @dataclass
@@ -162,11 +169,28 @@ class TokenView:
     token_adv: list[np.ndarray]  # per response: (T,) combined A_it after batch normalization
     diagnostics: dict = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # rewards constant in the group: not replayed, advantage 0
+    measure: str = "js"  # the relevance measure ρ comes from
+    # per response: {reward: evidence spans (None = whole response)}; [] when the group has no verifier evidence
+    evidence: list[dict[str, list[Span] | None]] = field(default_factory=list)
+
+    def faithfulness(self, i: int, reward: str):
+        """:class:`mrtpo.faithfulness.PairMetrics` of response ``i``'s relevance for ``reward`` against its evidence
+        (None without evidence, or for a reward not replayed)."""
+        if not self.evidence or reward in self.skipped:
+            return None
+        spans = self.evidence[i].get(reward)
+        offsets = [(t["start"], t["end"]) for t in self.tokens[i]]
+        return pair_metrics(self.relevance[i][reward], offsets, spans, self.texts[i])
 
 
 def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", beta: float = 0.5,
-               weights=None, cap: float | None = None) -> TokenView:
-    """Advantages of ``method`` for one group, spread over tokens by the replay's relevance (no model calls)."""
+               weights=None, cap: float | None = None, measure: str | None = None) -> TokenView:
+    """Advantages of ``method`` for one group, spread over tokens by the replay's relevance (no model calls).
+
+    measure: re-derive relevance with this measure first (:meth:`ReplayResult.with_measure`; default: the replay's).
+    """
+    if measure is not None:
+        replay = replay.with_measure(measure)
     G, K = group.rewards.shape
     adv = adv_mod.compute(method, torch.tensor(group.rewards, dtype=torch.float32), G, weights)
     m = adv_mod.parse_method(method)
@@ -188,7 +212,7 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
                               for i, r in enumerate(replay.responses)],
         token_adv=[tok[i, : len(r.token_ids)].numpy() for i, r in enumerate(replay.responses)],
         diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in adv.diagnostics.items() if k != "zscore"},
-        skipped=list(replay.skipped),
+        skipped=list(replay.skipped), measure=replay.measure, evidence=list(group.evidence),
     )
     return view
 
@@ -243,8 +267,8 @@ def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
     """Everything a view shows, as plain JSON."""
     r6 = lambda a: [round(float(x), 6) for x in a]  # noqa: E731
     out = {
-        "method": view.method, "beta": view.beta, "rewards": view.reward_names, "skipped": view.skipped,
-        "responses": [],
+        "method": view.method, "beta": view.beta, "measure": view.measure, "rewards": view.reward_names,
+        "skipped": view.skipped, "responses": [],
         "diagnostics": view.diagnostics,
     }
     if group is not None:
@@ -260,11 +284,39 @@ def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
             "token_advantage_per_reward": {k: r6(v) for k, v in view.token_adv_per_reward[i].items()},
             "token_advantage": r6(view.token_adv[i]),
         }
+        if view.evidence:  # the characters each checker read ([start, end) pairs; null = the whole response)
+            item["evidence"] = {k: None if v is None else [[int(s), int(e)] for s, e in v]
+                                for k, v in view.evidence[i].items()}
+            item["faithfulness"] = {}
+            for k in view.reward_names:
+                m = view.faithfulness(i, k)
+                if m is not None:
+                    item["faithfulness"][k] = {"auroc": _finite(m.auroc), "lift": _finite(m.lift),
+                                               "span_auroc": _finite(m.span_auroc), "left_out": m.status or None}
         if group is not None:
             item["reasons"] = group.reasons[i]
             item["verifier_info"] = group.verifier_info[i]
         out["responses"].append(item)
     return out
+
+
+def faithfulness_table(view: TokenView) -> list[dict]:
+    """Per replayed reward, over the group's responses (:func:`mrtpo.faithfulness.group_summary`): pairs that count,
+    mean token AUROC, share above 0.5, mean lift, mean span-peak AUROC and the pairs left out (evidence = whole
+    response, nothing specific, every token). [] when the group has no verifier evidence."""
+    if not view.evidence:
+        return []
+    rewards = [k for k in view.reward_names if k not in view.skipped]
+    offsets = [[(t["start"], t["end"]) for t in toks] for toks in view.tokens]
+    rows = group_summary(view.relevance, offsets, view.texts, view.evidence, rewards)
+    return [{"reward": r["reward"], "measure": view.measure, "pairs": r["pairs"], "token AUROC": _finite(r["auroc"]),
+             "AUROC > 0.5": _finite(r["above_chance"]), "lift": _finite(r["lift"]),
+             "span-peak AUROC": _finite(r["span_auroc"]),
+             "left out (whole / none / all)": "{whole} / {empty} / {all}".format(**r["left_out"])} for r in rows]
+
+
+def _finite(x: float) -> float | None:
+    return round(float(x), 6) if np.isfinite(x) else None
 
 
 def group_table(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo") -> list[dict]:
@@ -301,3 +353,38 @@ def relevance_change(before: ResponseRelevance, after: ResponseRelevance, reward
                     "corr(ρ before, ρ after)": float(np.corrcoef(rb, ra)[0, 1])
                     if T > 1 and rb.std() > 0 and ra.std() > 0 else float("nan")})
     return out
+
+
+def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[Example], template: Template,
+                        measures: Sequence[str], group: int = 4, max_new_tokens: int = 96, temperature: float = 1.0,
+                        seed: int = 0, progress: Callable[[str], None] | None = None) -> dict:
+    """Sample ``group`` responses per example, score them (with evidence), replay every reward once, and measure
+    each relevance measure's faithfulness to the evidence, per reward (a repeat ``id#2`` counts under ``id``).
+
+    Returns {"rewards": {reward: {measure: summary}}, "all": {measure: summary}, "pairs": {measure: {reward:
+    [(example index, PairMetrics), ...]}}, "seconds": {...}}, a summary being
+    :func:`mrtpo.faithfulness.summarize`'s dict (pairs, auroc, above_chance, lift, span_auroc, left_out)."""
+    pairs: dict[str, dict[str, list]] = {m: {} for m in measures}
+    secs = {"sample": 0.0, "replay": 0.0, "metrics": 0.0}
+    for n, ex in enumerate(examples):
+        t0 = time.perf_counter()
+        g = sample_group(lm, family, ex, n=group, max_new_tokens=max_new_tokens, temperature=temperature,
+                         seed=seed)
+        t1 = time.perf_counter()
+        rep = replay_scored(lm, g, template, skip_constant=False)
+        t2 = time.perf_counter()
+        for m in measures:
+            rm = rep.with_measure(m)
+            for rr, ev in zip(rm.responses, g.evidence):
+                for k, pm in response_metrics(rr.relevance, rr.offsets, rr.text, ev).items():
+                    pairs[m].setdefault(k.split("#")[0], []).append((n, pm))
+        t3 = time.perf_counter()
+        secs["sample"] += t1 - t0
+        secs["replay"] += t2 - t1
+        secs["metrics"] += t3 - t2
+        if progress:
+            progress(f"{n + 1}/{len(examples)} {ex.id}: sample {t1 - t0:.1f} s, replay {t2 - t1:.1f} s")
+    rewards = sorted({k for m in measures for k in pairs[m]})
+    return {"rewards": {k: {m: summarize(p for _, p in pairs[m].get(k, [])) for m in measures} for k in rewards},
+            "all": {m: summarize(p for ps in pairs[m].values() for _, p in ps) for m in measures},
+            "pairs": pairs, "seconds": {k: round(v, 2) for k, v in secs.items()}}

@@ -22,9 +22,10 @@ q_t = π(·|P_\\k, y<t):
 from __future__ import annotations
 
 import math
+import re
 import time
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -84,6 +85,141 @@ def normalize_relevance(d: torch.Tensor, mask: torch.Tensor | None = None) -> to
     return torch.where(mask, rho, torch.zeros_like(rho))
 
 
+# ---------------------------------------------------------------------------------------------- measures
+@dataclass
+class MeasureInput:
+    """What the replay gives a relevance measure, for one response and one reward k (arrays (T,), float32)."""
+
+    js: np.ndarray  # d_kt: the JS distance between π(·|P_all, y<t) and π(·|P_\\k, y<t)
+    logp_all: np.ndarray  # log π(y_t | P_all, y<t): the sampled token under P_all
+    logp_without: np.ndarray  # log π(y_t | P_\\k, y<t): the sampled token under P_\\k
+    offsets: Sequence[tuple[int, int]]  # each token's characters [start, end) in ``text``
+    text: str
+    js_others: np.ndarray | None = None  # (K', T): d of the other rewards replayed for this response (K' may be 0)
+
+
+#: a relevance measure: MeasureInput -> (T,) scores ≥ 0; :func:`measure_relevance` normalizes them to ρ (mean 1)
+Measure = Callable[[MeasureInput], np.ndarray]
+MEASURES: dict[str, Measure] = {}
+MEASURE_HELP: dict[str, str] = {}
+
+
+def register_measure(name: str, help: str):
+    """Decorator: add a measure to :data:`MEASURES` under ``name`` (the CLI, app, trainer and TRL take the name)."""
+    def add(fn: Measure) -> Measure:
+        MEASURES[name], MEASURE_HELP[name] = fn, help
+        return fn
+    return add
+
+
+def measure_names() -> list[str]:
+    return list(MEASURES)
+
+
+def get_measure(name: str) -> Measure:
+    """The measure called ``name``; an MrtpoError naming the choices for an unknown one."""
+    if name not in MEASURES:
+        raise MrtpoError(f"unknown relevance measure {name!r}; choose one of: {', '.join(MEASURES)}")
+    return MEASURES[name]
+
+
+def measure_relevance(name: str, inp: MeasureInput) -> np.ndarray:
+    """ρ (T,) float32 of measure ``name``: its scores normalized by :func:`normalize_relevance` (mean 1)."""
+    scores = np.asarray(get_measure(name)(inp), dtype=np.float32)
+    if not np.isfinite(scores).all():  # a zero probability (log = −inf): NaN → 0, +inf → the largest finite score
+        finite = scores[np.isfinite(scores)]
+        scores = np.nan_to_num(scores, nan=0.0, posinf=float(finite.max()) if finite.size else 1.0, neginf=0.0)
+    return normalize_relevance(torch.from_numpy(np.ascontiguousarray(scores))).numpy()
+
+
+def word_max(values: np.ndarray, offsets: Sequence[tuple[int, int]], text: str) -> np.ndarray:
+    """Each token's value replaced by the largest value among the tokens of its word.
+
+    values: (T,). Words are the maximal runs of non-space characters of ``text`` (``\\S+``). A token belongs to every
+    word its characters [start, end) overlap; m_w = max over the tokens of word w, and a token gets the max of m_w
+    over its words. A token in no word (whitespace only, or no characters) keeps its own value.
+    """
+    v = np.asarray(values, dtype=np.float32)
+    words = [m.span() for m in re.finditer(r"\S+", text)]
+    T = len(offsets)
+    member: list[list[int]] = [[] for _ in range(T)]  # token -> words it overlaps
+    w = 0
+    for t, (s, e) in enumerate(offsets):  # offsets and words are both in text order: one sweep
+        while w < len(words) and words[w][1] <= s:
+            w += 1
+        j = w
+        while j < len(words) and words[j][0] < e:
+            if e > s:
+                member[t].append(j)
+            j += 1
+    best = np.full(len(words), -np.inf, dtype=np.float32)
+    for t, ws in enumerate(member):
+        for j in ws:
+            best[j] = max(best[j], v[t])
+    return np.array([max((best[j] for j in ws), default=v[t]) for t, ws in enumerate(member)], dtype=np.float32)
+
+
+@register_measure("js", "the paper's: d_kt = JS distance between π(·|P_all, y<t) and π(·|P_\\k, y<t)")
+def _js(inp: MeasureInput) -> np.ndarray:
+    return inp.js
+
+
+@register_measure("js-word", "d_kt, each token getting the max over the tokens of its word (words = runs of "
+                             "non-space characters)")
+def _js_word(inp: MeasureInput) -> np.ndarray:
+    return word_max(inp.js, inp.offsets, inp.text)
+
+
+@register_measure("logratio", "|log π(y_t|P_all, y<t) − log π(y_t|P_\\k, y<t)|: how much v_k moved the sampled "
+                              "token's probability")
+def _logratio(inp: MeasureInput) -> np.ndarray:
+    return np.abs(inp.logp_all - inp.logp_without)
+
+
+#: carry_forward's threshold: a token the policy gave at least this probability under P_all counts as fixed
+CARRY_MIN_PROB = 0.5
+
+
+def carry_forward(values: np.ndarray, logp: np.ndarray, min_prob: float = CARRY_MIN_PROB) -> np.ndarray:
+    """Relevance carried to the tokens a decision fixes: v_0 = x_0, v_t = max(x_t, v_{t−1}) when
+    π(y_t | P_all, y<t) = exp(logp_t) ≥ ``min_prob``, else x_t.
+
+    values: (T,) scores x; logp: (T,) the sampled tokens' log-probabilities.  Once "calculate_tri" is written,
+    "angle" is near certain under both prompts and its own JS is ≈ 0, although the decision that wrote it was
+    reward k's; the run of near-certain tokens after a decision inherits its score.
+    """
+    x = np.asarray(values, dtype=np.float32)
+    out = x.copy()
+    sure = np.exp(np.asarray(logp, dtype=np.float64)) >= min_prob
+    for t in range(1, len(out)):
+        if sure[t]:
+            out[t] = max(out[t], out[t - 1])
+    return out
+
+
+@register_measure("js-word-carry", "js-word, then carried forward over the following tokens the policy was sure "
+                                   f"of (π(y_t|P_all) ≥ {CARRY_MIN_PROB:g})")
+def _js_word_carry(inp: MeasureInput) -> np.ndarray:
+    return carry_forward(word_max(inp.js, inp.offsets, inp.text), inp.logp_all)
+
+
+def contrast(js: np.ndarray, others: np.ndarray | None) -> np.ndarray:
+    """The part of reward k's JS not shared with the other rewards' removals: max(0, d_kt − mean_{j≠k} d_jt).
+
+    js: (T,); others: (K', T) (K' = 0: d itself).  Removing any item of the prompt moves every token's distribution
+    a little; what removing v_k moves more than removing the others is specific to k."""
+    d = np.asarray(js, dtype=np.float32)
+    if others is None or not len(others):
+        return d
+    return np.maximum(0.0, d - np.asarray(others, dtype=np.float32).mean(0))
+
+
+@register_measure("js-contrast", "max(0, d_kt − mean over the other replayed rewards of d_jt), then word max and "
+                                 "carried forward as in js-word-carry")
+def _js_contrast(inp: MeasureInput) -> np.ndarray:
+    return carry_forward(word_max(contrast(inp.js, inp.js_others), inp.offsets, inp.text), inp.logp_all)
+
+
 def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
                      lengths: Sequence[int], T: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-response relevance {reward: (T_i,)} as the (N, K, T) ρ tensor and the (N, T) mask of valid tokens.
@@ -112,7 +248,11 @@ def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_
 # ---------------------------------------------------------------------------------------------- results
 @dataclass
 class ResponseRelevance:
-    """Relevance of one response: tokens with character offsets, raw JS distances, normalized relevance."""
+    """Relevance of one response: tokens with character offsets, raw JS distances, normalized relevance.
+
+    ``js`` is always the paper's d_kt; ``relevance`` is ρ of the measure named ``measure`` (:data:`MEASURES`;
+    ``"js"``: ρ from d itself). ``logp_all`` / ``logp_without`` are the sampled tokens' log-probabilities under
+    P_all and P_\\k, which other measures read (None for relevance that did not come from a replay)."""
 
     text: str
     token_ids: list[int]
@@ -120,6 +260,22 @@ class ResponseRelevance:
     js: dict[str, np.ndarray]  # reward -> (T,)
     relevance: dict[str, np.ndarray]  # reward -> (T,), mean 1
     skipped: list[str] = field(default_factory=list)  # rewards with no variance in the group
+    logp_all: np.ndarray | None = None  # (T,) log π(y_t | P_all, y<t)
+    logp_without: dict[str, np.ndarray] = field(default_factory=dict)  # reward -> (T,) log π(y_t | P_\k, y<t)
+    measure: str = "js"
+
+    def measure_input(self, reward: str) -> "MeasureInput":
+        """What a relevance measure reads for ``reward`` (see :class:`MeasureInput`)."""
+        T = len(self.token_ids)
+        lp = np.zeros(T, np.float32) if self.logp_all is None else self.logp_all
+        rest = [v for k, v in self.js.items() if k != reward]
+        others = np.array(rest, dtype=np.float32).reshape(len(rest), T)
+        return MeasureInput(self.js[reward], lp, self.logp_without.get(reward, lp), self.offsets, self.text, others)
+
+    def with_measure(self, name: str) -> "ResponseRelevance":
+        """The same response with ``relevance`` from measure ``name`` (no model call)."""
+        rel = {k: measure_relevance(name, self.measure_input(k)) for k in self.js}
+        return replace(self, relevance=rel, measure=name)
 
     def tokens(self) -> list[dict]:
         return [{"text": self.text[s:e], "start": s, "end": e} for s, e in self.offsets]
@@ -135,6 +291,8 @@ class ResponseRelevance:
 
 @dataclass
 class ReplayResult:
+    """A replayed group: per response its tokens, d and ρ (``responses``), the prompts and the replay's cost."""
+
     responses: list[ResponseRelevance]
     prompts: list[dict[str, str]]  # per response: {"__all__": P_all text, reward: P_\k text} as the model sees them
     rewards: list[str]  # rewards replayed
@@ -143,6 +301,18 @@ class ReplayResult:
     forward_tokens: int = 0  # tokens run through the model (prefix once + every padded batch)
     forward_passes: int = 0
     seconds: float = 0.0
+
+    @property
+    def measure(self) -> str:
+        return self.responses[0].measure if self.responses else "js"
+
+    def with_measure(self, name: str) -> "ReplayResult":
+        """The same replay with every response's relevance from measure ``name`` (:data:`MEASURES`; no model
+        call: the measures read what the replay stored)."""
+        get_measure(name)
+        if name == self.measure:
+            return self
+        return replace(self, responses=[r.with_measure(name) for r in self.responses])
 
 
 @dataclass
@@ -231,7 +401,8 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
     return _Plan(texts, ids, offs, ptexts, pids, act, skip)
 
 
-def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype) -> ReplayResult:
+def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype, measure: str = "js"
+            ) -> ReplayResult:
     """JS + normalization from final hidden states ``hidden_of(i, variant) -> (T, H)``, in vocab-bounded chunks.
 
     Per chunk of a response's tokens, one matrix product projects every variant onto the vocabulary (in
@@ -260,6 +431,9 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
     for i, rid in enumerate(plan.resp_ids):
         T = len(rid)
         js = {k: torch.zeros(T) for k in plan.rewards}
+        ids = torch.tensor(rid, dtype=torch.long, device=Wt.device).unsqueeze(1)  # (T, 1) the sampled tokens
+        lp_all = torch.zeros(T)
+        lp_k = {k: torch.zeros(T) for k in plan.rewards}
         for s in range(0, T, chunk):
             h_all = hidden_of(i, ALL)[s : s + chunk]  # (n, H)
             n = h_all.shape[0]
@@ -275,15 +449,21 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
             z_all = z[:n]
             lp = logprobs(z_all)
             p = lp.exp()
+            y = ids[s : s + n]
+            lp_all[s : s + n] = lp.gather(1, y)[:, 0].cpu()
+            for k in plan.rewards:  # rewards not projected here have P_\k's distribution = P_all's
+                lp_k[k][s : s + n] = lp_all[s : s + n]
             for j, k in enumerate(todo, start=1):
                 z_k = z[j * n : (j + 1) * n] if exact else z[j * n : (j + 1) * n].add_(z_all)
-                js[k][s : s + chunk] = js_distance(lp, logprobs(z_k), p=p).cpu()
-        rel = {k: normalize_relevance(v) for k, v in js.items()}
-        out.append(ResponseRelevance(
+                lq = logprobs(z_k)
+                js[k][s : s + chunk] = js_distance(lp, lq, p=p).cpu()
+                lp_k[k][s : s + n] = lq.gather(1, y)[:, 0].cpu()
+        rr = ResponseRelevance(
             text=plan.texts[i], token_ids=rid, offsets=plan.offsets[i],
-            js={k: v.numpy() for k, v in js.items()}, relevance={k: v.numpy() for k, v in rel.items()},
-            skipped=list(plan.skipped),
-        ))
+            js={k: v.numpy() for k, v in js.items()}, relevance={}, skipped=list(plan.skipped),
+            logp_all=lp_all.numpy(), logp_without={k: v.numpy() for k, v in lp_k.items()}, measure=measure)
+        rr.relevance = {k: measure_relevance(measure, rr.measure_input(k)) for k in plan.rewards}
+        out.append(rr)
     return ReplayResult(responses=out, prompts=plan.prompt_texts, rewards=plan.rewards, skipped=plan.skipped,
                         seconds=time.perf_counter() - t0, **stats)
 
@@ -298,6 +478,7 @@ def replay_group(
     template: Template | None = None,
     rewards: np.ndarray | torch.Tensor | None = None,
     config: ReplayConfig | None = None,
+    measure: str = "js",
 ) -> ReplayResult:
     """Batched leave-one-out replay of one group, with KV reuse across variants.
 
@@ -305,6 +486,7 @@ def replay_group(
     verifier_info: {reward: text}, shared by the group, or one such dict per response (v_k(x, y)).
     responses:     G responses, as text (tokenized with offsets) or sampled token ids / Samples.
     rewards:       optional (G, K) rewards in verifier_info's key order; constant columns are skipped.
+    measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's).
     Returns per-response tokens, JS distances d (T,) and relevance ρ (T,) for every replayed reward.
 
     The (1 + K') × G sequences P_all + y_i, P_\\k + y_i go through :func:`mrtpo.kvtrie.shared_hidden`: a trie of
@@ -312,6 +494,7 @@ def replay_group(
     verifier text) computed once and reused as KV cache, the rest in padded batches under the token budgets.
     """
     cfg = config or ReplayConfig()
+    get_measure(measure)  # an unknown name fails before any model work
     t0 = time.perf_counter()
     plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
     dtype = compute_dtype(lm, cfg.precision)
@@ -328,7 +511,7 @@ def replay_group(
     stats = {"prefix_tokens": shared, "forward_tokens": passes.forward_tokens,
              "forward_passes": passes.forward_passes, "logits_budget": cfg.logits_budget}
     hidden = dict(zip(keys, states))
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype)
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype, measure)
 
 
 @torch.no_grad()
@@ -339,6 +522,7 @@ def naive_replay_group(
     responses: Sequence[Response],
     template: Template | None = None,
     rewards: np.ndarray | torch.Tensor | None = None,
+    measure: str = "js",
 ) -> ReplayResult:
     """Reference replay: every (variant, response) sequence alone, full prompt, full logits, no cache."""
     t0 = time.perf_counter()
@@ -354,7 +538,7 @@ def naive_replay_group(
             hidden[(i, v)] = h[len(p) - 1 : len(p) - 1 + len(rid)]
             stats["forward_tokens"] += ids.shape[1]
             stats["forward_passes"] += 1
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, lm.dtype)
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, lm.dtype, measure)
 
 
 # ---------------------------------------------------------------------------------------------- one position, shown

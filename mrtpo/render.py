@@ -2,7 +2,10 @@
 
 Conventions (Captum / Inseq): advantages use a diverging scale pinned at 0 (blue = positive, red = negative,
 0 transparent) with symmetric limits ±max|v|; relevance uses a sequential scale (orange, 0 transparent).
-Every number is in the hover tooltip (``title``); a legend says what the colors mean.
+Every number is in the hover tooltip (``title``); a legend says what the colors mean. The tokens a reward's checker
+read (its evidence, ``Score.evidence``) are underlined in that reward's rows with a dark bar that stays readable
+over every color (class ``ev``), and the relevance row's label gives that response's token AUROC and lift
+(:mod:`mrtpo.faithfulness`).
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from typing import Sequence
 import numpy as np
 
 from mrtpo.advantages import parse_method
-from mrtpo.pipeline import ScoredGroup, TokenView
+from mrtpo.faithfulness import token_labels
+from mrtpo.pipeline import ScoredGroup, TokenView, faithfulness_table
 from mrtpo.relevance import ResponseRelevance
 
 CSS = """
@@ -21,6 +25,9 @@ CSS = """
 .mrtpo .lab{flex:0 0 190px;font-size:12px;color:#555;padding-top:3px}
 .mrtpo .toks{flex:1;font-family:ui-monospace,Menlo,Consolas,monospace;line-height:1.9;white-space:normal;word-break:break-word}
 .mrtpo .tok{border-radius:3px;padding:1px 0;white-space:pre-wrap}
+.mrtpo .ev{border-bottom:3px solid #111;padding:0 1px 1px;box-decoration-break:clone;-webkit-box-decoration-break:clone}
+.mrtpo .evkey{font-family:ui-monospace,Menlo,Consolas,monospace}
+.mrtpo .faith{display:block;font-size:11px;color:#333}
 .mrtpo .nl{color:#aaa}
 .mrtpo .legend{display:flex;gap:14px;align-items:center;font-size:12px;color:#555;margin:6px 0}
 .mrtpo .bar{display:inline-block;width:120px;height:10px;border-radius:2px;vertical-align:middle}
@@ -56,24 +63,51 @@ def _esc_token(text: str) -> str:
 
 
 def token_row(label: str, tokens: Sequence[dict], values: Sequence[float], kind: str, vmax: float,
-              tooltips: Sequence[str]) -> str:
-    """One heatmap row: a label and one ``<span class="tok">`` per token."""
+              tooltips: Sequence[str], marks: Sequence[bool] | None = None, note: str = "") -> str:
+    """One heatmap row: a label (and a small ``note`` under it) and one ``<span class="tok">`` per token; each run of
+    tokens where ``marks`` is True is wrapped in ``<span class="ev">`` (the evidence underline)."""
     color = diverging_color if kind == "diverging" else sequential_color
-    spans = [
-        f'<span class="tok" style="background:{color(float(v), vmax)}" title="{html.escape(tip, quote=True)}">'
-        f"{_esc_token(t['text'])}</span>"
-        for t, v, tip in zip(tokens, values, tooltips)
-    ]
-    return f'<div class="row"><div class="lab">{html.escape(label)}</div><div class="toks">{"".join(spans)}</div></div>'
+    marks = [False] * len(tokens) if marks is None else list(marks)
+    spans = []
+    for n, (t, v, tip, m) in enumerate(zip(tokens, values, tooltips, marks)):
+        if m and (n == 0 or not marks[n - 1]):
+            spans.append('<span class="ev">')
+        tip = tip + (" | evidence: read by the checker" if m else "")
+        spans.append(f'<span class="tok" style="background:{color(float(v), vmax)}" '
+                     f'title="{html.escape(tip, quote=True)}">{_esc_token(t["text"])}</span>')
+        if m and (n == len(marks) - 1 or not marks[n + 1]):
+            spans.append("</span>")
+    lab = html.escape(label) + (f'<span class="faith">{html.escape(note)}</span>' if note else "")
+    return f'<div class="row"><div class="lab">{lab}</div><div class="toks">{"".join(spans)}</div></div>'
 
 
-def legend(vmax_adv: float, vmax_rel: float) -> str:
+def evidence_note(view: TokenView, i: int, reward: str) -> tuple[list[bool] | None, str]:
+    """The evidence marks (T,) of response ``i`` for ``reward`` and the note beside its relevance row: that
+    response's token AUROC and lift, or why there are none ("evidence: the whole response", ...)."""
+    m = view.faithfulness(i, reward)
+    if m is None:
+        return None, ""
+    spans = view.evidence[i].get(reward)
+    marks = None if spans is None else list(token_labels([(t["start"], t["end"]) for t in view.tokens[i]], spans,
+                                                         view.texts[i]))
+    if m.status == "whole":
+        return None, "evidence: the whole response"
+    if m.status == "empty":
+        return marks, "evidence: nothing specific"
+    if m.status == "all":
+        return marks, "evidence: every token"
+    return marks, f"AUROC {m.auroc:.2f} · lift {m.lift:.2f}"
+
+
+def legend(vmax_adv: float, vmax_rel: float, evidence: bool = False) -> str:
+    ev = ('<span><span class="ev evkey">abc</span> evidence: the characters the reward\'s checker read; '
+          "AUROC (0.5 = chance) and lift (1 = uniform) say how well ρ finds them</span>") if evidence else ""
     return (
         '<div class="legend">'
         f'<span>advantage <span class="bar" style="background:linear-gradient(90deg,rgb{NEG},white,rgb{POS})"></span>'
         f" −{vmax_adv:.3g} (red: pushed down) · 0 · +{vmax_adv:.3g} (blue: pushed up)</span>"
         f'<span>relevance <span class="bar" style="background:linear-gradient(90deg,white,rgb{REL})"></span>'
-        f" 0 … {vmax_rel:.3g} (mean 1)</span></div>"
+        f" 0 … {vmax_rel:.3g} (mean 1)</span>{ev}</div>"
     )
 
 
@@ -105,10 +139,12 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
             parts.append(f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g} '
                          f'<span class="lab">(same for every response in the group: advantage 0, not replayed)</span></div>')
             continue
+        marks, note = evidence_note(view, i, k)
         parts.append(f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}</div>')
         parts.append(token_row(f"{base} (uniform) {uni:+.3f}", toks, [uni] * T, "diverging", va, tips))
-        parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips))
-        parts.append(token_row("relevance ρ", toks, rel, "sequential", vr, tips))
+        parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips, marks))
+        rel_label = "relevance ρ" + ("" if view.measure == "js" else f" ({view.measure})")
+        parts.append(token_row(rel_label, toks, rel, "sequential", vr, tips, marks, note))
     if combined:
         fin, ta = float(view.final[i]), view.token_adv[i]
         tips = [f"{t['text']!r} | combined | MRTPO advantage {ta[n]:+.4f} | {base} advantage {fin:+.4f}"
@@ -116,7 +152,7 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
         parts.append('<div class="reward"><b>combined</b> (sum over rewards, batch-normalized)</div>')
         parts.append(token_row(f"{base} (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips))
         parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips))
-    return f'<div class="mrtpo">{legend(va, vr)}{"".join(parts)}</div>'
+    return f'<div class="mrtpo">{legend(va, vr, bool(view.evidence))}{"".join(parts)}</div>'
 
 
 def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
@@ -129,14 +165,28 @@ def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
     return f'<table><tr><th>#</th>{head}<th>advantage</th></tr>{"".join(rows)}</table>'
 
 
+def faithfulness_html(view: TokenView) -> str:
+    """The group's faithfulness table (:func:`mrtpo.pipeline.faithfulness_table`) as HTML; '' without evidence."""
+    rows = faithfulness_table(view)
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    fmt = lambda v: "–" if v is None else (f"{v:.3f}" if isinstance(v, float) else html.escape(str(v)))  # noqa: E731
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{fmt(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    return (f"<h3>Faithfulness of relevance ({html.escape(view.measure)}) to the verifiers' evidence</h3>"
+            f"<table><tr>{head}</tr>{body}</table>")
+
+
 def page_html(view: TokenView, group: ScoredGroup | None = None, title: str = "mrtpo explain") -> str:
-    """A self-contained HTML page: rewards table, then every response's heatmaps."""
+    """A self-contained HTML page: rewards table, the faithfulness table, then every response's heatmaps."""
     vm = scales(view)
     body = [f"<h2>{html.escape(title)}</h2>"]
     if group is not None:
         body.append(f"<p><b>Example</b> {html.escape(group.example.id)}</p>"
                     f"<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>{html.escape(group.prompt)}</pre>")
     body.append(rewards_table(view, group))
+    body.append(faithfulness_html(view))
     for i in range(len(view.texts)):
         body.append(f"<h3>Response {i} — advantage {view.final[i]:+.3f}</h3>")
         body.append(response_html(view, i, vmax=vm))

@@ -45,7 +45,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, load_model, sample, token_offsets
 from mrtpo.pipeline import ScoredGroup, replay_scored, score_group, template_for
 from mrtpo.policy import AGGREGATIONS, clipped_surrogate_loss, load_trainable_state, token_logprobs, trainable_state
-from mrtpo.relevance import relevance_tensor, replay_group
+from mrtpo.relevance import measure_names, relevance_tensor, replay_group
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import get_family
 from mrtpo.tasks.base import TaskFamily
@@ -72,6 +72,8 @@ class TrainConfig:
     beta: float = _opt(0.5, "MRTPO reallocation strength β", lo=0.0, hi=1.0)
     warmup: int = _opt(10, "β smoothstep warmup in steps (0: none)", lo=0)
     cap: float | None = _opt(None, "optional cap on mean ρ² (>= 1)", lo=1.0)
+    relevance_measure: str = _opt("js", "relevance measure ρ comes from (mrtpo.relevance.MEASURES; js = the "
+                                        "paper's per-token JS distance)", choices=tuple(measure_names()))
     group_size: int = _opt(8, "responses per prompt G", lo=1)
     prompts_per_step: int = _opt(2, "prompts per step B (N = B·G responses)", lo=1)
     lr: float = _opt(1e-5, "AdamW learning rate", lo=0.0, lo_open=True)
@@ -390,7 +392,7 @@ class Trainer:
         t1 = time.perf_counter()
         if self.method.tokens:  # the current policy, eval, no grad
             phase("replay")
-            replays = [replay_scored(lm, g, self.template) for g in ro.groups]
+            replays = [replay_scored(lm, g, self.template, measure=cfg.relevance_measure) for g in ro.groups]
         t_replay = time.perf_counter() - t1
         # (N, K, T) relevance and (N, T) mask over the trained tokens; the EOS that ends a response is trained but
         # not replayed (uniform credit there), and so are methods without a replay
@@ -540,7 +542,8 @@ class Trainer:
         """Relevance of every probe response for every reward under the current policy (all rewards replayed)."""
         p0 = self.probe[0]
         rep = replay_group(self.lm, p0["prompt"], [p["verifier_info"] for p in self.probe],
-                           [p["token_ids"] for p in self.probe], self.template, rewards=None)
+                           [p["token_ids"] for p in self.probe], self.template, rewards=None,
+                           measure=self.config.relevance_measure)
         return [{"idx": i, "reward": k, "js": [round(float(x), 6) for x in r.js[k]],
                  "relevance": [round(float(x), 5) for x in r.relevance[k]]}
                 for i, r in enumerate(rep.responses) for k in r.relevance]

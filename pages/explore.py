@@ -12,7 +12,8 @@ from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError
-from mrtpo.pipeline import ScoredGroup, group_table, score_group, view_to_json
+from mrtpo.pipeline import ScoredGroup, faithfulness_table, group_table, score_group, token_view, view_to_json
+from mrtpo.relevance import MEASURE_HELP, measure_names
 from mrtpo.tasks.base import Example
 
 st.title("Explore")
@@ -161,24 +162,46 @@ st.caption("Â k = GDPO's per-reward group z-score; GDPO A = their sum, batch-no
 
 
 # ---------------------------------------------------------------------------------------------- heatmaps
+def _measure_picker(where) -> str:
+    """The relevance measure (ρ is re-derived from the stored replay: no model call); `js` is the paper's."""
+    names = measure_names()
+    return where.selectbox("Relevance measure", names, index=names.index("js"), key="explore_measure",
+                           help="; ".join(f"{k}: {h}" for k, h in MEASURE_HELP.items()))
+
+
+def _faithfulness(v) -> None:
+    """Per reward over the group: how well relevance finds the characters its checker read (the evidence)."""
+    rows = faithfulness_table(v)
+    if not rows:
+        return
+    st.markdown("**Faithfulness to the verifiers' evidence** (this group, all responses)")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption("Token AUROC: the chance that an evidence token has higher ρ than another token (0.5 = uniform "
+               "credit); lift: the share of ρ on evidence tokens ÷ their share of tokens (1 = uniform); span-peak "
+               "AUROC: each evidence span scored by its highest ρ. Pairs whose evidence is the whole response, "
+               "nothing specific, or every token are left out.")
+
+
 @st.fragment
 def heatmaps(run: S.Run, method: str) -> None:
     """β and the response only re-color: token_view + render, no model call."""
     g = run.group
-    c1, c2 = st.columns([1, 2])
+    c1, c2, c3 = st.columns([2, 1, 3])
     beta = c1.slider("β (share of advantage reallocated by relevance)", 0.0, 1.0, 0.5, 0.05, key="explore_beta")
-    i = c2.selectbox("Response", list(range(len(g.samples))), key="explore_response",
+    measure = _measure_picker(c2)
+    i = c3.selectbox("Response", list(range(len(g.samples))), key="explore_response",
                      format_func=lambda j: f"#{j} — {S._short(g.samples[j].text, 70)}")
     shown = [k for k in g.reward_names if k in run.replay.rewards]
     with S.guard("token view"):
-        v = S.view(run, method, beta)
+        v = token_view(run.group, run.replay, method=method, beta=beta, measure=measure)
         body = render.response_html(v, i, rewards=shown)
     if run.replay.skipped:
         st.caption(f"Constant in this group (advantage 0 on every token, not replayed): {', '.join(run.replay.skipped)}.")
     st.html(f"<style>{render.CSS}</style>{body}")
     st.caption("Per reward: GDPO's uniform advantage (one color), the chosen method's token advantages A_ikt, and "
                "the relevance ρ (mean 1). Hover a token for its JS distance, relevance and advantages. "
-               "Blue pushes the token up, red down; 0 is transparent.")
+               "Blue pushes the token up, red down; 0 is transparent. Underlined: the reward's evidence.")
+    _faithfulness(v)
     if g.reasons and any(g.reasons[i].values()):
         st.dataframe(pd.DataFrame([{"reward": k, "value": float(g.rewards[i, j]), "reason": g.reasons[i].get(k, "")}
                                    for j, k in enumerate(g.reward_names)]), hide_index=True, width="stretch")

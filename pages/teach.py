@@ -163,3 +163,5 @@ st.caption(f"P_all as the model sees it; highlighted: the text that P_\\k lacks,
            f"{S.md(k6)}. Everything else is the same in both prompts, so any difference between p_t and q_t comes "
            f"from this text.")
 st.html(render.prompt_diff_html(dist["prompts"][k6], dist["prompts"]["__all__"]))
+st.caption("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; "
+           "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit).")

@@ -8,8 +8,34 @@ import streamlit as st
 from pages import _state as S
 from mrtpo import render
 from mrtpo.errors import MrtpoError
-from mrtpo.pipeline import relevance_change
+from mrtpo.pipeline import faithfulness_table, relevance_change, token_view
 from mrtpo.templates import Template
+
+
+
+def _faithfulness_change(g, before, after) -> None:
+    """Did the edit move relevance onto what the checkers read? Per reward over the group: token AUROC and lift
+    against the verifiers' evidence, before and after (the measure picked on Explore)."""
+    measure = st.session_state.get("explore_measure", "js")
+    with S.guard("faithfulness"):
+        rb = {r["reward"]: r for r in faithfulness_table(token_view(g, before, measure=measure))}
+        ra = {r["reward"]: r for r in faithfulness_table(token_view(g, after, measure=measure))}
+    if not ra and not rb:
+        return
+    d = lambda a, b: None if a is None or b is None else round(a - b, 4)  # noqa: E731
+    rows = []
+    for k in dict.fromkeys([*rb, *ra]):
+        b, a = rb.get(k, {}), ra.get(k, {})
+        rows.append({"reward": k, "pairs": a.get("pairs", b.get("pairs")),
+                     "AUROC before": b.get("token AUROC"), "AUROC after": a.get("token AUROC"),
+                     "Δ AUROC": d(a.get("token AUROC"), b.get("token AUROC")),
+                     "lift before": b.get("lift"), "lift after": a.get("lift"),
+                     "Δ lift": d(a.get("lift"), b.get("lift"))})
+    st.markdown(f"**Faithfulness to the verifiers' evidence, before → after** (measure `{measure}`, all responses)")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.caption("Token AUROC (0.5 = uniform credit) and lift (1 = uniform) of relevance against the characters each "
+               "checker read: a rise means the edited template moved relevance onto what the checker reads.")
+
 
 st.title("Templates")
 st.caption("P_all = the task prompt with every reward's verifier information (filled into the template); P_\\k "
@@ -74,6 +100,7 @@ if not shown:
 st.subheader(f"Relevance of response #{i}: before and after")
 st.html(f"<style>{render.CSS}</style>{render.relevance_diff_html(before, new, shown)}")
 st.dataframe(pd.DataFrame(relevance_change(before, new, shown)), hide_index=True, width="stretch")
+_faithfulness_change(g, after["before"], after["replay"])
 if st.button("Use this template and these texts in Explore", key="tpl_adopt"):
     run.template, run.replay = after["template"], after["replay"]
     run.group.verifier_info = after["infos"]

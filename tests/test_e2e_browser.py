@@ -81,3 +81,41 @@ def test_sample_shows_heatmap_in_chromium(server):
                 page.screenshot(path=f"{shots}/e2e_explore.png", full_page=True)
         finally:
             browser.close()
+
+
+def test_evidence_outline_in_chromium(server):
+    """tea-note (no comma; keywords green, cup): the tokens a replayed reward's checker read are underlined
+    (``.ev``) in some response's rows, and the legend says what the underline means."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    shots = os.environ.get("MRTPO_SHOTS")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{server}/?family=instructions&example=tea-note", wait_until="domcontentloaded")
+            page.wait_for_selector(IDLE, timeout=60_000)
+            page.get_by_role("button", name="Sample group").click()
+            page.wait_for_selector(".mrtpo .tok", state="visible", timeout=90_000)
+            page.wait_for_selector(IDLE, timeout=60_000)
+            assert page.locator(".mrtpo .legend .ev").first.is_visible()
+            for j in range(1, 4):  # the responses whose checkers found something to point at are outlined
+                if page.locator(".mrtpo .toks .ev").count():
+                    break
+                box = page.get_by_role("combobox", name="Response")  # a react-aria combobox: type, then Enter
+                box.click()
+                box.fill(f"#{j}")
+                page.get_by_role("option").first.wait_for(timeout=10_000)
+                page.keyboard.press("Enter")
+                page.wait_for_timeout(300)
+                page.wait_for_selector(IDLE, timeout=60_000)
+            outline = page.locator(".mrtpo .toks .ev")
+            assert outline.count() > 0 and outline.first.is_visible()
+            box = outline.first.bounding_box()
+            assert box and box["width"] > 0
+            assert page.get_by_text("AUROC", exact=False).first.is_visible()
+            assert page.locator("[data-testid='stException']").count() == 0
+            if shots:
+                Path(shots).mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=f"{shots}/e2e_evidence.png", full_page=True)
+        finally:
+            browser.close()

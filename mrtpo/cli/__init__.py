@@ -3,6 +3,7 @@
 relevance   per-token JS distance and relevance for cases in a JSONL file
 advantages  advantages of an estimator for a rewards matrix
 explain     self-contained HTML heatmaps (and JSON) for one prompt and its group of responses
+faithfulness  token AUROC / lift of relevance against the spans each verifier read (sampled examples)
 sample      sample a group for a task example and print responses with their rewards
 score       score given responses against task examples
 train       train a policy with the verifiers' rewards (a resumable run in the run store)
@@ -22,12 +23,12 @@ import argparse
 import os
 import sys
 
-from mrtpo.cli import app, credit, experiment, rollouts, tasks, train
+from mrtpo.cli import app, credit, experiment, faithfulness, rollouts, tasks, train
 from mrtpo.cli.common import error_text
 from mrtpo.errors import MrtpoError
 
 # each module's register(subparsers) adds its commands
-COMMAND_GROUPS = (credit, tasks, train, experiment, rollouts, app)
+COMMAND_GROUPS = (credit, faithfulness, tasks, train, experiment, rollouts, app)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -49,8 +49,9 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 
 def cmd_relevance(a) -> int:
-    from mrtpo.relevance import replay_group
+    from mrtpo.relevance import get_measure, replay_group
 
+    get_measure(a.measure)  # an unknown measure fails before anything is read
     prog = Progress(a.quiet)
     template = load_template(a.template)
     cases, bad = [], 0
@@ -67,7 +68,7 @@ def cmd_relevance(a) -> int:
 
     def run(items):
         res = replay_group(lm, items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
-                           [c["response"] for _, c in items], template)
+                           [c["response"] for _, c in items], template, measure=a.measure)
         out = {}
         for (n, c), r in zip(items, res.responses):
             j = r.to_json()
@@ -273,10 +274,12 @@ def cmd_explain(a) -> int:
     from mrtpo.advantages import parse_method
     from mrtpo.model import Sample, tokenize_response
     from mrtpo.pipeline import replay_scored, sample_until_varied, score_group, token_view, varied_rewards, view_to_json
+    from mrtpo.relevance import get_measure
     from mrtpo.tasks import get_family
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any model work
+    get_measure(a.measure)
     if a.until_varied is not None and not a.task:
         raise MrtpoError("--until-varied samples again with other seeds: it needs --task (not --input)")
     if a.until_varied is not None and a.responses:
@@ -320,7 +323,7 @@ def cmd_explain(a) -> int:
         print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
               f"heatmaps have no color{hint}", file=sys.stderr)
     prog.stage(f"replaying {len(group.samples)} responses under P_all and each P_\\k")
-    replay = replay_scored(lm, group, template)
+    replay = replay_scored(lm, group, template, measure=a.measure)
     view = token_view(group, replay, method=a.method, beta=a.beta)
     prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
     write_text(a.html, render.page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
@@ -344,6 +347,7 @@ def register(sub) -> None:
     p.add_argument("--input", required=True,
                    help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
+    _measure_arg(p)
     model_args(p)
     quiet_arg(p)
     p.set_defaults(fn=cmd_relevance)
@@ -377,6 +381,15 @@ def register(sub) -> None:
                    help="sample with --seed, --seed + 1, ... (at most N tries, each reported) until at least one "
                         "reward varies within the group (a reward constant in the group gives advantage 0 "
                         "everywhere); the JSON records the seed used and the tries")
+    _measure_arg(p)
     model_args(p)
     quiet_arg(p)
     p.set_defaults(fn=cmd_explain)
+
+
+def _measure_arg(p) -> None:
+    from mrtpo.relevance import MEASURE_HELP
+
+    p.add_argument("--measure", default="js", metavar="NAME",
+                   help="relevance measure (default js, the paper's per-token JS distance): "
+                        + "; ".join(f"{k} = {v}" for k, v in MEASURE_HELP.items()))

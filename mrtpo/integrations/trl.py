@@ -8,7 +8,8 @@ gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over 
    (rewards are gathered over processes, as TRL does), then sliced to this process' rows;
 2. for ``mrtpo`` / ``mrtpo+<estimator>``: each local completion is replayed with the policy being trained
    (:func:`mrtpo.relevance.replay_group`, no gradient) under P_all / P_\\k built from a user callback
-   ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``, giving ρ (B, K, T);
+   ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``, giving ρ (B, K, T) from the
+   relevance measure ``MRTPOConfig.measure`` (:data:`mrtpo.relevance.MEASURES`; default ``"js"``, the paper's);
 3. ``inputs["advantages"]`` becomes the (B, T) token advantages of
    :func:`mrtpo.advantages.token_advantages`, which TRL's ``_compute_loss`` accepts as is (it only unsqueezes
    1-D advantages). Response-level methods (``gdpo``, ``dara``, ...) keep TRL's (B,) shape.
@@ -32,7 +33,7 @@ import torch
 
 from mrtpo import advantages as A
 from mrtpo.errors import MrtpoError
-from mrtpo.relevance import ReplayConfig, active_rewards, relevance_tensor, replay_group
+from mrtpo.relevance import ReplayConfig, active_rewards, get_measure, relevance_tensor, replay_group
 from mrtpo.templates import Template
 
 try:
@@ -55,9 +56,11 @@ class MRTPOConfig:
     cap: float | None = None  # optional cap on mean_t ρ² (>= 1)
     template: Template | dict | None = None  # verifier-information template for P_all / P_\k
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    measure: str = "js"  # relevance measure (mrtpo.relevance.MEASURES); js = the paper's per-token JS distance
 
     def __post_init__(self):
         self.parsed = A.parse_method(self.method)  # MrtpoError for an unknown method
+        get_measure(self.measure)  # MrtpoError for an unknown measure
         if self.beta < 0 or self.beta > 1:
             raise MrtpoError(f"beta must be in [0, 1], got {self.beta}")
         if not isinstance(self.template, Template):
@@ -179,7 +182,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                         continue  # every reward constant in the group: Â = 0, nothing to reallocate
                     res = replay_group(lm, prompt_text(prompts[rows[0]]), [{k: info[k] for k in keys} for info in infos],
                                        [list(ids_list[i]) for i in rows], self.mrtpo_config.template, rewards=R,
-                                       config=self.mrtpo_config.replay)
+                                       config=self.mrtpo_config.replay, measure=self.mrtpo_config.measure)
                     stats["replay_forward_tokens"] += res.forward_tokens
                     for i, r in zip(rows, res.responses):
                         relevance[i] = r.relevance

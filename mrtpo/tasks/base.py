@@ -34,12 +34,42 @@ class Example:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+Span = tuple[int, int]
+
+#: more evidence spans than this (e.g. every letter 'e' of a megabyte) count as the whole response (None)
+MAX_EVIDENCE_SPANS = 10_000
+
+
 @dataclass
 class Score:
-    """A reward value and, when it is not full marks, the checker's reason."""
+    """A reward value, the checker's reason when it is not full marks, and its evidence.
+
+    evidence: the character spans ``[start, end)`` of the response that the checker read to decide the value (for
+    a zero as well as a one), sorted and non-overlapping (see :func:`clean_spans`); ``[]`` = it read nothing
+    specific (no comma was found, no fence, no function call); ``None`` = the whole response (a word count, a
+    language), and the default for a checker that does not say. Each family's module docstring states its rules.
+    """
 
     value: float
     reason: str = ""
+    evidence: list[Span] | None = None
+
+
+def clean_spans(spans: Iterable[Span], n: int) -> list[Span] | None:
+    """Evidence spans in canonical form: clipped to ``[0, n]``, empty ones dropped, sorted, overlapping ones merged
+    (spans that only touch stay apart: ``{`` and ``"name"`` are two things read). More than
+    ``MAX_EVIDENCE_SPANS`` spans → None (the whole response)."""
+    out: list[list[int]] = []
+    for s, e in sorted((max(0, int(s)), min(n, int(e))) for s, e in spans):
+        if e <= s:
+            continue
+        if out and s < out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+        if len(out) > MAX_EVIDENCE_SPANS:
+            return None
+    return [(s, e) for s, e in out]
 
 
 class TaskFamily:

@@ -4,8 +4,8 @@ An example is a short base request plus 2-4 IFEval constraints. The task prompt 
 followed by each constraint's wording, one per line (as IFEval prompts state their instructions).
 Reward names are the instruction ids in the listed order; a repeated id gets ``#2``, ``#3``, ...
 A reward's verifier information is its constraint's wording: removing it from the checker list is
-what P_\\k does. Checkers, wordings and the deliberate differences from IFEval are in
-:mod:`mrtpo.tasks.ifeval_checks`.
+what P_\\k does. Checkers, wordings, each constraint's evidence (the characters its checker read) and the
+deliberate differences from IFEval are in :mod:`mrtpo.tasks.ifeval_checks`.
 
 JSONL format (built-in prompts and users' own files), one object a line::
 

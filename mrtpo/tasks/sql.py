@@ -10,6 +10,17 @@ Rewards, in this order:
   ORDER BY; numbers are compared as floats rounded to 6 decimals (so 3 and 3.0 are equal); column
   names are ignored, column order is not.
 
+Evidence (``Score.evidence``: the characters of the reply each checker read, for a zero as for a one):
+
+* ``format``  — the fences (an opening one with the rest of its line, e.g. ```sql) and, when there is one block,
+  the text outside it (each side stripped); without any fence, the whole reply (stripped).
+* ``valid``   — the query body that was parsed (:func:`sql_span`; [] when it is empty).
+* ``correct`` — when the query runs, the clauses whose removal changes the result as the checker compares it
+  (other rows, or an error; :func:`clauses`, :func:`correct_evidence`): DISTINCT, each select item, each WHERE
+  conjunct, GROUP BY / HAVING / ORDER BY / LIMIT, and always the FROM tables and join conditions (which cannot be
+  removed); the whole body for a query without a plain clause structure (WITH, UNION, ...), with more than 16
+  removable clauses, that took over 0.1 s, or that failed to run.
+
 Built-in examples: ``sample_data/sql/questions.jsonl`` over the bundled databases ``shop``,
 ``school`` and ``library`` (``sample_data/sql/<name>.sql``, CREATE TABLE + INSERT scripts built in
 memory once per process).
@@ -35,18 +46,21 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.sqlite import SQLite
+from sqlglot.tokens import TokenType as _T
 
 from mrtpo.errors import MrtpoError
 
 # sqlglot warns on stderr for every unparsable model output; the reason is in the Score instead
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
-from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
+from mrtpo.tasks.base import Example, Score, Span, TaskFamily, clean_spans, sample_data
 from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError, text_problem
 
 DATA_DIR = sample_data("sql")
@@ -102,16 +116,29 @@ _ONE_LINE_BLOCK = re.compile(r"```(?:sql\b)?(.*?)```", re.S | re.I)
 def extract_sql(response: str) -> str:
     """The SQL a reply contains: the first ```sql block (else the first fenced block; an unclosed
     block runs to the end), or the whole reply when it has no fence."""
-    blocks = _BLOCK.findall(response)
-    for lang, body in blocks:
-        if lang.lower() == "sql":
-            return body.strip()
-    if blocks:
-        return blocks[0][1].strip()
+    s, e = sql_span(response)
+    return response[s:e]
+
+
+def sql_span(response: str) -> Span:
+    """Where :func:`extract_sql`'s query lies in ``response``: ``(start, end)``, surrounding whitespace left out."""
+    blocks = list(_BLOCK.finditer(response))
+    m = next((b for b in blocks if b.group(1).lower() == "sql"), blocks[0] if blocks else None)
+    if m is not None:
+        return _stripped(response, *m.span(2))
     m = _ONE_LINE_BLOCK.search(response)
     if m:
-        return m.group(1).strip()
-    return response.strip()
+        return _stripped(response, *m.span(1))
+    return _stripped(response, 0, len(response))
+
+
+def _stripped(text: str, s: int, e: int) -> Span:
+    """``(s, e)`` narrowed to ``text[s:e].strip()``."""
+    part = text[s:e]
+    lead = len(part) - len(part.lstrip())
+    if lead == len(part):
+        return s, s
+    return s + lead, s + len(part.rstrip())
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -119,29 +146,52 @@ def _short(text: str, n: int = 60) -> str:
     return repr(text if len(text) <= n else text[: n - 3] + "...")
 
 
+def fence_spans(response: str) -> list[Span]:
+    """The fences of a reply: every ```, an opening one (1st, 3rd, ...) with the rest of its line (```sql)."""
+    spans = []
+    for n, m in enumerate(re.finditer("```", response)):
+        end = m.end()
+        if n % 2 == 0:  # an opening fence: its header is read too
+            nl = response.find("\n", end)
+            end = end + len(response[end: len(response) if nl < 0 else nl].rstrip())
+        spans.append((m.start(), end))
+    return spans
+
+
 def check_format(response: str) -> Score:
-    """1 when the reply is exactly one ```sql block (non-empty) and nothing else."""
+    """1 when the reply is exactly one ```sql block (non-empty) and nothing else.
+
+    Evidence: the fences (an opening one with its ```sql header) and, for one block, the text outside it (without
+    a fence: the whole reply, whitespace around it left out).
+    """
     text = response.strip()
+    lead = len(response) - len(response.lstrip())
     n = text.count("```")
+    fences = fence_spans(response)
+
+    def score(value: float, reason: str = "", extra: list[Span] = ()) -> Score:
+        return Score(value, reason, clean_spans([*fences, *extra], len(response)))
+
     if n == 0:
-        return Score(0.0, "no ```sql fenced block")
+        return score(0.0, "no ```sql fenced block", [_stripped(response, 0, len(response))])
     if n == 1:
-        return Score(0.0, "the ``` fence is not closed")
+        return score(0.0, "the ``` fence is not closed")
     if n > 2:
-        return Score(0.0, f"{n // 2 + n % 2} fenced blocks; exactly one is wanted")
+        return score(0.0, f"{n // 2 + n % 2} fenced blocks; exactly one is wanted")
     start, end = text.index("```"), text.rindex("```") + 3
     outside = (text[:start] + " " + text[end:]).strip()
     if outside:
-        return Score(0.0, f"text outside the block: {_short(outside, 50)}")
+        out = [_stripped(response, 0, lead + start), _stripped(response, lead + end, len(response))]
+        return score(0.0, f"text outside the block: {_short(outside, 50)}", out)
     inner = text[3:-3]
     header, newline, body = inner.partition("\n")
     if not newline:
-        return Score(0.0, "the opening ```sql must be on its own line")
+        return score(0.0, "the opening ```sql must be on its own line")
     if header.strip().lower() != "sql":
-        return Score(0.0, f"the block is marked ```{header.strip()} instead of ```sql")
+        return score(0.0, f"the block is marked ```{header.strip()} instead of ```sql")
     if not body.strip():
-        return Score(0.0, "the ```sql block is empty")
-    return Score(1.0)
+        return score(0.0, "the ```sql block is empty")
+    return score(1.0)
 
 
 def parse_select(sql: str) -> str:
@@ -255,6 +305,170 @@ def summarize(result: Result) -> str:
     return _count(len(result.rows), "row") + first
 
 
+# -- evidence of `correct`: the clauses whose removal changes the result ---------------------------------
+MAX_ABLATIONS = 16  # clause removals run per reply (more clauses: the whole query is the evidence)
+ABLATION_TIME_LIMIT_S = 0.25  # per removal; a query that took longer than ABLATION_AFTER_S is not taken apart
+ABLATION_AFTER_S = 0.1
+_CLAUSE_KEYWORDS = {_T.FROM, _T.WHERE, _T.GROUP_BY, _T.HAVING, _T.ORDER_BY, _T.LIMIT, _T.WINDOW}
+_SET_OPERATIONS = {_T.UNION, _T.INTERSECT, _T.EXCEPT}
+
+
+@dataclass(frozen=True)
+class Clause:
+    """A part of a query: its span in the query, and the query without it (None: removing it cannot leave a query,
+    e.g. the FROM list or the only select item, so it always counts)."""
+
+    span: Span
+    without: str | None
+
+
+_JOIN_WORDS = {_T.COMMA, _T.JOIN, _T.LEFT, _T.RIGHT, _T.INNER, _T.OUTER, _T.CROSS, _T.NATURAL, _T.FULL, _T.ON,
+               _T.USING}
+_NAMES = {_T.VAR, _T.IDENTIFIER}
+
+
+def _without_alias(ts: list) -> list:
+    """A table reference's tokens without its alias (``customers c``, ``customers AS c`` → ``customers``)."""
+    top = [i for i, (d, t) in enumerate(ts) if d == 0]
+    for i in top:
+        if ts[i][1].token_type == _T.ALIAS:
+            return ts[:i]
+    if len(top) >= 2 and ts[top[-1]][1].token_type in _NAMES and ts[top[-2]][1].token_type in _NAMES | {_T.R_PAREN}:
+        return ts[: top[-1]]
+    return ts
+
+
+def _drop(sql: str, a: int, b: int) -> str:
+    return sql[:a] + " " + sql[b:]
+
+
+def _split_at(tokens: list, kinds: set) -> list[list]:
+    """``tokens`` (all at depth 0 of one clause, with their nested tokens) split at tokens of ``kinds``."""
+    parts, cur = [], []
+    for depth, t in tokens:
+        if depth == 0 and t.token_type in kinds:
+            parts.append((cur, t))
+            cur = []
+        else:
+            cur.append((depth, t))
+    parts.append((cur, None))
+    return parts
+
+
+def clauses(sql: str) -> list[Clause] | None:
+    """The clauses of a plain ``SELECT`` whose removal is tried (sqlglot's SQLite tokenizer, by character offsets):
+
+    - ``DISTINCT``; each select item (top-level commas); the FROM list (with its joins) as one part, always counted;
+    - each top-level ``AND`` conjunct of WHERE (the conjunct alone; removing the only one removes ``WHERE`` too);
+    - ``GROUP BY …``, ``HAVING …``, ``ORDER BY …``, ``LIMIT … [OFFSET …]`` each whole, keyword included.
+
+    None for anything else (WITH, UNION / INTERSECT / EXCEPT at the top level, text the tokenizer refuses): the
+    whole query is then the evidence.
+    """
+    try:
+        toks = list(SQLite().tokenize(sql))
+    except Exception:  # noqa: BLE001 - a tokenizer error: no clause structure
+        return None
+    flat, depth = [], 0
+    for t in toks:
+        if t.token_type == _T.SEMICOLON and depth == 0:
+            break
+        if t.token_type == _T.R_PAREN:
+            depth -= 1
+        flat.append((depth, t))
+        if t.token_type == _T.L_PAREN:
+            depth += 1
+    if not flat or flat[0][1].token_type != _T.SELECT or depth != 0:
+        return None
+    if any(d == 0 and t.token_type in _SET_OPERATIONS for d, t in flat):
+        return None
+    span = lambda ts: (ts[0][1].start, ts[-1][1].end + 1)  # noqa: E731 - (start, end) of a token run
+    # segments: [keyword token, tokens after it] at depth 0
+    segments: list[tuple[Any, list]] = []
+    for d, t in flat:
+        if d == 0 and (t.token_type in _CLAUSE_KEYWORDS or not segments):
+            segments.append((t, []))
+        else:
+            segments[-1][1].append((d, t))
+    out: list[Clause] = []
+    for kw, body in segments:
+        kind = kw.token_type
+        if kind == _T.SELECT:
+            if body and body[0][1].token_type in (_T.DISTINCT, _T.ALL):
+                t = body[0][1]
+                if t.token_type == _T.DISTINCT:
+                    out.append(Clause((t.start, t.end + 1), _drop(sql, t.start, t.end + 1)))
+                body = body[1:]
+            items = [(ts, sep) for ts, sep in _split_at(body, {_T.COMMA}) if ts]
+            for n, (ts, sep) in enumerate(items):
+                a, b = span(ts)
+                if len(items) == 1:
+                    out.append(Clause((a, b), None))
+                elif sep is not None:  # the item and the comma after it
+                    out.append(Clause((a, b), _drop(sql, a, sep.end + 1)))
+                else:  # the last item and the comma before it
+                    prev = items[n - 1][1]
+                    out.append(Clause((a, b), _drop(sql, prev.start, b)))
+        elif kind == _T.FROM:  # each table (its alias left out) and each join condition; never removed
+            before = None  # the separator before each piece: after ON / USING comes a condition, else a table
+            for ts, sep in _split_at(body, _JOIN_WORDS):
+                if ts and not (before is not None and before.token_type in (_T.ON, _T.USING)):
+                    ts = _without_alias(ts)
+                if ts:
+                    out.append(Clause(span(ts), None))
+                before = sep
+        elif kind == _T.WHERE:
+            parts, pending_between = [], 0
+            cur: list = []
+            for d, t in body:  # split at top-level AND, except the AND of BETWEEN x AND y
+                if d == 0 and t.token_type == _T.BETWEEN:
+                    pending_between += 1
+                if d == 0 and t.token_type == _T.AND:
+                    if pending_between:
+                        pending_between -= 1
+                    else:
+                        parts.append((cur, t))
+                        cur = []
+                        continue
+                cur.append((d, t))
+            parts.append((cur, None))
+            parts = [(ts, sep) for ts, sep in parts if ts]
+            for n, (ts, sep) in enumerate(parts):
+                a, b = span(ts)
+                if len(parts) == 1:
+                    out.append(Clause((a, b), _drop(sql, kw.start, b)))
+                elif sep is not None:
+                    out.append(Clause((a, b), _drop(sql, a, sep.end + 1)))
+                else:
+                    out.append(Clause((a, b), _drop(sql, parts[n - 1][1].start, b)))
+        else:  # GROUP BY, HAVING, ORDER BY, LIMIT, WINDOW: the whole clause
+            b = span(body)[1] if body else kw.end + 1
+            out.append(Clause((kw.start, b), _drop(sql, kw.start, b)))
+    return out
+
+
+def correct_evidence(db: Database, sql: str, rows: list[tuple], ordered: bool) -> list[Span]:
+    """Spans of ``sql`` that `correct` read: the clauses (:func:`clauses`) whose removal changes the result as the
+    checker compares it (other rows, or an error), plus those that cannot be removed; the whole query when it has
+    no plain clause structure or more than ``MAX_ABLATIONS`` removable clauses."""
+    parts = clauses(sql)
+    whole = [(0, len(sql))] if sql else []
+    if parts is None or sum(c.without is not None for c in parts) > MAX_ABLATIONS:
+        return whole
+    spans = []
+    for c in parts:
+        if c.without is not None:
+            try:
+                got = db.run(c.without, time_limit=ABLATION_TIME_LIMIT_S)
+            except SqlRunError:
+                spans.append(c.span)
+                continue
+            if not compare_results(got.rows, rows, ordered):
+                continue
+        spans.append(c.span)
+    return spans or whole
+
+
 # -- the family -------------------------------------------------------------------------------------
 @dataclass
 class Check:
@@ -267,6 +481,8 @@ class Check:
     result: Result | None
     expected: Result
     difference: str
+    sql_span: Span = (0, 0)  # where ``sql`` lies in the reply
+    correct_evidence: list[Span] | None = None  # spans of the reply that decided `correct`
 
 
 class SqlTask(TaskFamily):
@@ -341,13 +557,14 @@ class SqlTask(TaskFamily):
 
     def score(self, example: Example, response: str) -> dict[str, Score]:
         c = self.check(example, response)
-        valid = Score(0.0, c.parse_problem) if c.parse_problem else Score(1.0)
+        body = clean_spans([c.sql_span], len(response))
+        valid = Score(0.0, c.parse_problem, body) if c.parse_problem else Score(1.0, "", body)
         if c.run_error:
-            correct = Score(0.0, f"the query failed: {c.run_error}")
+            correct = Score(0.0, f"the query failed: {c.run_error}", body)
         elif c.difference:
-            correct = Score(0.0, c.difference)
+            correct = Score(0.0, c.difference, c.correct_evidence)
         else:
-            correct = Score(1.0)
+            correct = Score(1.0, "", c.correct_evidence)
         return {"format": c.format, "valid": valid, "correct": correct}
 
     def verifier_info(self, example: Example, response: str) -> dict[str, str]:
@@ -367,15 +584,21 @@ class SqlTask(TaskFamily):
 @functools.lru_cache(maxsize=512)
 def _check(db: Database, reference: str, ordered: bool, response: str) -> Check:
     expected = _reference_result(db, reference)
-    sql = extract_sql(response)
-    result, run_error, difference = None, "", ""
+    a, b = sql_span(response)
+    sql = response[a:b]
+    result, run_error, difference, evidence = None, "", "", None
+    t0 = time.perf_counter()
     try:
         result = db.run(sql)
     except SqlRunError as e:
         run_error = str(e)
     if result is not None:
         difference = compare_results(result.rows, expected.rows, ordered)
-    return Check(check_format(response), sql, parse_select(sql), run_error, result, expected, difference)
+        spans = (correct_evidence(db, sql, result.rows, ordered) if time.perf_counter() - t0 < ABLATION_AFTER_S
+                 else [(0, len(sql))])
+        evidence = clean_spans([(a + s, a + e) for s, e in spans], len(response))
+    return Check(check_format(response), sql, parse_select(sql), run_error, result, expected, difference, (a, b),
+                 evidence)
 
 
 def _text_field(obj: dict[str, Any], key: str) -> str:

@@ -16,6 +16,16 @@ Each example gives a user request and 1-4 tool schemas; the policy answers with 
                So: exact call -> 1; one of two required arguments wrong or missing -> 1/2;
                both right plus one unexpected argument -> 2/3; no call found -> 0.
 
+Evidence (``Score.evidence``: the characters of the answer each checker read, for a zero as for a one):
+
+``format``     the fences (an opening one with its ``json`` header); the braces and the keys (quotes included)
+               of the JSON object the answer is, or else of the first JSON object the tolerant parser decodes
+               (the call's), and the text outside that object (each side stripped); [] when no JSON object is
+               found and there is no fence.
+``function``   the called name's value (quotes left out); [] when no call is found.
+``arguments``  each argument's key and value (quotes included); the whole value when ``arguments`` is not an
+               object (e.g. a JSON string); [] when the call has none.
+
 Value comparison normalizes types: numbers compare by value (``"5" == 5 == 5.0``, also a
 numeric string against a number); strings compare case-insensitively with surrounding whitespace
 stripped and inner runs of whitespace collapsed; booleans also match ``"true"``/``"false"``;
@@ -52,10 +62,11 @@ import ast
 import json
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from mrtpo.errors import MrtpoError
-from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
+from mrtpo.tasks.base import Example, Score, Span, TaskFamily, clean_spans, sample_data
 
 EXAMPLES_PATH = sample_data("tools", "examples.jsonl")
 REWARDS = ["format", "function", "arguments"]
@@ -90,13 +101,32 @@ _FENCE_HEADER = re.compile(r"[ \t]*(?:json\b)?", re.IGNORECASE)
 
 def strip_fence(text: str) -> str | None:
     """The content of ``text`` when it is exactly one ```json / ``` fence (stripped), else None."""
+    span = fence_content(text)
+    return None if span is None else text[span[0]:span[1]]
+
+
+def fence_content(text: str) -> Span | None:
+    """Where :func:`strip_fence`'s content lies in ``text`` (``(start, end)``), or None when it is not one fence."""
+    lead = len(text) - len(text.lstrip())
     t = text.strip()
     if len(t) < 6 or not t.startswith("```") or not t.endswith("```"):
         return None
     inner = t[3:-3]
     if "```" in inner:
         return None
-    return inner[_FENCE_HEADER.match(inner).end():].strip()
+    h = _FENCE_HEADER.match(inner).end()
+    body = inner[h:]
+    s = lead + 3 + h + len(body) - len(body.lstrip())
+    return s, max(s, lead + 3 + h + len(body.rstrip()))
+
+
+def _fences(text: str) -> list[Span]:
+    """Every ``` of ``text``; an opening one (1st, 3rd, ...) with its header (```json)."""
+    spans = []
+    for n, m in enumerate(re.finditer("```", text)):
+        end = m.end() + (_FENCE_HEADER.match(text, m.end()).end() - m.end() if n % 2 == 0 else 0)
+        spans.append((m.start(), end))
+    return spans
 
 
 def _short(text: str, n: int = 80) -> str:
@@ -151,6 +181,34 @@ def format_ok(response: str) -> tuple[bool, str]:
     return True, ""
 
 
+def format_evidence(response: str, found: "Located") -> list[Span]:
+    """What ``format`` read (see the module docstring): the fences; the braces and keys of the JSON object the
+    answer is (else of the first JSON object the tolerant parser decoded) and the text outside that object."""
+    fenced = fence_content(response)
+    spans = _fences(response) if fenced is not None or "```" in response else []
+    body = fenced or _stripped(response, 0, len(response))
+    top = found.top
+    if top is None:
+        return spans
+    fences = list(spans)
+    spans += [(top[0], top[0] + 1), (top[1] - 1, top[1]), *found.top_keys]
+    for a, b in [(body[0], top[0]), (top[1], body[1])]:  # the text outside the object, fences left out
+        for f0, f1 in fences:
+            if a <= f0 < b:
+                spans.append(_stripped(response, a, f0))
+                a = max(a, f1)
+        spans.append(_stripped(response, a, b))
+    return spans
+
+
+def _stripped(text: str, s: int, e: int) -> Span:
+    """``(s, e)`` narrowed to ``text[s:e].strip()`` (empty when it is all whitespace)."""
+    part = text[s:e]
+    if not part.strip():
+        return s, s
+    return s + len(part) - len(part.lstrip()), s + len(part.rstrip())
+
+
 def _as_call(obj: Any) -> dict[str, Any] | None:
     """Normalize a decoded object to {"name": str, "arguments": dict|None}, or None if no call.
 
@@ -183,7 +241,8 @@ def _as_call(obj: Any) -> dict[str, Any] | None:
 
 
 def _json_objects(text: str):
-    """Every JSON object decodable from a '{' in ``text`` (left to right), repairing up to 3 missing '}'.
+    """Every JSON object decodable from a '{' in ``text`` (left to right), repairing up to 3 missing '}', as
+    ``(object, start, repair)`` (``repair``: the '}'s appended, '' for none).
 
     At most ``_MAX_TRIES`` positions are tried; a repair is tried only when decoding failed at the end of the
     text (a failure earlier cannot be mended by a '}' at the end), so each try reads the text once.
@@ -194,7 +253,7 @@ def _json_objects(text: str):
             return
         start = m.start()
         try:
-            yield dec.raw_decode(text, start)[0]
+            yield dec.raw_decode(text, start)[0], start, ""
             continue
         except json.JSONDecodeError as e:
             if e.pos < len(text):
@@ -203,10 +262,108 @@ def _json_objects(text: str):
             continue
         for tail in ("}", "}}", "}}}"):
             try:
-                yield dec.raw_decode(text[start:] + tail)[0]
+                yield dec.raw_decode(text[start:] + tail)[0], start, tail
                 break
             except (ValueError, RecursionError):
                 continue
+
+
+# -- where a call lies in the answer (the evidence) -------------------------------------------------------
+@dataclass
+class Located:
+    """A call read from an answer and where its parts lie (character spans of the answer).
+
+    top:       the decoded JSON object the call came from (braces included), None for a Python-style call;
+    top_keys:  that object's keys (quotes included);
+    name:      the function name's value (quotes left out);
+    arguments: each argument's key and value (quotes included), or the whole value of a non-object
+               ``arguments`` (e.g. a JSON string); [] when there is none.
+    """
+
+    call: dict[str, Any] | None
+    top: Span | None = None
+    top_keys: list[Span] = field(default_factory=list)
+    name: Span | None = None
+    arguments: list[Span] = field(default_factory=list)
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def _members(src: str, i: int) -> tuple[dict[str, tuple[Span, Span]], int]:
+    """The members of the JSON object at ``src[i] == '{'``: {key: (key span, value span)} (the last of a repeated
+    key, as json does) and the end of the object. ``src`` is known to decode there."""
+    out: dict[str, tuple[Span, Span]] = {}
+    i = _WS.match(src, i + 1).end()
+    if src[i] == "}":
+        return out, i + 1
+    while True:
+        k0 = i
+        key, i = json.decoder.scanstring(src, i + 1)
+        k1 = i
+        i = _WS.match(src, _WS.match(src, i).end() + 1).end()  # past the ':'
+        v0 = i
+        i = _DECODER.raw_decode(src, i)[1]
+        out[key] = ((k0, k1), (v0, i))
+        i = _WS.match(src, i).end()
+        if src[i] == "}":
+            return out, i + 1
+        i = _WS.match(src, i + 1).end()  # past the ','
+
+
+def _locate_json(src: str, start: int, n: int) -> Located:
+    """Spans of the call :func:`_as_call` reads from the object at ``src[start]`` (``src`` = the answer's searched
+    text plus the repair; spans are clipped to the ``n`` characters of the text itself)."""
+    clip = lambda sp: (min(sp[0], n), min(sp[1], n))  # noqa: E731
+    members, end = _members(src, start)
+    out = Located(None, clip((start, end)), [clip(k) for k, _ in members.values()])
+    pos = start
+    for _ in range(_MAX_DEPTH):  # the unwrapping of _as_call, on positions
+        if src[pos] == "[":
+            first = _WS.match(src, pos + 1).end()
+            if src[first] == "]":
+                return out
+            pos = first
+        elif src[pos] == "{":
+            m = _members(src, pos)[0]
+            if "tool_calls" in m:
+                pos = m["tool_calls"][1][0]
+            elif "function" in m and src[m["function"][1][0]] == "{":
+                pos = m["function"][1][0]
+            else:
+                break
+        else:
+            return out
+    if src[pos] != "{":
+        return out
+    m = _members(src, pos)[0]
+    key = "name" if "name" in m else "function"
+    if key in m:
+        v0, v1 = m[key][1]
+        out.name = clip((v0 + 1, v1 - 1))
+    key = "arguments" if "arguments" in m else "parameters"
+    if key in m:
+        v0, v1 = m[key][1]
+        if src[v0] == "{":
+            out.arguments = [clip(sp) for kv in _members(src, v0)[0].values() for sp in kv]
+        else:
+            out.arguments = [clip((v0, v1))]
+    return out
+
+
+def _line_starts(text: str) -> list[int]:
+    starts = [0]
+    for m in re.finditer("\n", text):
+        starts.append(m.end())
+    return starts
+
+
+def _ast_offset(text: str, starts: list[int], lineno: int, col: int) -> int:
+    """The character offset in ``text`` of ast's (1-based line, UTF-8 byte column)."""
+    line_start = starts[lineno - 1]
+    line = text[line_start:]
+    return line_start + len(line.encode("utf-8", "surrogatepass")[:col].decode("utf-8", "ignore"))
 
 
 _PY_CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\s*\(")  # the look-behind keeps the scan linear
@@ -223,8 +380,8 @@ def _closing_parens(text: str) -> dict[int, int]:
     return pairs
 
 
-def _python_call(text: str) -> dict[str, Any] | None:
-    """A call written as Python, ``name(a=1, b='x')``, read with ast (literal values only)."""
+def _python_call(text: str) -> Located | None:
+    """A call written as Python, ``name(a=1, b='x')``, read with ast (literal values only), with its spans."""
     closing = None
     for n, m in enumerate(_PY_CALL.finditer(text)):
         if n == _MAX_TRIES:
@@ -234,8 +391,9 @@ def _python_call(text: str) -> dict[str, Any] | None:
         close = closing.get(m.end() - 1)
         if close is None or close + 1 - m.start() > _MAX_CALL_CHARS:
             continue
+        snippet = text[m.start():close + 1]
         try:
-            node = ast.parse(text[m.start():close + 1], mode="eval").body
+            node = ast.parse(snippet, mode="eval").body
             if not isinstance(node, ast.Call) or not node.keywords or node.args:
                 continue
             args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
@@ -243,7 +401,14 @@ def _python_call(text: str) -> dict[str, Any] | None:
             continue
         if _depth_exceeds(args, _MAX_DEPTH):
             continue
-        return {"name": m.group(1), "arguments": args}
+        starts, spans = _line_starts(snippet), []
+        for kw in node.keywords:
+            if kw.arg:
+                k0 = _ast_offset(snippet, starts, kw.lineno, kw.col_offset)
+                v0 = _ast_offset(snippet, starts, kw.value.lineno, kw.value.col_offset)
+                v1 = _ast_offset(snippet, starts, kw.value.end_lineno, kw.value.end_col_offset)
+                spans += [(m.start() + k0, m.start() + k0 + len(kw.arg)), (m.start() + v0, m.start() + v1)]
+        return Located({"name": m.group(1), "arguments": args}, name=m.span(1), arguments=spans)
     return None
 
 
@@ -252,19 +417,53 @@ def parse_call(response: str) -> dict[str, Any] | None:
 
     Only the first ``MAX_PARSE_CHARS`` characters are searched, so any answer is read in bounded time.
     """
-    text = strip_fence(response) or response
+    return locate_call(response).call
+
+
+def locate_call(response: str) -> Located:
+    """:func:`parse_call`'s call with the spans of the answer it was read from (:class:`Located`).
+
+    ``top`` is the first JSON object decoded (the call's, or, when no object holds a call, the first one at all)."""
+    fenced = fence_content(response)
+    if fenced is not None and fenced[1] > fenced[0]:  # an empty fence: the whole answer is searched
+        off, text = fenced[0], response[fenced[0]:fenced[1]]
+    else:
+        off, text = 0, response
     text = text[:MAX_PARSE_CHARS]
-    for obj in _json_objects(text):
+    first: Located | None = None
+    for obj, start, tail in _json_objects(text):
         call = _as_call(obj)
+        if call is None and first is not None:
+            continue
+        try:
+            found = _locate_json(text + tail, start, len(text))
+        except (ValueError, IndexError, RecursionError):  # cannot happen for decoded text; no spans then
+            found = Located(None)
+        found.call = call
         if call is not None:
-            return call
-    call = _python_call(text)
-    if call is not None:
-        return call
+            return _shift(found, off)
+        first = found
+    py = _python_call(text)
+    if py is not None:
+        if first is not None:
+            py.top, py.top_keys = first.top, first.top_keys
+        return _shift(py, off)
     m = re.search(r'"name"\s*:\s*"([^"\n]+)"', text)  # broken JSON: at least the name
+    out = first or Located(None)
     if m:
-        return {"name": m.group(1), "arguments": None}
-    return None
+        out.call, out.name = {"name": m.group(1), "arguments": None}, m.span(1)
+    return _shift(out, off)
+
+
+def _shift(found: Located, off: int) -> Located:
+    """``found`` with every span moved by ``off`` characters (from the fence's content to the answer)."""
+    if off:
+        mv = lambda sp: (sp[0] + off, sp[1] + off)  # noqa: E731
+        found.top = None if found.top is None else mv(found.top)
+        found.top_keys = [mv(s) for s in found.top_keys]
+        found.name = None if found.name is None else mv(found.name)
+        found.arguments = [mv(s) for s in found.arguments]
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -413,10 +612,13 @@ class ToolsTask(TaskFamily):
 
     def score(self, example: Example, response: str) -> dict[str, Score]:
         ok, why = format_ok(response)
-        call = parse_call(response)
-        return {"format": Score(1.0 if ok else 0.0, why),
-                "function": self._score_function(example, call),
-                "arguments": self._score_arguments(example, call)}
+        found = locate_call(response)
+        call, n = found.call, len(response)
+        function, arguments = self._score_function(example, call), self._score_arguments(example, call)
+        function.evidence = clean_spans([found.name] if found.name else [], n)
+        arguments.evidence = clean_spans(found.arguments, n)
+        return {"format": Score(1.0 if ok else 0.0, why, clean_spans(format_evidence(response, found), n)),
+                "function": function, "arguments": arguments}
 
     def _score_function(self, example: Example, call: dict[str, Any] | None) -> Score:
         want = example.data["expected"]["name"]

@@ -1,0 +1,104 @@
+"""The app shows the verifiers' evidence: Explore underlines it in each reward's rows (class "ev"), gives that
+response's AUROC and lift beside the relevance row and a faithfulness table for the group, with a measure picker;
+Templates compares the metrics before and after an edit; Teach explains the outline. AppTest, tiny model, a group
+of hand-written responses (so that the evidence is known)."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ["MRTPO_MODEL"] = "tiny-random"
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from mrtpo.faithfulness import pair_metrics  # noqa: E402
+from mrtpo.model import Sample, tokenize_response  # noqa: E402
+from mrtpo.pipeline import faithfulness_table, replay_scored, score_group, template_for, token_view  # noqa: E402
+from mrtpo.tasks import get_family  # noqa: E402
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+RESPONSES = ["Tea, green tea, and a cup.", "Green tea in a cup is calm.", "Black tea, hot.", "Tea is nice."]
+ROW = re.compile(r'<div class="row"><div class="lab">(.*?)</div><div class="toks">(.*?)</div></div>', re.S)
+
+
+def _ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+@pytest.fixture()
+def app(tiny) -> AppTest:
+    from pages import _state as S
+
+    fam = get_family("instructions")
+    ex = fam.example("tea-note")  # punctuation:no_comma, keywords:existence (green, cup)
+    group = score_group(fam, ex, [Sample(tokenize_response(tiny, t)[0], t) for t in RESPONSES])
+    template = template_for(fam).to_dict()
+    replay = replay_scored(tiny, group, template_for(fam))
+    ch = S.Choices("tiny-random", "auto", "instructions", "tea-note")
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["mrtpo_family"], at.session_state["mrtpo_example"] = "instructions", "tea-note"
+    at.session_state["mrtpo_run"] = S.Run("task", ch, group, replay, template, {"id": 1}, {})
+    at.run()
+    _ok(at)
+    return at
+
+
+def test_explore_outlines_evidence_and_shows_auroc_and_lift(app: AppTest):
+    at = app
+    run = at.session_state["mrtpo_run"]
+    assert run.group.rewards.tolist() == [[0, 1], [1, 1], [0, 0], [1, 0]]  # both rewards vary: both replayed
+    body = at.get("html")[0].proto.body
+    assert "evidence: the characters the reward" in body  # the legend says what the underline means
+    rows = ROW.findall(body)
+    # response 0: "Tea, green tea, and a cup." — no_comma read its two commas; each comma is underlined in the
+    # reward's MRTPO and relevance rows
+    comma_rows = rows[:3]  # the no_comma reward's rows: GDPO uniform, MRTPO, relevance
+    assert [len(re.findall(r'<span class="ev"><span class="tok"[^>]*>,</span></span>', t)) for _, t in comma_rows] \
+        == [0, 2, 2]  # not on GDPO's uniform row
+    v = token_view(run.group, run.replay, beta=0.5)
+    m = pair_metrics(v.relevance[0]["punctuation:no_comma"], [(t["start"], t["end"]) for t in v.tokens[0]],
+                     run.group.evidence[0]["punctuation:no_comma"], RESPONSES[0])
+    assert f"AUROC {m.auroc:.2f} · lift {m.lift:.2f}" in comma_rows[2][0]
+    assert comma_rows[2][0].startswith("relevance ρ")
+    # the group's faithfulness table: one row per replayed reward, pairs counted as the library does
+    df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
+    assert df["reward"].tolist() == ["punctuation:no_comma", "keywords:existence"]
+    assert df["pairs"].tolist() == [2, 2]  # commas in responses 0 and 2; keywords found in 0 and 1
+    assert df["left out (whole / none / all)"].tolist() == ["0 / 2 / 0", "0 / 2 / 0"]
+
+
+def test_measure_picker_rederives_relevance(app: AppTest):
+    at = app
+    at.selectbox(key="explore_measure").set_value("js-word").run()
+    _ok(at)
+    body = at.get("html")[0].proto.body
+    assert "relevance ρ (js-word)" in body
+    df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
+    assert set(df["measure"]) == {"js-word"}
+    run = at.session_state["mrtpo_run"]
+    want = token_view(run.group, run.replay, measure="js-word")
+    got = [float(x) for x in df["token AUROC"]]
+    np.testing.assert_allclose(got, [r["token AUROC"] for r in faithfulness_table(want)], atol=1e-6)
+
+
+def test_templates_before_after_and_teach_sentence(app: AppTest):
+    at = app
+    at.switch_page("pages/templates.py").run()
+    _ok(at)
+    at.text_area(key="tpl_text_0_punctuation:no_comma").set_value("Never use a comma (,) anywhere.").run()
+    at.button(key="tpl_rerun").click().run()
+    _ok(at)
+    df = next(d.value for d in at.dataframe if "AUROC before" in d.value.columns)
+    assert df["reward"].tolist() == ["punctuation:no_comma", "keywords:existence"]
+    after = at.session_state["tpl_after"]
+    run = at.session_state["mrtpo_run"]
+    want = [r["token AUROC"] for r in faithfulness_table(token_view(run.group, after["replay"]))]
+    np.testing.assert_allclose(df["AUROC after"].astype(float), want, atol=1e-6)
+    at.switch_page("pages/teach.py").run()
+    _ok(at)
+    assert any("Underlined tokens are the reward's evidence" in c.value for c in at.caption)
+    assert '<span class="ev">' in at.get("html")[-1].proto.body
