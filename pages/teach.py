@@ -100,6 +100,8 @@ st.markdown(f"Center mean(a) = **{center:.4f}**, scale std(a)+ε = **{scale:.4f}
             f"**{(summed - center) / scale:.4f}** (the app's value: {float(v.token_adv[i][t]):.4f}). "
             f"Token mean of A_i· = **{float(v.token_adv[i].mean()):.4f}** = GDPO's A_{i} = **{float(gd.final[i]):.4f}**.")
 st.html(f"<style>{render.CSS}</style>" + render.response_html(v, i))
+st.caption("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; "
+           "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit).")
 
 
 # ---------------------------------------------------------------------------------------------- 6. distributions
@@ -163,5 +165,3 @@ st.caption(f"P_all as the model sees it; highlighted: the text that P_\\k lacks,
            f"{S.md(k6)}. Everything else is the same in both prompts, so any difference between p_t and q_t comes "
            f"from this text.")
 st.html(render.prompt_diff_html(dist["prompts"][k6], dist["prompts"]["__all__"]))
-st.caption("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; "
-           "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit).")
