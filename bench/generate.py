@@ -6,7 +6,8 @@ seed 0, best of ``--repeats``; prints for each sampler its time, the tokens it s
   RATIO new / old time (target <= 0.5 on CPU),
 the new sampler at the model's own precision (what the shared prefill and the buffer give alone), where the new
 sampler's time goes (the prompt pass and weight cast vs the decoding steps), and the peak memory above the loaded
-model of each (process RSS in a fresh child process after a 2-token warm-up; CUDA: peak allocated).
+model of each (process RSS in a fresh child process after a 2-token warm-up, glibc returning freed blocks to the
+system; CUDA: peak allocated).
 
     PYTHONPATH=$PWD python bench/generate.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2]
 """
@@ -92,8 +93,10 @@ def memory_child(a) -> None:
 def peak_memory(a, which: str) -> float:
     args = [sys.executable, __file__, "--model", a.model, "--device", a.device, "--group", str(a.group),
             "--max-new-tokens", str(a.max_new_tokens), "--memory-of", which]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
-                                                       os.environ.get("PYTHONPATH", "")]))
+    # glibc: every block of 64 KiB or more is mapped on its own and unmapped when freed, so the RSS follows the live
+    # tensors (not what the allocator kept from the warm-up)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -151,8 +154,9 @@ def main() -> None:
     print(f"  RATIO new / old time = {res['new'] / res['old']:.3f}   (target <= 0.5; precision=model alone: "
           f"{res['new-model'] / res['old']:.3f})")
     if not a.skip_memory:
-        mem = {w: peak_memory(a, w) for w in ("old", "new")}
-        print(f"  peak memory above the loaded model: before {mem['old']:.0f} MiB, new {mem['new']:.0f} MiB")
+        mem = {w: peak_memory(a, w) for w in ("old", "new-model", "new")}
+        print(f"  peak memory above the loaded model: generate {mem['old']:.0f} MiB, new sampler {mem['new']:.0f} MiB "
+              f"(precision=model {mem['new-model']:.0f} MiB; the difference is mostly the bf16 weight copy)")
 
 
 if __name__ == "__main__":

@@ -248,9 +248,10 @@ def sample(
 
     The prompt is run once and its KV cache serves all n rows (:func:`sample_ids`). ``precision`` as in
     :func:`compute_dtype`: ``"auto"`` decodes on bfloat16 weight copies on a CPU with AMX / AVX512-BF16 (and in the
-    model's own dtype elsewhere, bfloat16 on CUDA); ``"model"`` decodes in the model's dtype, the same distribution as
-    transformers' ``generate`` (greedy: the same tokens); ``"bfloat16"`` forces bfloat16. The draws come from torch's
-    global generator, seeded with ``seed`` (None: not reseeded).
+    model's own dtype elsewhere, bfloat16 on CUDA) and draws with :func:`draw`; ``"model"`` decodes in the model's
+    dtype and draws as transformers' ``generate`` does (the same samples for a seed as the sampler before, which
+    called ``generate``; greedy: the same tokens); ``"bfloat16"`` forces bfloat16. The draws come from torch's global
+    generator, seeded with ``seed`` (None: not reseeded).
 
     n ≥ 1, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 = greedy), top_p in (0, 1]; else an MrtpoError.
     """
@@ -261,7 +262,7 @@ def sample(
     if seed is not None:
         torch.manual_seed(seed)
     stop = {t for t in (lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id) if t is not None}
-    out = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop)
+    out = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop, exact_draws=precision == "model")
     samples = []
     for row in out.tolist():
         toks = []
@@ -290,15 +291,16 @@ def next_token_scores(logits: torch.Tensor, temperature: float, top_p: float) ->
 
 
 def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: int, temperature: float, top_p: float,
-               dtype: torch.dtype, stop: set[int]) -> torch.Tensor:
+               dtype: torch.dtype, stop: set[int], exact_draws: bool = False) -> torch.Tensor:
     """Token ids (n, T ≤ max_new_tokens) of n continuations of ``prompt_ids``, computed in ``dtype``.
 
     The prompt goes through the decoder stack once (1 row); its keys and values are copied into one buffer of n rows
     sized for prompt + max_new_tokens, which every decoding step writes in place (:func:`mrtpo.kvtrie.buffer_cache`).
     A step projects only the n last hidden states onto the vocabulary (in ``dtype``) and takes float32 logits through
-    :func:`next_token_scores`; greedy takes the argmax. In the model's dtype it draws with ``torch.multinomial``, as
-    ``generate`` does (same seed, same samples); below it, with :func:`draw` (the same distribution, one uniform
-    number per row instead of one exponential per vocabulary entry: 1 ms instead of 9 per step on 2 CPU cores). A
+    :func:`next_token_scores`; greedy takes the argmax. ``exact_draws`` draws with ``torch.multinomial``, as
+    ``generate`` does (at the model's dtype: same seed, same samples); otherwise :func:`draw` draws from the same
+    distribution with one uniform number per row instead of one exponential per vocabulary entry (about 2 ms
+    instead of 9 per step for 8 x 49k on 2 CPU cores). A
     row that produced a ``stop`` token gets padding from then on; the loop ends when every row has stopped or after
     max_new_tokens tokens. Models whose cache is not per-layer keys and values sample with ``generate`` instead.
     """
@@ -306,7 +308,6 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
 
     dev = lm.device
     dec = Decoder(decoder_stack(lm.model), dtype)
-    exact_draws = dtype == lm.dtype  # at the model's precision: generate's own draws, so a seed gives its samples
     prefill = DynamicCache()  # plain full-length layers, whatever the model's config says (e.g. sliding windows)
     out = dec(input_ids=torch.tensor([prompt_ids], device=dev), use_cache=True, **{dec.cache_kwarg: prefill})
     try:
@@ -357,7 +358,7 @@ def draw(probs: torch.Tensor) -> torch.Tensor:
     cdf = probs.cumsum(dim=-1)
     total = cdf[:, -1:]
     u = torch.rand((probs.shape[0], 1), device=probs.device, dtype=cdf.dtype) * total
-    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))  # u * total may round up to total
+    u = torch.minimum(u, total * (1 - torch.finfo(cdf.dtype).eps))  # u * total may round up to total
     return torch.searchsorted(cdf, u, right=True).squeeze(1)
 
 
