@@ -92,7 +92,7 @@ def memory_child(a) -> None:
 
 def peak_memory(a, which: str) -> float:
     args = [sys.executable, __file__, "--model", a.model, "--device", a.device, "--group", str(a.group),
-            "--max-new-tokens", str(a.max_new_tokens), "--memory-of", which]
+            "--max-new-tokens", str(a.max_new_tokens), "--threads", str(a.threads), "--memory-of", which]
     # glibc: every block of 64 KiB or more is mapped on its own and unmapped when freed, so the RSS follows the live
     # tensors (not what the allocator kept from the warm-up)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536",
@@ -115,7 +115,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: peak memory of one call
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the core count)")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     if a.memory_of:
         return memory_child(a)
 

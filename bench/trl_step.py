@@ -76,7 +76,10 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the core count)")
     a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
 
     import trl
     from datasets import Dataset
@@ -112,18 +115,26 @@ def main() -> None:
         """Times TRL's step; after it, one step of each mrtpo trainer (not inside TRL's timing)."""
 
         def on_step_begin(self, args, state, control, **kw):
-            self.phase = {"rollout": 0.0, "generate": 0.0, "tokens": 0, "rows": 0}
+            self.phase = {"rollout": 0.0, "generate": 0.0, "loss": 0.0, "optimizer": 0.0, "tokens": 0, "rows": 0}
             self.t0 = time.perf_counter()
+
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            self.t_opt = time.perf_counter()
+
+        def on_optimizer_step(self, args, state, control, **kw):
+            self.phase["optimizer"] += time.perf_counter() - self.t_opt
 
         def on_step_end(self, args, state, control, **kw):
             t = time.perf_counter() - self.t0
             ph = self.phase
             rec["trl"].append({"step": t, "sample": ph["generate"], "rollout": ph["rollout"],
-                               "update": t - ph["rollout"], "tokens": ph["tokens"] / max(ph["rows"], 1)})
+                               "update": t - ph["rollout"], "loss": ph["loss"], "optimizer": ph["optimizer"],
+                               "tokens": ph["tokens"] / max(ph["rows"], 1)})
             s = state.global_step
             r = rec["trl"][-1]
             print(f"  step {s} trl    step {t:6.2f} s  generate {r['sample']:6.2f}  rollout {r['rollout']:6.2f}  "
-                  f"update {r['update']:6.2f}  tokens {r['tokens']:.1f}", flush=True)
+                  f"update {r['update']:6.2f} (loss forward {r['loss']:.2f}, optimizer {r['optimizer']:.2f})  "
+                  f"tokens {r['tokens']:.1f}", flush=True)
             for m, tr in ours.items():
                 x = tr.step()
                 rec[m].append({"step": x["time/step"], "sample": x["time/sample"], "replay": x["time/replay"],
@@ -150,18 +161,21 @@ def main() -> None:
     trainer._generate = timed("_generate", trainer._generate, "generate")
     trainer._generate_and_score_completions = timed(
         "_generate_and_score_completions", trainer._generate_and_score_completions, "rollout")
+    trainer.compute_loss = timed("compute_loss", trainer.compute_loss, "loss")
     trainer.train()
 
     keys = ["step", "sample", "update", "tokens"]
-    mean = {m: {k: float(np.mean([r[k] for r in rec[m][1:]])) for k in keys + (["replay"] if m == "mrtpo" else [])}
-            for m in rec}
+    more = {"mrtpo": ["replay"], "gdpo": [], "trl": ["loss", "optimizer"]}
+    mean = {m: {k: float(np.mean([r[k] for r in rec[m][1:]])) for k in keys + more[m]} for m in rec}
     labels = {"gdpo": "(a) mrtpo GDPO ", "mrtpo": "(b) mrtpo MRTPO", "trl": "(c) TRL GDPO   "}
     print(f"  means over steps 2-{a.steps}:")
     for m in ("gdpo", "mrtpo", "trl"):
         x = mean[m]
         extra = f"  replay {x['replay']:6.2f}" if "replay" in x else ""
-        print(f"  {labels[m]} step {x['step']:6.2f} s  sample {x['sample']:6.2f}{extra}  update {x['update']:6.2f}  "
-              f"tokens per response {x['tokens']:5.1f}")
+        split = (f" (loss forward {x['loss']:.2f}, optimizer {x['optimizer']:.2f}, the rest backward)"
+                 if "loss" in x else "")
+        print(f"  {labels[m]} step {x['step']:6.2f} s  sample {x['sample']:6.2f}{extra}  update {x['update']:6.2f}"
+              f"{split}  tokens per response {x['tokens']:5.1f}")
     c = mean["trl"]["step"]
     print(f"  RATIO (a) mrtpo GDPO / (c) TRL GDPO  = {mean['gdpo']['step'] / c:.3f}   (target <= 1.0)")
     print(f"  RATIO (b) mrtpo MRTPO / (c) TRL GDPO = {mean['mrtpo']['step'] / c:.3f}   (target <= 1.1)")

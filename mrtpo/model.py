@@ -233,7 +233,7 @@ class Sample:
     text: str
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def sample(
     lm: LoadedModel,
     prompt: str,
@@ -290,6 +290,7 @@ def next_token_scores(logits: torch.Tensor, temperature: float, top_p: float) ->
     return scores
 
 
+@torch.inference_mode()
 def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: int, temperature: float, top_p: float,
                dtype: torch.dtype, stop: set[int], exact_draws: bool = False) -> torch.Tensor:
     """Token ids (n, T ≤ max_new_tokens) of n continuations of ``prompt_ids``, computed in ``dtype``.
