@@ -3,7 +3,8 @@ per-reward heatmap, in a real headless Chromium, default model on CPU, text-to-S
 
     python bench/app.py [--model default] [--family sql] [--shots /tmp/shots]
 
-Prints the figures measured in this one run (target: cold start → first heatmap ≤ 30 s). With ``--shots`` it also
+Prints the figures measured in this one run (target with the model already converted in the cache: cold start →
+first heatmap ≤ 10 s; with an empty cache the GGUF conversion adds about 12 s). With ``--shots`` it also
 saves screenshots of every page (Explore, Templates, Methods, Teach) to that folder.
 Needs Debian's chromium and Playwright for Python (``make test-setup``).
 """
@@ -24,7 +25,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-TARGET_S = 30.0
+TARGET_S = 10.0  # warm model cache (issue 15; was 30 s before the sampler was rewritten)
 
 
 def free_port() -> int:
@@ -111,7 +112,8 @@ def main() -> int:
     print(f"server healthy      {t_health - t0:6.2f} s")
     print(f"page ready          {t_page - t0:6.2f} s")
     print(f"click → heatmap     {t_heat - t_page:6.2f} s   (in-app: {caption})")
-    print(f"cold start → first heatmap {cold:6.2f} s   target ≤ {TARGET_S:.0f} s   ratio {cold / TARGET_S:.2f} of target")
+    print(f"cold start → first heatmap {cold:6.2f} s   target ≤ {TARGET_S:.0f} s   "
+          f"ratio {cold / TARGET_S:.2f} of target")
     print(f"heatmap spans {n_tok}, error boxes {errors}")
     return 0 if cold <= TARGET_S and errors == 0 else 1
 

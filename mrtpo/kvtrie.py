@@ -235,7 +235,7 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
                 s = segs[a]
                 buf[:, :, j, :, s.start : s.start + len(s.tokens)] = kv[a]
                 a = s.parent
-        kwargs[decoder.cache_kwarg] = _buffer_cache(buf, C)
+        kwargs[decoder.cache_kwarg] = buffer_cache(buf, C)
     out = decoder(input_ids=input_ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
                   use_cache=bool(keep) or C > 0, **kwargs)
     h = out.last_hidden_state
@@ -251,8 +251,9 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
     stats.forward_passes += 1
 
 
-def _buffer_cache(buf: torch.Tensor, past: int):
-    """A transformers DynamicCache over ``buf`` (layers, 2, b, kv_heads, past + new, d) holding ``past`` tokens."""
+def buffer_cache(buf: torch.Tensor, past: int):
+    """A transformers DynamicCache over ``buf`` (layers, 2, b, kv_heads, past + new, d) holding ``past`` tokens; each
+    forward pass writes its new keys and values into ``buf`` in place (the replay's passes and the sampler's steps)."""
     from transformers import DynamicCache
 
     cache = DynamicCache()

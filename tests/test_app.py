@@ -42,12 +42,13 @@ def _rows(body: str) -> list[tuple[str, list[str]]]:
 
 @pytest.fixture()
 def sampled() -> AppTest:
-    """Explore after sampling G = 4 × 96 tokens for instructions/tea-note (seed 0: the no-comma reward varies)."""
+    """Explore after sampling G = 4 × 96 tokens for instructions/tea-note (seed 1: the no-comma reward varies)."""
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     _ok(at)
     at.selectbox(key="mrtpo_family").set_value("instructions").run()
     at.selectbox(key="mrtpo_example").set_value("tea-note").run()
+    at.number_input(key="explore_seed").set_value(1).run()
     at.button(key="explore_sample").click().run()
     _ok(at)
     return at

@@ -1,0 +1,166 @@
+"""Sampling benchmark (not a test): transformers' ``generate`` (the sampler before issue 15) against
+``mrtpo.model.sample`` (prompt prefilled once, one in-place KV buffer, bf16 weight copies where the CPU has fast bf16).
+
+On the default model, the longest text-to-SQL prompt (>= 300 tokens), a group of G = 8 x 96 new tokens, temperature 1,
+seed 0, best of ``--repeats``; prints for each sampler its time, the tokens it sampled and tokens per second, and
+  RATIO new / old time (target <= 0.5 on CPU),
+the new sampler at the model's own precision (what the shared prefill and the buffer give alone), where the new
+sampler's time goes (the prompt pass and weight cast vs the decoding steps), and the peak memory above the loaded
+model of each (process RSS in a fresh child process after a 2-token warm-up, glibc returning freed blocks to the
+system; CUDA: peak allocated).
+
+    PYTHONPATH=$PWD python bench/generate.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from mrtpo.model import compute_dtype, load_model, sample
+from mrtpo.tasks import get_family
+
+
+def old_generate(lm, prompt: str, n: int, max_new_tokens: int, seed: int) -> list[list[int]]:
+    """The sampler as it was: one batched ``generate`` call in the model's dtype (the prompt prefilled n times)."""
+    ids = lm.encode(lm.chat_prompt(prompt))
+    torch.manual_seed(seed)
+    input_ids = torch.tensor([ids], device=lm.device)
+    out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=True, temperature=1.0,
+                            top_p=1.0, top_k=0, max_new_tokens=max_new_tokens, num_return_sequences=n,
+                            pad_token_id=lm.tokenizer.pad_token_id, eos_token_id=lm.tokenizer.eos_token_id)
+    stop = {lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id}
+    rows = []
+    for row in out[:, len(ids):].tolist():
+        toks = []
+        for t in row:
+            if t in stop:
+                break
+            toks.append(t)
+        rows.append(toks)
+    return rows
+
+
+def run(which: str, lm, prompt: str, a, max_new_tokens: int | None = None) -> list[list[int]]:
+    m = max_new_tokens or a.max_new_tokens
+    if which == "old":
+        return old_generate(lm, prompt, a.group, m, seed=0)
+    precision = "model" if which == "new-model" else "auto"
+    return [s.token_ids for s in sample(lm, prompt, n=a.group, max_new_tokens=m, seed=0, precision=precision)]
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def memory_child(a) -> None:
+    """Peak memory of one sampler call above the loaded model, in this fresh process: prints MiB."""
+    lm = load_model(a.model, a.device)
+    prompt = sql_prompt(lm)
+    run(a.memory_of, lm, prompt, a, max_new_tokens=2)  # libraries' one-time set-up is not the sampler's memory
+    if lm.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run(a.memory_of, lm, prompt, a)
+        torch.cuda.synchronize()
+        print((torch.cuda.max_memory_allocated() - base) / 2**20)
+        return
+    base = peak = rss_bytes()
+    stop = threading.Event()
+
+    def watch():
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, rss_bytes())
+            time.sleep(0.002)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    run(a.memory_of, lm, prompt, a)
+    stop.set()
+    t.join()
+    print((max(peak, rss_bytes()) - base) / 2**20)
+
+
+def peak_memory(a, which: str) -> float:
+    args = [sys.executable, __file__, "--model", a.model, "--device", a.device, "--group", str(a.group),
+            "--max-new-tokens", str(a.max_new_tokens), "--threads", str(a.threads), "--memory-of", which]
+    # glibc: every block of 64 KiB or more is mapped on its own and unmapped when freed, so the RSS follows the live
+    # tensors (not what the allocator kept from the warm-up)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def sql_prompt(lm) -> str:
+    fam = get_family("sql")
+    return max(fam.examples(), key=lambda e: len(lm.encode(lm.chat_prompt(e.prompt)))).prompt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="default")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: peak memory of one call
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the core count)")
+    a = ap.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    if a.memory_of:
+        return memory_child(a)
+
+    lm = load_model(a.model, a.device)
+    prompt = sql_prompt(lm)
+    n_prompt = len(lm.encode(lm.chat_prompt(prompt)))
+    sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; model {a.model} on {lm.device} "
+          f"({lm.dtype}); new sampler computes in {compute_dtype(lm, 'auto')}")
+    print(f"sql prompt {n_prompt} tokens, G = {a.group} x {a.max_new_tokens} new tokens, temperature 1, seed 0, "
+          f"best of {a.repeats}")
+
+    def timed(which: str, max_new_tokens: int | None = None) -> tuple[float, list[list[int]]]:
+        run(which, lm, prompt, a, max_new_tokens=4)  # warm-up
+        best, rows = float("inf"), []
+        for _ in range(a.repeats):
+            sync()
+            t0 = time.perf_counter()
+            rows = run(which, lm, prompt, a, max_new_tokens)
+            sync()
+            best = min(best, time.perf_counter() - t0)
+        return best, rows
+
+    res = {}
+    for which, label in (("old", "generate (before), model dtype"), ("new-model", "new sampler, precision=model"),
+                         ("new", "new sampler, precision=auto")):
+        t, rows = timed(which)
+        n_tok = sum(len(r) for r in rows)
+        res[which] = t
+        print(f"  {label:32s} {t:7.2f} s   {n_tok:4d} tokens (longest {max(len(r) for r in rows):3d})   "
+              f"{n_tok / t:6.1f} tokens/s", flush=True)
+    t_first, _ = timed("new", max_new_tokens=1)
+    steps = a.max_new_tokens - 1
+    print(f"  new sampler: weight cast + prompt pass + first token {t_first:.2f} s; decoding steps "
+          f"{(res['new'] - t_first) / max(steps, 1) * 1000:.1f} ms each (if all {steps} steps ran)")
+    print(f"  RATIO new / old time = {res['new'] / res['old']:.3f}   (target <= 0.5; precision=model alone: "
+          f"{res['new-model'] / res['old']:.3f})")
+    if not a.skip_memory:
+        mem = {w: peak_memory(a, w) for w in ("old", "new-model", "new")}
+        print(f"  peak memory above the loaded model: generate {mem['old']:.0f} MiB, new sampler {mem['new']:.0f} MiB "
+              f"(precision=model {mem['new-model']:.0f} MiB; the difference is mostly the bf16 weight copy)")
+
+
+if __name__ == "__main__":
+    main()
