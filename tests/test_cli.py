@@ -524,12 +524,12 @@ def test_explain_until_varied_resamples_and_reports_each_try(tmp_path, capsys):
         assert __import__("re").fullmatch(
             rf"try {j + 1}/6 \(seed {j}, [0-9.]+ s\): every reward constant \(punctuation:no_comma 1\.00, "
             rf"keywords:existence 0\.00\); sampling again", tries[j])
-    assert tries[3].startswith("try 4/6 (seed 3,") and "varies: punctuation:no_comma (mean 0.75)" in tries[3]
+    assert tries[3].startswith("try 4/6 (seed 3,") and "varies: punctuation:no_comma (mean 0.50)" in tries[3]
     assert "using try 4 (seed 3)" in stages
     data = json.loads((tmp_path / "e.json").read_text())
     assert data["seed"] == 3 and [t["seed"] for t in data["tries"]] == [0, 1, 2, 3]
     assert data["tries"][3]["varied"] == ["punctuation:no_comma"]
-    assert sorted(r["reward_values"]["punctuation:no_comma"] for r in data["responses"]) == [0.0, 1.0, 1.0, 1.0]
+    assert sorted(r["reward_values"]["punctuation:no_comma"] for r in data["responses"]) == [0.0, 0.0, 1.0, 1.0]
     assert "rgba(" in (tmp_path / "e.html").read_text()  # the heatmaps have color now
     # too few tries: each reported, then the warning names them
     rc, _, err = _run(capsys, *base, "--until-varied", "2")

@@ -68,9 +68,9 @@ def test_sample_shows_heatmap_in_chromium(server):
             page.goto(server, wait_until="domcontentloaded")
             page.wait_for_selector(IDLE, timeout=60_000)
             page.get_by_role("button", name="Sample group").click()
-            page.wait_for_selector(".mrtpo .tok", state="visible", timeout=90_000)
+            page.wait_for_selector(".mrtpo .tok:not(:empty)", state="visible", timeout=90_000)
             page.wait_for_selector(IDLE, timeout=60_000)
-            toks = page.locator(".mrtpo .tok")
+            toks = page.locator(".mrtpo .tok:not(:empty)")  # (a token may decode to no text)
             assert toks.count() > 0 and toks.first.is_visible()
             assert page.locator(".mrtpo .legend").first.is_visible()
             assert page.get_by_text("GDPO (uniform)").first.is_visible()
@@ -84,18 +84,18 @@ def test_sample_shows_heatmap_in_chromium(server):
 
 
 def test_evidence_outline_in_chromium(server):
-    """tea-note (no comma; keywords green, cup): the tokens a replayed reward's checker read are underlined
-    (``.ev``) in some response's rows, and the legend says what the underline means."""
+    """bike-tips (no comma; at seed 0 a response holds commas): the tokens a replayed reward's checker read are
+    underlined (``.ev``) in some response's rows, and the legend says what the underline means."""
     sync_api = pytest.importorskip("playwright.sync_api")
     shots = os.environ.get("MRTPO_SHOTS")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{server}/?family=instructions&example=tea-note", wait_until="domcontentloaded")
+            page.goto(f"{server}/?family=instructions&example=bike-tips", wait_until="domcontentloaded")
             page.wait_for_selector(IDLE, timeout=60_000)
             page.get_by_role("button", name="Sample group").click()
-            page.wait_for_selector(".mrtpo .tok", state="visible", timeout=90_000)
+            page.wait_for_selector(".mrtpo .tok:not(:empty)", state="visible", timeout=90_000)
             page.wait_for_selector(IDLE, timeout=60_000)
             assert page.locator(".mrtpo .legend .ev").first.is_visible()
             for j in range(1, 4):  # the responses whose checkers found something to point at are outlined

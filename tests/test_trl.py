@@ -1,4 +1,5 @@
 """TRL integration: GDPO = TRL's normalize_then_sum, the trainer's advantages, 2-process accelerate run."""
+import copy
 import json
 import re
 import subprocess
@@ -73,8 +74,10 @@ def _trainer(tmp_path, tiny, method, beta, calls=None):
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
                       max_completion_length=8, multi_objective_aggregation="normalize_then_sum", use_cpu=True,
                       bf16=False, report_to="none", save_strategy="no", max_steps=1, disable_tqdm=True, seed=0)
-    return MRTPOGRPOTrainer(model=tiny.model, reward_funcs=[_reward_len, _reward_vowels], args=args,
-                            train_dataset=ds, processing_class=tiny.tokenizer, verifier_info_fn=info,
+    # copies: TRL sets the model's generation config and the tokenizer's padding side; the session's tiny model and
+    # tokenizer stay as every other test loaded them
+    return MRTPOGRPOTrainer(model=copy.deepcopy(tiny.model), reward_funcs=[_reward_len, _reward_vowels], args=args,
+                            train_dataset=ds, processing_class=copy.deepcopy(tiny.tokenizer), verifier_info_fn=info,
                             mrtpo_config=MRTPOConfig(method=method, beta=beta, warmup=None))
 
 
