@@ -17,14 +17,12 @@ import threading
 import time
 from pathlib import Path
 
+import torch
 
-import torch  # noqa: E402
-
-from mrtpo.model import load_model, sample  # noqa: E402
-from mrtpo.pipeline import score_group, template_for  # noqa: E402
-from mrtpo.model import fast_bf16_cpu  # noqa: E402
-from mrtpo.relevance import ReplayConfig, naive_replay_group, replay_group  # noqa: E402
-from mrtpo.tasks import get_family  # noqa: E402
+from mrtpo.model import fast_bf16_cpu, load_model, sample
+from mrtpo.pipeline import score_group, template_for
+from mrtpo.relevance import ReplayConfig, naive_replay_group, replay_group
+from mrtpo.tasks import get_family
 
 
 def rss_bytes() -> int:
@@ -112,8 +110,8 @@ def main() -> None:
     print(f"generation: {t_gen:.2f} s   naive replay: {t_naive:.2f} s ({naive.forward_passes} passes, "
           f"{naive.forward_tokens} tokens)   batched+prefix-shared, model dtype: {t_exact:.2f} s "
           f"({exact_res.forward_passes} passes, {exact_res.forward_tokens} tokens; max |JS diff| to naive {err:.1e})")
-    print(f"default replay ({'bf16 weights' if bf16 else 'model dtype'}): {t_fast:.2f} s ({fast.forward_passes} passes, "
-          f"{fast.forward_tokens} tokens)"
+    print(f"default replay ({'bf16 weights' if bf16 else 'model dtype'}): {t_fast:.2f} s "
+          f"({fast.forward_passes} passes, {fast.forward_tokens} tokens)"
           + (f" (mean |JS diff| to float32 {bf16_err:.1e})" if bf16 else ""))
     print(f"(a) naive / batched replay time: {t_naive / t_exact:.2f}x (same dtype); {t_naive / t_fast:.2f}x (default)")
     print(f"(b) replay / generation time:    {t_fast / t_gen:.3f} (default)   {t_exact / t_gen:.3f} (model dtype)"

@@ -14,15 +14,11 @@ Prints the figures whatever they show. Runs in memory (no run store), probe off.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-
-from mrtpo.train import TrainConfig, Trainer  # noqa: E402
+from mrtpo.train import TrainConfig, Trainer
 
 
 def config(method: str, seed: int, a) -> TrainConfig:
@@ -41,7 +37,8 @@ def overhead(a) -> None:
             rec[m].append(tr.step())
             r = rec[m][-1]
             print(f"  step {s + 1} {m:6s} step {r['time/step']:6.2f} s  sample {r['time/sample']:6.2f}  replay "
-                  f"{r['time/replay']:6.2f}  update {r['time/update']:6.2f}  tokens {r['response_tokens']:.0f}", flush=True)
+                  f"{r['time/replay']:6.2f}  update {r['time/update']:6.2f}  tokens {r['response_tokens']:.0f}",
+                  flush=True)
     phases = ["time/step", "time/sample", "time/replay", "time/update", "response_tokens"]
     mean = {m: {k: float(np.mean([r[k] for r in rec[m][1:]])) for k in phases} for m in rec}
     for m in rec:

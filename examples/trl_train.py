@@ -1,8 +1,8 @@
 """Train with TRL's GRPOTrainer using mrtpo advantages (MRTPO token credit over GDPO, or any stacked estimator).
 
 A toy two-reward task: "write one word that starts with <a>". Reward ``starts`` checks the first
-letter, reward ``short`` (graded) the length; each one's verifier information says what it checks. Runs on CPU with the tiny
-random model in seconds, and on a GPU with a real instruct model (see docs/integrations.md):
+letter, reward ``short`` (graded) the length; each one's verifier information says what it checks. Runs on CPU with
+the tiny random model in seconds, and on a GPU with a real instruct model (see docs/integrations.md):
 
     python examples/trl_train.py --model tiny-random --max-steps 2
     accelerate launch --num_processes 2 --cpu examples/trl_train.py --model /path/to/model --max-steps 2
@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from pathlib import Path
-
 
 LETTERS = "abcdefghilmnoprst"
 

@@ -114,7 +114,8 @@ def _finalize(per_reward, keep, eps, unbiased, diagnostics) -> Advantages:
 
 # ---------------------------------------------------------------------------------------------- estimators
 @register("grpo", "GRPO")
-def grpo(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool = True, scale: str = "group") -> Advantages:
+def grpo(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool = True,
+         scale: str = "group") -> Advantages:
     """GRPO (sum, then normalize): s_i = Σ_k w_k R_ik;  A_i = (s_i − mean_g s) / (std_g s + eps).
 
     ``scale``: "group" (TRL default), "batch" (std over the batch) or "none" (no division).
@@ -181,7 +182,8 @@ def _dara(rewards, group_size, weights, eps, unbiased, w_max, symmetric) -> Adva
 
 
 @register("dara", "DARA")
-def dara(rewards, group_size, weights=None, *, eps: float = 1e-6, unbiased: bool = True, w_max: float = 5.0) -> Advantages:
+def dara(rewards, group_size, weights=None, *, eps: float = 1e-6, unbiased: bool = True,
+         w_max: float = 5.0) -> Advantages:
     """DARA, asymmetric (main): Ã_ik = Â_ik + (w_k − 1)·max(Â_ik, 0), then Σ_k and GDPO's batch normalization.
 
     Only positive advantages of sparse rewards are amplified. Diagnostics: density π_k, weight w_k, energy E_k.
@@ -190,7 +192,8 @@ def dara(rewards, group_size, weights=None, *, eps: float = 1e-6, unbiased: bool
 
 
 @register("dara-sym", "DARA-sym")
-def dara_sym(rewards, group_size, weights=None, *, eps: float = 1e-6, unbiased: bool = True, w_max: float = 5.0) -> Advantages:
+def dara_sym(rewards, group_size, weights=None, *, eps: float = 1e-6, unbiased: bool = True,
+             w_max: float = 5.0) -> Advantages:
     """DARA, symmetric: Ã_ik = w_k Â_ik, then Σ_k and GDPO's batch normalization."""
     return _dara(rewards, group_size, weights, eps, unbiased, w_max, symmetric=True)
 
@@ -230,7 +233,8 @@ def gd2po(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: boo
 
 
 @register("gd2po-snr", "GD²PO-SNR")
-def gd2po_snr(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool = True, tau: float = 0.8) -> Advantages:
+def gd2po_snr(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool = True,
+              tau: float = 0.8) -> Advantages:
     """GD²PO, SNR filter: drop a conflicting response only if |Σ_k Â_ik| / (Σ_k |Â_ik| + 1e-8) < τ."""
     return _gd2po(rewards, group_size, weights, eps, unbiased, tau=tau)
 

@@ -37,7 +37,10 @@ def read_text(path: str | Path) -> str:
     """
     try:
         if str(path) == "-":
-            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8", "surrogatepass")
+            if hasattr(sys.stdin, "buffer"):
+                data = sys.stdin.buffer.read()
+            else:
+                data = sys.stdin.read().encode("utf-8", "surrogatepass")
         else:
             data = Path(path).read_bytes()
     except FileNotFoundError:

@@ -207,11 +207,13 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
         tokens=[r.tokens() for r in replay.responses], texts=[r.text for r in replay.responses],
         relevance=[{k: (r.relevance[k] if k in r.relevance else np.ones(len(r.token_ids))) for k in group.reward_names}
                    for r in replay.responses],
-        js=[{k: (r.js[k] if k in r.js else np.zeros(len(r.token_ids))) for k in group.reward_names} for r in replay.responses],
+        js=[{k: (r.js[k] if k in r.js else np.zeros(len(r.token_ids))) for k in group.reward_names}
+            for r in replay.responses],
         token_adv_per_reward=[{k: per_tok[i, j, : len(r.token_ids)].numpy() for j, k in enumerate(group.reward_names)}
                               for i, r in enumerate(replay.responses)],
         token_adv=[tok[i, : len(r.token_ids)].numpy() for i, r in enumerate(replay.responses)],
-        diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in adv.diagnostics.items() if k != "zscore"},
+        diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v)
+                     for k, v in adv.diagnostics.items() if k != "zscore"},
         skipped=list(replay.skipped), measure=replay.measure, evidence=list(group.evidence),
     )
     return view

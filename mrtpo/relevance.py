@@ -32,8 +32,17 @@ import torch
 
 from mrtpo.errors import MrtpoError
 from mrtpo.kvtrie import shared_hidden
-from mrtpo.model import (Decoder, LoadedModel, Sample, check_length, compute_dtype, decode, decoder_stack,
-                         token_offsets, tokenize_response)
+from mrtpo.model import (
+    Decoder,
+    LoadedModel,
+    Sample,
+    check_length,
+    compute_dtype,
+    decode,
+    decoder_stack,
+    token_offsets,
+    tokenize_response,
+)
 from mrtpo.templates import ALL, Template, TemplateError
 
 LN2 = math.log(2.0)
@@ -240,7 +249,8 @@ def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_
             if k in col:
                 v = torch.as_tensor(np.asarray(v, dtype=np.float32))
                 if v.shape != (n,):
-                    raise MrtpoError(f"relevance of reward '{k}' for response {i} has {v.numel()} values for {n} tokens")
+                    raise MrtpoError(f"relevance of reward '{k}' for response {i} has {v.numel()} values "
+                                     f"for {n} tokens")
                 rho[i, col[k], :n] = v
     return rho, mask
 

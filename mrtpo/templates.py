@@ -117,7 +117,8 @@ class Template:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def fill(self, prompt: str, verifier_info: dict[str, str], drop: str | None = None, limit: int | None = None) -> str:
+    def fill(self, prompt: str, verifier_info: dict[str, str], drop: str | None = None,
+             limit: int | None = None) -> str:
         """The user message with every reward's item except ``drop`` (None → P_all).
 
         limit: most characters the message may have (default :data:`MAX_FILLED_CHARS`); its length is computed
@@ -126,7 +127,8 @@ class Template:
         limit = MAX_FILLED_CHARS if limit is None else limit
         _check_value(prompt, "the value of {prompt}")
         if not isinstance(verifier_info, dict):
-            raise TemplateError(f"verifier information must be a {{reward: text}} object, not {type(verifier_info).__name__}")
+            raise TemplateError(f"verifier information must be a {{reward: text}} object, "
+                                f"not {type(verifier_info).__name__}")
         kept = []
         for name, text in verifier_info.items():
             _check_value(name, "a reward name")
@@ -218,7 +220,8 @@ def _parse(template: str, allowed: tuple[str, ...] | None, what: str, required: 
             escapes += 1
             continue
         if m.group(1) is None:
-            raise TemplateError(f"template '{what}' has a stray '{tok}' at character {m.start()}; write '{tok * 2}' for a literal brace")
+            raise TemplateError(f"template '{what}' has a stray '{tok}' at character {m.start()}; "
+                                f"write '{tok * 2}' for a literal brace")
         name = m.group(1)
         if allowed is None:
             if not name.strip():

@@ -507,7 +507,8 @@ class Trainer:
                 rep = replays[b].responses[gi] if replays[b] is not None else None
                 offs = rep.offsets if rep is not None else token_offsets(self.lm, s.token_ids)
                 rows.append({
-                    "example_id": g.example.id, "prompt": g.example.prompt, "text": s.text, "token_ids": list(s.token_ids),
+                    "example_id": g.example.id, "prompt": g.example.prompt, "text": s.text,
+                    "token_ids": list(s.token_ids),
                     "tokens": [s.text[a:e] for a, e in offs], "ended": len(ro.resp_ids[i]) > T,
                     "rewards": {k: float(v) for k, v in zip(g.reward_names, g.rewards[gi])},
                     "reasons": g.reasons[gi],

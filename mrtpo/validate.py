@@ -65,7 +65,10 @@ def number(v: Any, field: str, lo: float | None = None, hi: float | None = None,
     if abs(x) > FLOAT32_MAX:
         raise BadValue(field, f"is too large (must be within ±3.4e38), got {x:g}")
     if (lo is not None and x < lo) or (hi is not None and x > hi):
-        rng = f"in [{lo:g}, {hi:g}]" if lo is not None and hi is not None else f">= {lo:g}" if lo is not None else f"<= {hi:g}"
+        if lo is not None and hi is not None:
+            rng = f"in [{lo:g}, {hi:g}]"
+        else:
+            rng = f">= {lo:g}" if lo is not None else f"<= {hi:g}"
         raise BadValue(field, f"must be {rng}, got {x:g}")
     return x
 
@@ -111,7 +114,8 @@ def string(v: Any, field: str, nonempty: bool = False) -> str:
     try:
         v.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise BadValue(field, f"holds a lone surrogate {v[e.start]!r} at character {e.start} (not valid Unicode text)") from None
+        raise BadValue(field, f"holds a lone surrogate {v[e.start]!r} at character {e.start} "
+                              "(not valid Unicode text)") from None
     return v
 
 

@@ -11,9 +11,9 @@ import plotly.graph_objects as go
 import streamlit as st
 import torch
 
-from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import ESTIMATORS, compute, method_names, parse_method
+from pages import _state as S
 
 st.title("Methods")
 run = S.require_run()
@@ -95,7 +95,8 @@ st.caption("Plain bars: the response-level estimators (every token of a response
 
 # ---------------------------------------------------------------------------------------------- DARA
 st.subheader("DARA: density-aware weights")
-st.latex(r"\pi_k=\Pr_g[\textstyle\sum_{i\in g}|\hat A_{ik}|>0],\quad w_k=\min\!\big(w_{max},\sqrt{\max_l\pi_l/\pi_k}\big),"
+st.latex(r"\pi_k=\Pr_g[\textstyle\sum_{i\in g}|\hat A_{ik}|>0],"
+         r"\quad w_k=\min\!\big(w_{max},\sqrt{\max_l\pi_l/\pi_k}\big),"
          r"\quad \tilde A_{ik}=\hat A_{ik}+(w_k-1)\max(\hat A_{ik},0),\quad E_k=\sum_i\hat A_{ik}^2")
 d = advs["dara"].diagnostics
 st.dataframe(pd.DataFrame({"reward": g.reward_names, "density π_k": d["density"].numpy().round(4),
@@ -110,7 +111,8 @@ z = advs["gdpo"].diagnostics["zscore"].numpy()
 gt = pd.DataFrame({"#": range(G), **{f"Â {k}": z[:, j].round(3) for j, k in enumerate(g.reward_names)},
                    "conflict": h["conflict"].numpy(), "keep (hard)": h["keep"].numpy(),
                    "SNR": s["snr"].numpy().round(3), "keep (SNR ≥ 0.8)": s["keep"].numpy(),
-                   "A gd2po": advs["gd2po"].final.numpy().round(4), "A gd2po-snr": advs["gd2po-snr"].final.numpy().round(4)})
+                   "A gd2po": advs["gd2po"].final.numpy().round(4),
+                   "A gd2po-snr": advs["gd2po-snr"].final.numpy().round(4)})
 st.dataframe(gt, hide_index=True, width="stretch")
 dropped = int((~h["keep"]).sum())
 st.markdown(f"Hard filter: **{dropped}** of {G} responses dropped, kept fraction ρ_g = "

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import method_names
 from mrtpo.errors import MrtpoError
 from mrtpo.integrations import rollouts as ro
 from mrtpo.pipeline import token_view
+from pages import _state as S
 
 EXAMPLE_VT = '{\n  "correct": "The answer must contain: {reference}",\n  "short": "Answer in under 10 characters."\n}'
 

@@ -10,10 +10,10 @@ import plotly.graph_objects as go
 import streamlit as st
 import torch
 
-from pages import _state as S
 from mrtpo import render
 from mrtpo.advantages import compute
 from mrtpo.templates import ALL
+from pages import _state as S
 
 st.title("Teach")
 st.caption("Each step of MRTPO on your current group, with its numbers. Formulas as in METHOD.md.")
@@ -71,8 +71,9 @@ st.markdown(f"Token **t = {t}**: `{toks[t]['text']!r}` (of T = {T}).")
 rows = []
 for k in rep.rewards:
     d = resp.js[k]
-    rows.append({"reward": k, "d_ikt": float(d[t]), "Σ_t d": float(d.sum()), "T·d/Σd = ρ_ikt": float(resp.relevance[k][t]),
-                 "max_t d": float(d.max()), "argmax_t d": repr(toks[int(d.argmax())]["text"])})
+    rows.append({"reward": k, "d_ikt": float(d[t]), "Σ_t d": float(d.sum()),
+                 "T·d/Σd = ρ_ikt": float(resp.relevance[k][t]), "max_t d": float(d.max()),
+                 "argmax_t d": repr(toks[int(d.argmax())]["text"])})
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------------------------------------- 4. reallocation
@@ -85,8 +86,9 @@ rows = []
 for j, k in enumerate(g.reward_names):
     rho = v.relevance[i][k]
     a = z[i, j] * ((1 - beta) + beta * rho)
-    rows.append({"reward": k, "Â_ik": float(z[i, j]), "ρ_ikt": float(rho[t]), "(1−β)+βρ": float((1 - beta) + beta * rho[t]),
-                 "A_ikt": float(a[t]), "Σ_t A_ikt": float(a.sum()), "T·Â_ik": float(T * z[i, j])})
+    rows.append({"reward": k, "Â_ik": float(z[i, j]), "ρ_ikt": float(rho[t]),
+                 "(1−β)+βρ": float((1 - beta) + beta * rho[t]), "A_ikt": float(a[t]), "Σ_t A_ikt": float(a.sum()),
+                 "T·Â_ik": float(T * z[i, j])})
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------------------------------------- 5. aggregate
@@ -98,7 +100,8 @@ summed = float(sum(r["A_ikt"] for r in rows))
 st.markdown(f"Center mean(a) = **{center:.4f}**, scale std(a)+ε = **{scale:.4f}**. At token t = {t}: "
             f"Σ_k A_ikt = {summed:.4f} → A_it = ({summed:.4f} − {center:.4f}) / {scale:.4f} = "
             f"**{(summed - center) / scale:.4f}** (the app's value: {float(v.token_adv[i][t]):.4f}). "
-            f"Token mean of A_i· = **{float(v.token_adv[i].mean()):.4f}** = GDPO's A_{i} = **{float(gd.final[i]):.4f}**.")
+            f"Token mean of A_i· = **{float(v.token_adv[i].mean()):.4f}** = "
+            f"GDPO's A_{i} = **{float(gd.final[i]):.4f}**.")
 st.html(f"<style>{render.CSS}</style>" + render.response_html(v, i))
 st.caption("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; "
            "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit).")

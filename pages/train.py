@@ -204,8 +204,8 @@ def experiment_view(store: Store, db_path: str) -> None:
     pairs = {m: (h.get(0), h.get(int(step))) for m, h in heat.items() if h.get(0) and h.get(int(step))}
     vmax = max([max(v) for a, b in pairs.values() for v in (a, b)] + [1.0])
     vdiff = max([max(abs(x - y) for x, y in zip(b, a)) for a, b in pairs.values()] + [1e-9])
-    st.caption(f"Example **{S.md(first[pi]['example_id'])}**, the same response and the same step for every method: the "
-               f"shift from step 0 is what each method's training did to the policy's relevance. Verifier "
+    st.caption(f"Example **{S.md(first[pi]['example_id'])}**, the same response and the same step for every method: "
+               f"the shift from step 0 is what each method's training did to the policy's relevance. Verifier "
                f"information for {S.md(reward)}:")
     st.code(first[pi]["verifier_info"].get(reward, ""), language=None, wrap_lines=True)
     for col, m in zip(st.columns(len(pairs)), pairs):

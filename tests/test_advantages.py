@@ -95,7 +95,8 @@ def test_mrtpo_properties(method):
     np.testing.assert_allclose(tok0.numpy(), (adv.final[:, None] * mask).numpy(), atol=1e-6)
     # per-reward totals preserved and signs kept
     per = A.reallocate(adv.per_reward, rho, mask, beta=0.7)
-    np.testing.assert_allclose(per.sum(-1).numpy(), (adv.per_reward * torch.tensor(lengths)[:, None]).numpy(), atol=1e-4)
+    np.testing.assert_allclose(per.sum(-1).numpy(), (adv.per_reward * torch.tensor(lengths)[:, None]).numpy(),
+                               atol=1e-4)
     sgn = torch.sign(adv.per_reward)[..., None].expand_as(per)
     valid = mask[:, None].expand_as(per) & (adv.per_reward.abs()[..., None] > 1e-9)
     assert torch.all(torch.sign(per)[valid] == sgn[valid])
@@ -170,7 +171,8 @@ def test_token_view_cap_applies_to_every_row():
         # the sums are all 0 here (scale = eps), so each row holds ±Â/eps ≈ ±7071 that cancel in float32
         ulp = np.spacing(np.float32(max(abs(v.token_adv_per_reward[i][k]).max() for k in ("a", "b"))))
         np.testing.assert_allclose(summed, v.token_adv[i], atol=1e-5 + 4 * ulp)
-        assert v.relevance[i]["a"].max() == 3.0 and v.token_adv_per_reward[i]["a"].max() < 3 * abs(v.per_reward[i, 0]) - 1e-3
+        assert v.relevance[i]["a"].max() == 3.0
+        assert v.token_adv_per_reward[i]["a"].max() < 3 * abs(v.per_reward[i, 0]) - 1e-3
 
 
 # ---------------------------------------------------------------------------------------------- the scale floor
@@ -325,11 +327,13 @@ def test_token_advantages_are_bounded_by_the_per_reward_scale(batch):
     assert torch.all((tok - adv.final[:, None] * mask).abs() <= spread * (1 + 1e-4) + 1e-5)
     # the token mean is the response-level advantage; β = 0 gives it exactly on every token
     n = mask.sum(-1)
-    np.testing.assert_allclose((tok.sum(-1) / n).numpy(), adv.final.numpy(), atol=1e-4 * (1 + float(adv.final.abs().max())))
+    np.testing.assert_allclose((tok.sum(-1) / n).numpy(), adv.final.numpy(),
+                               atol=1e-4 * (1 + float(adv.final.abs().max())))
     assert torch.equal(A.token_advantages(adv, rho, mask, beta=0.0), torch.where(mask, adv.final[:, None], 0.0))
     # Σ_t A_ikt = T_i · Â_ik, and signs are kept, per reward
     per = A.reallocate(adv.per_reward, rho, mask, beta)
-    np.testing.assert_allclose(per.sum(-1).numpy(), (adv.per_reward * n[:, None]).numpy(), atol=1e-4 * (1 + float(per.abs().max())))
+    np.testing.assert_allclose(per.sum(-1).numpy(), (adv.per_reward * n[:, None]).numpy(),
+                               atol=1e-4 * (1 + float(per.abs().max())))
     nz = mask[:, None] & (adv.per_reward.abs()[..., None] > 1e-6) & (per != 0)
     assert torch.all(torch.sign(per)[nz] == torch.sign(adv.per_reward)[..., None].expand_as(per)[nz])
     # the per-reward rows sum (minus center/scale) to the combined row

@@ -26,8 +26,8 @@ def test_relevance_cli(tmp_path, capsys):
     assert rc == 1
     assert "line 2: not valid JSON" in err and "line 3: field 'verifier_info.kw': must be a string, got 3" in err
     assert "line 4: field 'verifier_info': missing" in err
-    lines = [json.loads(l) for l in out.read_text().splitlines()]
-    assert [l["id"] for l in lines] == ["a", "d"]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["id"] for row in lines] == ["a", "d"]
     first = lines[0]
     assert set(first) == {"id", "tokens", "js", "relevance"}
     assert "".join(t["text"] for t in first["tokens"]) == "A banana is nice."
@@ -80,7 +80,8 @@ def test_explain_from_input_and_task(tmp_path):
     z = 0.5 / (0.5 ** 0.5 + 1e-4)
     A = 2 * z / (2 * z * 2 ** 0.5 + 1e-4)
     assert [r["advantage"] for r in data["responses"]] == pytest.approx([A, -A], abs=1e-5)
-    assert data["responses"][0]["per_reward_advantage"]["format"] == pytest.approx(z / (2 * z * 2 ** 0.5 + 1e-4), abs=1e-5)
+    format_adv = data["responses"][0]["per_reward_advantage"]["format"]
+    assert format_adv == pytest.approx(z / (2 * z * 2 ** 0.5 + 1e-4), abs=1e-5)
     for r in data["responses"]:  # MRTPO moves credit between tokens, never the response's mean
         assert sum(r["token_advantage"]) / len(r["token_advantage"]) == pytest.approx(r["advantage"], abs=1e-5)
         assert "".join(t["text"] for t in r["tokens"]) == r["response"]
@@ -98,7 +99,7 @@ def test_explain_from_input_and_task(tmp_path):
 def test_sample_and_score_cli(tmp_path, capsys):
     assert main(["sample", "--task", "tools", "--example", "0", "--group", "2", "--max-new-tokens", "8",
                  "--model", "tiny-random"]) == 0
-    rows = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     from mrtpo.tasks import get_family
 
     tools = get_family("tools")
@@ -114,7 +115,7 @@ def test_sample_and_score_cli(tmp_path, capsys):
                                           {"example_id": "nope", "response": "x"}])
     rc = main(["score", "--task", "sql", "--responses", str(resp)])
     cap = capsys.readouterr()
-    out = [json.loads(l) for l in cap.out.splitlines()]
+    out = [json.loads(line) for line in cap.out.splitlines()]
     assert rc == 1 and "line 3: field 'example_id': unknown id 'nope'" in cap.err
     assert out[0]["scores"] == {"format": 1.0, "valid": 1.0, "correct": 1.0}
     assert out[1]["scores"]["correct"] == 0.0 and out[1]["reasons"]["correct"]
@@ -122,7 +123,8 @@ def test_sample_and_score_cli(tmp_path, capsys):
 
 
 def test_module_entry_point_reports_errors_without_traceback(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "mrtpo", "sample", "--task", "nope"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "mrtpo", "sample", "--task", "nope"], cwd=ROOT,
+                       capture_output=True, text=True)
     assert r.returncode == 2 and "unknown task family 'nope'" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -197,7 +199,8 @@ def test_advantages_flags_checked(tmp_path, capsys):
 def test_outputs_missing_folder_and_full_disk(tmp_path, capsys):
     data = {"rewards": [[0], [1]]}
     rc, out, err = _adv(capsys, tmp_path, data, "--output", tmp_path / "nope" / "a.json")
-    assert rc == 2 and err.strip() == f"error: cannot write {tmp_path / 'nope' / 'a.json'}: folder {tmp_path / 'nope'} does not exist"
+    folder = tmp_path / "nope"
+    assert rc == 2 and err.strip() == f"error: cannot write {folder / 'a.json'}: folder {folder} does not exist"
     rc, out, err = _adv(capsys, tmp_path, data, "--output", "/dev/full")
     assert rc == 2 and err.strip() == "error: cannot write /dev/full: No space left on device"
     # a failed write leaves the old output whole (temporary file + rename)
@@ -255,7 +258,8 @@ def test_explain_never_writes_nan(tmp_path, capsys):
     inp.write_text(json.dumps({"prompt": "x", "verifier_info": {"a": "one", "b": "two"}, "responses": ["y", "zz", "w"],
                                "rewards": [[1, None], [0, 1], [1, 0]]}))
     js = tmp_path / "e.json"
-    rc, _, _ = _run(capsys, "explain", "--input", inp, "--html", tmp_path / "e.html", "--json", js, "--model", "tiny-random")
+    rc, _, _ = _run(capsys, "explain", "--input", inp, "--html", tmp_path / "e.html", "--json", js,
+                    "--model", "tiny-random")
     data = strict_json(js.read_text())
     assert rc == 0 and [r["reward_values"]["b"] for r in data["responses"]] == [None, 1.0, 0.0]
     assert data["beta"] == 0.5
@@ -332,8 +336,8 @@ def test_relevance_bad_lines_never_stop_good_ones(tmp_path, capsys):
     out = tmp_path / "out.jsonl"
     rc, _, err = _run(capsys, "relevance", "--input", inp, "--output", out, "--model", "tiny-random")
     assert rc == 1
-    lines = [strict_json(l) for l in out.read_text().splitlines()]
-    assert [l["id"] for l in lines] == ["c0", "c1", "c3", "c4", "c6", "c7"]
+    lines = [strict_json(line) for line in out.read_text().splitlines()]
+    assert [row["id"] for row in lines] == ["c0", "c1", "c3", "c4", "c6", "c7"]
     assert f"{inp}: line 3: P_all + response 0 is 5" in err and "more than model 'tiny-random' accepts" in err
     assert f"{inp}: line 6: field 'response': holds a lone surrogate '\\ud800' at character 4" in err
     assert f"{inp}: line 9: field 'prompt': missing" in err
@@ -341,7 +345,8 @@ def test_relevance_bad_lines_never_stop_good_ones(tmp_path, capsys):
     # one replay per group gives the same numbers as one case alone
     single = tmp_path / "one.jsonl"
     single.write_text(json.dumps(rows[7]) + "\n")
-    rc, _, _ = _run(capsys, "relevance", "--input", single, "--output", tmp_path / "one_out.jsonl", "--model", "tiny-random")
+    rc, _, _ = _run(capsys, "relevance", "--input", single, "--output", tmp_path / "one_out.jsonl",
+                    "--model", "tiny-random")
     alone = strict_json((tmp_path / "one_out.jsonl").read_text())
     assert rc == 0 and alone["js"]["kw"] == pytest.approx(lines[-1]["js"]["kw"], abs=1e-5)
 
@@ -381,7 +386,8 @@ def test_rollouts_bad_steps_and_rewards(tmp_path, capsys):
                           "--model", "tiny-random")
         assert rc == 2 and err.strip() == f"error: {f}: {problem}"
     f.write_bytes(b'{"input": "q", "output": "a", "score": -Infinity}\n')
-    rc, _, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-", "--model", "tiny-random")
+    rc, _, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-",
+                      "--model", "tiny-random")
     assert rc == 2 and "row 1: column 'score': must be a finite number, got -inf" in err
     for flag, value in (("--step", "-1"), ("--max-groups", "0"), ("--beta", "1.01")):
         rc, _, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-", flag, value)
@@ -398,7 +404,8 @@ def test_rollouts_output_is_strict_json(tmp_path, capsys):
     f = tmp_path / "r.jsonl"
     f.write_bytes(b'{"input": "q", "output": "a", "score": 1, "advantage": NaN}\n'
                   b'{"input": "q", "output": "b", "score": 0, "advantage": 0.5}\n')
-    rc, out, _ = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-", "--model", "tiny-random")
+    rc, out, _ = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-",
+                      "--model", "tiny-random")
     assert rc == 0 and strict_json(out)["logged_advantage"] == [None, 0.5]
 
 
@@ -458,8 +465,8 @@ def test_train_flags_are_generated_from_the_config_fields(tmp_path, capsys):
     from mrtpo.train import TrainConfig
 
     ap = build_parser()
-    a = ap.parse_args(["train", "--steps", "1", "--group-size", "3", "--lora", "--example-ids", "a, b", "--beta", "0.25",
-                       "--aggregation", "seq-mean", "--cap", "2"])
+    a = ap.parse_args(["train", "--steps", "1", "--group-size", "3", "--lora", "--example-ids", "a, b",
+                       "--beta", "0.25", "--aggregation", "seq-mean", "--cap", "2"])
     cfg, given = config_from_args(a)
     assert given == {"group_size": 3, "lora": True, "example_ids": ["a", "b"], "beta": 0.25,
                      "aggregation": "seq-mean", "cap": 2.0}
@@ -470,8 +477,9 @@ def test_train_flags_are_generated_from_the_config_fields(tmp_path, capsys):
     assert rc == 0
     for f in dataclasses.fields(TrainConfig):
         assert "--" + f.name.replace("_", "-") in help_text, f.name
-    for flag, value, says in [("--beta", "1.5", "in [0, 1]"), ("--top-p", "0", "in (0, 1]"), ("--group-size", "0", ">= 1"),
-                              ("--lr", "0", "> 0"), ("--aggregation", "mean", "invalid choice")]:
+    for flag, value, says in [("--beta", "1.5", "in [0, 1]"), ("--top-p", "0", "in (0, 1]"),
+                              ("--group-size", "0", ">= 1"), ("--lr", "0", "> 0"),
+                              ("--aggregation", "mean", "invalid choice")]:
         assert main(["train", "--steps", "1", flag, value]) == 2
         err = capsys.readouterr().err
         assert f"argument {flag}" in err and says in err, (flag, err)

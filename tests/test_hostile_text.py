@@ -17,16 +17,18 @@ FAMILIES = family_names()
 REF = "\x01REF\x01"  # replaced by the example's right answer, so that the passing paths are exercised too
 
 FRAGMENTS = [
-    "```sql\n", "```json\n", "```", "\n", "\n\n", " ", "\t", "\r\n", "\u2028", "SELECT ", "* FROM customers", "WITH RECURSIVE ",
-    "UNION ALL ", ";", "--", "/*", "*/", "'", '"', "{", "}", "[", "]", "(", ")", ",", ":", '"name": ', '"arguments": ',
-    '"tool_calls": ', "get_weather(", "a=1", "\x00", "\ud800", "\udfff", "\x1b[31m", "***", "******", "<<", ">>", "* ",
+    "```sql\n", "```json\n", "```", "\n", "\n\n", " ", "\t", "\r\n", "\u2028", "SELECT ", "* FROM customers",
+    "WITH RECURSIVE ", "UNION ALL ", ";", "--", "/*", "*/", "'", '"', "{", "}", "[", "]", "(", ")", ",", ":",
+    '"name": ', '"arguments": ', '"tool_calls": ', "get_weather(", "a=1", "\x00", "\ud800", "\udfff", "\x1b[31m",
+    "***", "******", "<<", ">>", "* ",
     "- ", "P.S.", "p. s.", "SECTION 1", "Paragraph", "My answer is yes.", "ALL CAPS", "1e999", "9" * 5000, REF,
 ]
 _pieces = st.lists(
     st.one_of(st.sampled_from(FRAGMENTS), st.text(st.characters(exclude_categories=()), max_size=12)), max_size=24,
 ).map("".join)
 # free text, and text that starts like an answer (so that it reaches the deeper checks)
-hostile_text = st.one_of(_pieces, st.tuples(st.sampled_from(["SELECT ", "```sql\nSELECT ", REF, '{"name": ']), _pieces).map("".join))
+_answer_starts = st.sampled_from(["SELECT ", "```sql\nSELECT ", REF, '{"name": '])
+hostile_text = st.one_of(_pieces, st.tuples(_answer_starts, _pieces).map("".join))
 
 
 def right_answer(family: str, example) -> str:
@@ -77,7 +79,8 @@ def _examples_for(family):
 
 
 SQL_BOMB = ("WITH RECURSIVE h0(s, n) AS (SELECT 'a', 0 UNION ALL SELECT s || s, n + 1 FROM h0 WHERE n < 18) "
-            "SELECT (SELECT s || s || s FROM h0 WHERE n = 18) LIKE (SELECT '%' || substr(s, 1, 32000) || 'b' FROM h0 WHERE n = 15)")
+            "SELECT (SELECT s || s || s FROM h0 WHERE n = 18) "
+            "LIKE (SELECT '%' || substr(s, 1, 32000) || 'b' FROM h0 WHERE n = 15)")
 EXPLICIT = {
     "nul": "SELECT 1\x00 {\"name\": \"x\x00\"}",
     "lone_surrogate": "\ud800 SELECT '\udfff'",
@@ -123,10 +126,13 @@ def test_linear_checks_agree_with_ifeval_regexes(text):
     n_ref = len(re.findall(r"\[.*?\]", text))
     assert check_placeholders(text, {"num_placeholders": n_ref}).value == 1.0
     assert check_placeholders(text, {"num_placeholders": n_ref + 1}).value == 0.0
-    bullets_ref = len(re.findall(r"^\s*\*[^\*].*$", text, flags=re.MULTILINE)) + len(re.findall(r"^\s*-.*$", text, flags=re.MULTILINE))
+    star_bullets = re.findall(r"^\s*\*[^\*].*$", text, flags=re.MULTILINE)
+    dash_bullets = re.findall(r"^\s*-.*$", text, flags=re.MULTILINE)
+    bullets_ref = len(star_bullets) + len(dash_bullets)
     assert check_bullet_lists(text, {"num_bullets": bullets_ref}).value == 1.0
     assert _titles(text) == re.findall(r"<<[^\n]+>>", text)
-    for marker, pattern in (("P.S.", r"\s*p\.\s?s\..*$"), ("P.P.S", r"\s*p\.\s?p\.\s?s.*$"), ("b.*", r"\s*" + re.escape("b.*") + r".*$")):
+    for marker, pattern in (("P.S.", r"\s*p\.\s?s\..*$"), ("P.P.S", r"\s*p\.\s?p\.\s?s.*$"),
+                            ("b.*", r"\s*" + re.escape("b.*") + r".*$")):
         found = bool(re.findall(pattern, text.lower(), flags=re.MULTILINE))
         assert check_postscript(text, {"postscript_marker": marker}).value == float(found), marker
 

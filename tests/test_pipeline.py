@@ -3,7 +3,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from mrtpo.advantages import parse_method
 from mrtpo.errors import MrtpoError
@@ -42,7 +41,8 @@ def test_unscored_and_subset():
 
 def _replay(g, rel):
     resp = [ResponseRelevance(s.text, s.token_ids, [(i, i + 1) for i in range(len(s.token_ids))],
-                              {k: np.ones(len(s.token_ids)) for k in r}, {k: np.asarray(v, float) for k, v in r.items()})
+                              {k: np.ones(len(s.token_ids)) for k in r},
+                              {k: np.asarray(v, float) for k, v in r.items()})
             for s, r in zip(g.samples, rel)]
     return ReplayResult(resp, [{}] * len(resp), ["a", "b"], [])
 

@@ -6,8 +6,15 @@ import pytest
 import torch
 from scipy.spatial.distance import jensenshannon
 
-from mrtpo.relevance import active_rewards, js_distance, naive_replay_group, normalize_relevance, replay_group, ReplayConfig
 from mrtpo.errors import MrtpoError
+from mrtpo.relevance import (
+    ReplayConfig,
+    active_rewards,
+    js_distance,
+    naive_replay_group,
+    normalize_relevance,
+    replay_group,
+)
 from mrtpo.templates import Template
 
 
@@ -107,7 +114,8 @@ def test_constant_reward_skipped(tiny):
 
 
 def test_identical_prompts_give_zero_distance(tiny):
-    res = replay_group(tiny, PROMPT, {"a": "", "b": "check b"}, RESPONSES[:2], template=Template(item="{text}", separator=""))
+    res = replay_group(tiny, PROMPT, {"a": "", "b": "check b"}, RESPONSES[:2],
+                       template=Template(item="{text}", separator=""))
     np.testing.assert_allclose(res.responses[0].js["a"], 0.0, atol=1e-6)
     np.testing.assert_allclose(res.responses[0].relevance["a"], 1.0)
 
@@ -124,14 +132,16 @@ def test_default_model_relevance_peaks_on_named_keyword(smol):
     """The real model: a verifier text naming 'banana' makes the 'banana' token more relevant than the rest."""
     info = {"keyword": "The response must contain the word 'banana'.", "length": "The response must be under 40 words."}
     text = "I love eating a banana every morning because it gives me energy for the day."
-    res = replay_group(smol, "Write one sentence about your breakfast.", info, [text], config=ReplayConfig(precision="model"))
+    res = replay_group(smol, "Write one sentence about your breakfast.", info, [text],
+                       config=ReplayConfig(precision="model"))
     r = res.responses[0]
     toks = [t["text"].strip().lower() for t in r.tokens()]
     i = toks.index("banana")
     rel = r.relevance["keyword"]
     assert rel[i] > 1.5 and rel[i] > np.median(np.delete(rel, i)) * 2
     batched = res.responses[0].js["keyword"]
-    naive = naive_replay_group(smol, "Write one sentence about your breakfast.", info, [text]).responses[0].js["keyword"]
+    naive_res = naive_replay_group(smol, "Write one sentence about your breakfast.", info, [text])
+    naive = naive_res.responses[0].js["keyword"]
     np.testing.assert_allclose(batched, naive, atol=1e-4)
 
 
@@ -140,7 +150,8 @@ def test_bf16_replay_tracks_exact_replay(smol):
     stays close to the float32 replay, and differs from it (it really ran in bf16)."""
     info = {"keyword": "The response must contain the word 'banana'.", "length": "The response must be under 40 words."}
     texts = ["I love eating a banana every morning because it gives me energy.", "Toast with jam and tea, always."]
-    exact = replay_group(smol, "Write one sentence about your breakfast.", info, texts, config=ReplayConfig(precision="model"))
+    exact = replay_group(smol, "Write one sentence about your breakfast.", info, texts,
+                         config=ReplayConfig(precision="model"))
     fast = replay_group(smol, "Write one sentence about your breakfast.", info, texts,
                         config=ReplayConfig(precision="bfloat16"))
     assert any(not np.array_equal(a.js[k], b.js[k]) for a, b in zip(exact.responses, fast.responses) for k in info)

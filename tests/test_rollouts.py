@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mrtpo.errors import MrtpoError
 from mrtpo.integrations import rollouts as ro
 from mrtpo.templates import TemplateError, fill_fields, template_fields
 
@@ -40,7 +39,8 @@ def verl_file(tmp_path):
     path = tmp_path / "rollouts.jsonl"
     with open(path, "w") as f:
         for r in _rows():
-            f.write(json.dumps({"input": f"<|im_start|>user\n{r['prompt'][0]['content']}<|im_end|>\n<|im_start|>assistant\n",
+            prompt = f"<|im_start|>user\n{r['prompt'][0]['content']}<|im_end|>\n<|im_start|>assistant\n"
+            f.write(json.dumps({"input": prompt,
                                 "output": r["completion"][0]["content"], "step": r["step"], "gts": r["reference"],
                                 "score": {"correct": r["correct"], "short": r["short"]}}) + "\n")
     return path
@@ -91,9 +91,11 @@ def test_malformed_files_name_row_and_column(tmp_path, trl_file):
     with pytest.raises(ro.RolloutFileError, match=r"row 1: column 'output': expected text or a list of chat"):
         ro.read_rollouts(bad)
     rows = ro.read_rollouts(trl_file)
-    with pytest.raises(ro.RolloutFileError, match=r"row 1: column 'gold': missing, but the verifier template of reward 'correct'"):
+    with pytest.raises(ro.RolloutFileError,
+                       match=r"row 1: column 'gold': missing, but the verifier template of reward 'correct'"):
         ro.VerifierTemplate.from_dict({"correct": "{gold}"}).info(rows[0])
-    with pytest.raises(ro.RolloutFileError, match=r"row 1: column 'accuracy': missing.*numeric columns: correct, short"):
+    with pytest.raises(ro.RolloutFileError,
+                       match=r"row 1: column 'accuracy': missing.*numeric columns: correct, short"):
         ro.VerifierTemplate.from_dict({"accuracy": "x"}).rewards_of(rows[0])
     df = pd.DataFrame(_rows()).drop(columns=["completion"])
     df.to_parquet(tmp_path / "nocomp.parquet")

@@ -1,5 +1,4 @@
 """DARA and GD²PO: identities, hand-worked examples, stacking with MRTPO."""
-import math
 
 import numpy as np
 import pytest

@@ -23,7 +23,8 @@ HOSTILE = {
     "endless_cte": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT x FROM c",
     "endless_cte_count": "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c",
     "cross_join_rows": "SELECT * FROM customers a, customers b, customers c",
-    "cross_join_count": "SELECT count(*) FROM customers a, customers b, customers c, customers d, customers e, customers f",
+    "cross_join_count": ("SELECT count(*) FROM customers a, customers b, customers c, customers d, customers e, "
+                         "customers f"),
     "randomblob": "SELECT randomblob(1e9)",
     "zeroblob": "SELECT length(zeroblob(1000000000))",
     "vacuum_into": "VACUUM INTO '/tmp/mrtpo_vacuum_test.db'",
@@ -121,13 +122,16 @@ def test_ordinary_queries_still_work():
     assert db.run("SELECT COUNT(*) FROM students").rows == [(30,)]
     assert db.run("SELECT 1; -- done").rows == [(1,)]
     assert db.run("select 'a;b' as x;").rows == [("a;b",)]
-    assert db.run("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c LIMIT 3) SELECT x FROM c").rows == [(1,), (2,), (3,)]
-    assert db.run("SELECT name, RANK() OVER (ORDER BY year DESC) FROM students LIMIT 1").columns == ["name", "RANK() OVER (ORDER BY year DESC)"]
+    counted = db.run("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c LIMIT 3) SELECT x FROM c")
+    assert counted.rows == [(1,), (2,), (3,)]
+    ranked = db.run("SELECT name, RANK() OVER (ORDER BY year DESC) FROM students LIMIT 1")
+    assert ranked.columns == ["name", "RANK() OVER (ORDER BY year DESC)"]
 
 
 def test_build_script_is_sandboxed_too(tmp_path):
     target = tmp_path / "y.db"
-    for script in (f"ATTACH DATABASE '{target}' AS y; CREATE TABLE y.t (a);", "PRAGMA writable_schema=1; CREATE TABLE t (a);",
+    for script in (f"ATTACH DATABASE '{target}' AS y; CREATE TABLE y.t (a);",
+                   "PRAGMA writable_schema=1; CREATE TABLE t (a);",
                    "CREATE TABLE t (a); INSERT INTO t SELECT load_extension('x');"):
         with pytest.raises(SqlRunError, match="not allowed"):
             Database("bad", script)
@@ -138,7 +142,8 @@ def test_build_script_is_sandboxed_too(tmp_path):
 
 def test_databases_are_cached_and_isolated():
     assert bundled_db("shop") is bundled_db("shop")
-    a, b = script_db("CREATE TABLE t (x); INSERT INTO t VALUES (1);"), script_db("CREATE TABLE t (x); INSERT INTO t VALUES (2);")
+    a = script_db("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+    b = script_db("CREATE TABLE t (x); INSERT INTO t VALUES (2);")
     assert a.run("SELECT x FROM t").rows == [(1,)]
     assert b.run("SELECT x FROM t").rows == [(2,)]
     t0 = time.perf_counter()
@@ -166,13 +171,16 @@ SINGLE_CALL_BOMBS = {
                      + " SELECT length(trim((SELECT s FROM h), (SELECT s || 'a' FROM p)))", "time limit (1 s)"),
     # prepare flattens the CTEs into an expression of 2**39 nodes: time and memory before the first step (SQLite's
     # 512 MiB share fills in about 1.1 s, so which limit comes first depends on the machine's load)
-    "cte_expr_doubling": ("WITH a0(x) AS (SELECT 1), " + ", ".join(f"a{i}(x) AS (SELECT x + x FROM a{i - 1})" for i in range(1, 40))
+    "cte_expr_doubling": ("WITH a0(x) AS (SELECT 1), "
+                          + ", ".join(f"a{i}(x) AS (SELECT x + x FROM a{i - 1})" for i in range(1, 40))
                           + " SELECT x FROM a39", "memory limit (1 GiB)|time limit (1 s)"),
     # one 512 KB string 1,900 times in one row
-    "wide_row": ("WITH RECURSIVE " + _doubled("h", 19) + " SELECT " + ", ".join(["s"] * 1900) + " FROM h", "memory limit (1 GiB)"),
+    "wide_row": ("WITH RECURSIVE " + _doubled("h", 19) + " SELECT " + ", ".join(["s"] * 1900) + " FROM h",
+                 "memory limit (1 GiB)"),
     # 1,000 rows of 512 KB
-    "big_result": ("WITH RECURSIVE " + _doubled("h", 19) + ", r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r LIMIT 1000) "
-                   "SELECT s FROM h, r", "the result is larger than 1000000 bytes"),
+    "big_result": ("WITH RECURSIVE " + _doubled("h", 19)
+                   + ", r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r LIMIT 1000) SELECT s FROM h, r",
+                   "the result is larger than 1000000 bytes"),
 }
 
 
@@ -189,7 +197,8 @@ def test_single_call_bombs_stop_at_their_limit(task, shop_example, name):
     assert elapsed < sql_sandbox.TIME_LIMIT_S + 0.5, f"{name} took {elapsed:.2f} s"
     assert db.content_hash() == before
     # and the sandbox answers the next query normally
-    assert db.run("SELECT COUNT(*) FROM customers").rows == bundled_db("shop").run("SELECT COUNT(*) FROM customers").rows
+    count = "SELECT COUNT(*) FROM customers"
+    assert db.run(count).rows == bundled_db("shop").run(count).rows
 
 
 def test_a_worker_is_reused_and_replaced_after_a_kill():
@@ -255,9 +264,11 @@ def test_text_that_is_not_sql_text_fails_with_a_reason():
 
 def test_trailing_comments_are_fine():
     db = bundled_db("school")
-    for sql in ("SELECT 1 -- done", "SELECT 1; -- done", "SELECT 1; /* x */", "SELECT 1 /* x */", "SELECT 1;\n-- a\n/* b */ ;"):
+    for sql in ("SELECT 1 -- done", "SELECT 1; -- done", "SELECT 1; /* x */", "SELECT 1 /* x */",
+                "SELECT 1;\n-- a\n/* b */ ;"):
         assert db.run(sql).rows == [(1,)], sql
-    for sql, reason in (("SELECT 1 /* open", "incomplete"), ("SELECT 'open", "incomplete"), ("SELECT 1; -- x\nSELECT 2", "one statement")):
+    for sql, reason in (("SELECT 1 /* open", "incomplete"), ("SELECT 'open", "incomplete"),
+                        ("SELECT 1; -- x\nSELECT 2", "one statement")):
         with pytest.raises(SqlRunError, match=reason):
             db.run(sql)
 

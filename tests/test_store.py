@@ -13,13 +13,13 @@ import time
 
 import pytest
 import torch
+from test_train import ToyFamily, cfg, params
 
 from mrtpo import store as store_mod
 from mrtpo.cli import main
 from mrtpo.errors import MrtpoError
 from mrtpo.store import Store, validate_run_name
 from mrtpo.train import TrainConfig, Trainer
-from test_train import ToyFamily, cfg, params
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 HOST = socket.gethostname()

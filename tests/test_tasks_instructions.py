@@ -95,8 +95,10 @@ EXTRA_PAIRS = [
     ("detectable_format:number_bullet_lists", {"num_bullets": 2}, "**Bold** line\n* one\n  - two"),
     ("detectable_format:number_highlighted_sections", {"num_highlights": 1}, "** ** and * *"),
     ("detectable_format:number_highlighted_sections", {"num_highlights": 3}, "**a** and *b*"),
-    ("detectable_format:multiple_sections", {"section_spliter": "SECTION", "num_sections": 2}, "SECTION 1 a SECTION 2 b"),
-    ("detectable_format:multiple_sections", {"section_spliter": "Section", "num_sections": 2}, "SECTION 1 a SECTION 2 b"),
+    ("detectable_format:multiple_sections", {"section_spliter": "SECTION", "num_sections": 2},
+     "SECTION 1 a SECTION 2 b"),
+    ("detectable_format:multiple_sections", {"section_spliter": "Section", "num_sections": 2},
+     "SECTION 1 a SECTION 2 b"),
     ("detectable_format:json_format", {}, '```JSON\n[1, 2, 3]\n```'),
     ("detectable_format:json_format", {}, '{"a": 1,}'),
     ("detectable_format:title", {}, "<< >> and <<real>>"),
@@ -139,7 +141,8 @@ def test_checker_pass_and_fail(iid, kwargs, good, bad, why):
 
 def test_text_helpers():
     assert count_words("don't stop-now, ok?") == 5
-    assert split_sentences("Mr. Smith went home. He slept! Did he? Yes.") == ["Mr. Smith went home.", "He slept!", "Did he?", "Yes."]
+    assert split_sentences("Mr. Smith went home. He slept! Did he? Yes.") == [
+        "Mr. Smith went home.", "He slept!", "Did he?", "Yes."]
     assert split_sentences("Pi is 3.14 today... Really.") == ["Pi is 3.14 today...", "Really."]
 
 
@@ -257,8 +260,10 @@ def test_prompt_is_task_then_wordings():
                                             {"id": "keywords:existence", "kwargs": {"keywords": ["green", "cup"]}}]})
     assert ex.prompt == ("Write about tea.\nIn your entire response, refrain from the use of any commas.\n"
                          "Include keywords ['cup', 'green'] in the response.")
-    assert fam.verifier_info(ex, "r") == {"punctuation:no_comma": "In your entire response, refrain from the use of any commas.",
-                                          "keywords:existence": "Include keywords ['cup', 'green'] in the response."}
+    assert fam.verifier_info(ex, "r") == {
+        "punctuation:no_comma": "In your entire response, refrain from the use of any commas.",
+        "keywords:existence": "Include keywords ['cup', 'green'] in the response.",
+    }
 
 
 def test_repeat_prompt_defaults_to_task_and_null_kwargs_are_dropped():
@@ -282,9 +287,11 @@ def test_template_fields():
      "constraints[1].id: unknown instruction id 'x'"),
     ({"id": "a", "task": "t", "constraints": [{"id": "keywords:existence", "kwargs": {"keywords": "tea"}}]},
      "constraints[0].kwargs.keywords: must be a non-empty list"),
-    ({"id": "a", "task": "t", "constraints": [{"id": "keywords:frequency", "kwargs": {"keyword": "t", "frequency": 2, "relation": "at most"}}]},
+    ({"id": "a", "task": "t", "constraints": [{"id": "keywords:frequency",
+                                               "kwargs": {"keyword": "t", "frequency": 2, "relation": "at most"}}]},
      "constraints[0].kwargs.relation: must be 'less than' or 'at least'"),
-    ({"id": "a", "task": "t", "constraints": [{"id": "length_constraints:number_words", "kwargs": {"num_words": "5", "relation": "at least"}}]},
+    ({"id": "a", "task": "t", "constraints": [{"id": "length_constraints:number_words",
+                                               "kwargs": {"num_words": "5", "relation": "at least"}}]},
      "constraints[0].kwargs.num_words: must be an integer"),
     ({"id": "a", "task": "t", "constraints": [{"id": "punctuation:no_comma", "kwargs": {"letter": "a"}}]},
      "constraints[0].kwargs.letter: unknown argument"),
@@ -293,7 +300,8 @@ def test_template_fields():
     ({"id": "a", "task": "t", "constraints": [{"id": "language:response_language", "kwargs": {"language": "xx"}}]},
      "constraints[0].kwargs.language: unknown language code 'xx'"),
     ({"id": "a", "task": "t", "constraints": [{"id": "length_constraints:nth_paragraph_first_word",
-                                               "kwargs": {"num_paragraphs": 2, "nth_paragraph": 3, "first_word": "w"}}]},
+                                               "kwargs": {"num_paragraphs": 2, "nth_paragraph": 3,
+                                                          "first_word": "w"}}]},
      "constraints[0].kwargs.nth_paragraph: 3 is more than num_paragraphs"),
     ({"id": "a", "task": "t", "constraints": []}, "constraints: must be a non-empty list"),
     ({"id": "a", "task": "", "constraints": [{"id": "punctuation:no_comma"}]}, "task: must be a non-empty string"),

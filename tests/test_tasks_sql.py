@@ -8,7 +8,14 @@ import pytest
 from mrtpo.errors import TaskFileError
 from mrtpo.tasks import get_family
 from mrtpo.tasks.sql import (
-    BUNDLED_DBS, DATA_DIR, bundled_db, check_format, compare_results, extract_sql, has_order_by, parse_select,
+    BUNDLED_DBS,
+    DATA_DIR,
+    bundled_db,
+    check_format,
+    compare_results,
+    extract_sql,
+    has_order_by,
+    parse_select,
 )
 
 
@@ -72,7 +79,8 @@ def test_right_query_in_right_format(task):
 
 def test_prose_around_block_breaks_only_format(task):
     ex = task.example("shop-01")
-    scores = task.score(ex, "Here is the query:\n```sql\nSELECT name FROM customers WHERE city = 'Vienna'\n```\nHope this helps!")
+    scores = task.score(ex, "Here is the query:\n```sql\nSELECT name FROM customers WHERE city = 'Vienna'\n```\n"
+                            "Hope this helps!")
     assert values(scores) == (0.0, 1.0, 1.0)
     assert "text outside the block" in scores["format"].reason and "Here is the query" in scores["format"].reason
 
@@ -120,7 +128,8 @@ def test_wrong_result_is_incorrect(task):
 def test_order_by_sensitivity(task):
     ordered = task.example("shop-04")  # reference: ORDER BY price DESC LIMIT 3
     assert ordered.data["ordered"] is True
-    same_rows_other_order = "SELECT name FROM (SELECT name, price FROM products ORDER BY price DESC LIMIT 3) ORDER BY price ASC"
+    same_rows_other_order = ("SELECT name FROM (SELECT name, price FROM products ORDER BY price DESC LIMIT 3) "
+                             "ORDER BY price ASC")
     scores = task.score(ordered, fenced(same_rows_other_order))
     assert values(scores) == (1.0, 1.0, 0.0)
     assert "wrong order" in scores["correct"].reason
@@ -141,7 +150,8 @@ def test_has_order_by_only_top_level():
 
 def test_multiset_comparison_counts_duplicates_and_normalizes_numbers():
     assert compare_results([(1,), (1,), (2,)], [(2,), (1,), (1,)], ordered=False) == ""
-    assert compare_results([(1,), (2,), (2,)], [(1,), (1,), (2,)], ordered=False) == "row (2) is not in the expected result (expected e.g. (1))"
+    assert (compare_results([(1,), (2,), (2,)], [(1,), (1,), (2,)], ordered=False)
+            == "row (2) is not in the expected result (expected e.g. (1))")
     assert compare_results([(3,), (0.1 + 0.2,)], [(3.0,), (0.3,)], ordered=True) == ""
     assert compare_results([(1.0000001,)], [(1.0,)], ordered=False) == ""
     assert compare_results([(1.001,)], [(1.0,)], ordered=False) != ""
@@ -151,7 +161,8 @@ def test_multiset_comparison_counts_duplicates_and_normalizes_numbers():
 
 
 def test_duplicates_matter_in_scoring(task):
-    ex = task.parse_example({"id": "dup", "schema_sql": "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1), (1), (2);",
+    ex = task.parse_example({"id": "dup",
+                             "schema_sql": "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1), (1), (2);",
                              "question": "List x for every row.", "reference": "SELECT x FROM t"})
     assert values(task.score(ex, fenced("SELECT x FROM t ORDER BY x DESC"))) == (1.0, 1.0, 1.0)
     distinct = task.score(ex, fenced("SELECT DISTINCT x FROM t"))
@@ -200,7 +211,8 @@ def test_pathological_replies_are_fast_and_score_zero(task):
         task.verifier_info(ex, reply)
         assert time.perf_counter() - t0 < 1.0
         assert scores["correct"].value == 0.0 and scores["correct"].reason
-    assert task.score(ex, fenced("SELECT " + "(" * 3000 + "1" + ")" * 3000))["valid"].reason == "parse error: the query is nested too deeply"
+    nested = fenced("SELECT " + "(" * 3000 + "1" + ")" * 3000)
+    assert task.score(ex, nested)["valid"].reason == "parse error: the query is nested too deeply"
 
 
 def test_unclosed_block_still_checked_for_correctness(task):
@@ -277,8 +289,10 @@ GOOD = {"id": "x", "db": "shop", "question": "q?", "reference": "SELECT 1"}
         ({**GOOD, "reference": "SELECT name FROM customers WHERE 0"}, "reference", "returns no rows"),
         ({**GOOD, "reference": "DROP TABLE customers"}, "reference", "not a SELECT"),
         ({**GOOD, "reference": "SELECT FROM WHERE"}, "reference", "parse error"),
-        ({"id": "x", "schema_sql": "CREATE TABLE t (a", "question": "q?", "reference": "SELECT 1"}, "schema_sql", "does not build"),
-        ({"id": "x", "schema_sql": "ATTACH DATABASE 'z.db' AS z; CREATE TABLE t (a);", "question": "q?", "reference": "SELECT 1"},
+        ({"id": "x", "schema_sql": "CREATE TABLE t (a", "question": "q?", "reference": "SELECT 1"},
+         "schema_sql", "does not build"),
+        ({"id": "x", "schema_sql": "ATTACH DATABASE 'z.db' AS z; CREATE TABLE t (a);", "question": "q?",
+          "reference": "SELECT 1"},
          "schema_sql", "ATTACH"),
     ],
 )
@@ -327,7 +341,8 @@ def test_trailing_comment_after_a_complete_query_is_fine(task, sql):
 
 @pytest.mark.parametrize("sql, reason", [
     ("SELECT name FROM customers\x00", "the query contains a NUL character (at character 26)"),
-    ("SELECT name FROM customers WHERE city = '\ud800'", "the query is not valid text (lone surrogate '\\ud800' at character 41)"),
+    ("SELECT name FROM customers WHERE city = '\ud800'",
+     "the query is not valid text (lone surrogate '\\ud800' at character 41)"),
 ])
 def test_text_that_is_not_sql_text_scores_zero_with_a_reason(task, sql, reason):
     ex = task.example("shop-01")

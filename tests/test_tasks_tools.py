@@ -252,7 +252,8 @@ def test_from_bfcl():
 
 
 def test_localization_data(task):
-    lines = [json.loads(l) for l in (ROOT / "sample_data/localization/tools.jsonl").read_text().splitlines() if l.strip()]
+    text = (ROOT / "sample_data/localization/tools.jsonl").read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
     assert len(lines) >= 12
     n_bad = 0
     for d in lines:
@@ -282,13 +283,15 @@ def test_deeply_nested_json_scores_with_reasons(task, ex):
     assert [v.value for v in s.values()] == [1.0, 1.0, 0.0]
     # a deep but shallow-enough wrong value is shown shortened
     s = task.score(ex, '{"name": "get_weather", "arguments": {"city": ' + "[" * 60 + "]" * 60 + ', "days": 5}}')
-    assert s["arguments"].value == 0.5 and s["arguments"].reason.startswith("'city' is [[[[") and len(s["arguments"].reason) < 150
+    reason = s["arguments"].reason
+    assert s["arguments"].value == 0.5 and reason.startswith("'city' is [[[[") and len(reason) < 150
 
 
 def test_python_style_call_nested_deeply_or_negated_long_is_not_a_call():
     assert parse_call("f(a=" + "[" * 3000 + "]" * 3000 + ")") is None
     assert parse_call("f(a=" + "-" * 100_000 + "1)") is None
-    assert parse_call("x " * 1000 + "get_weather(city='Paris', days=5)") == {"name": "get_weather", "arguments": {"city": "Paris", "days": 5}}
+    assert parse_call("x " * 1000 + "get_weather(city='Paris', days=5)") == {
+        "name": "get_weather", "arguments": {"city": "Paris", "days": 5}}
 
 
 def test_long_answers_are_read_in_bounded_time(task, ex):

@@ -120,7 +120,8 @@ def test_any_fill_is_the_plain_fill_or_refused_for_length(prompt, item, sep, x, 
 
 @settings_
 @given(template=st.one_of(texts, _plain(["{a}", "{b.c}"]), _plain(["{0}"])),
-       keys=st.one_of(st.lists(texts, max_size=4, unique=True), st.just(["a", "b.c", "0"])), vals=st.lists(texts, min_size=4, max_size=4),
+       keys=st.one_of(st.lists(texts, max_size=4, unique=True), st.just(["a", "b.c", "0"])),
+       vals=st.lists(texts, min_size=4, max_size=4),
        limit=st.integers(0, 200))
 @example(template="{a.b}", keys=["a.b"], vals=["v", "", "", ""], limit=10)
 @example(template="{a.b}", keys=["a"], vals=["v", "", "", ""], limit=10)

@@ -60,7 +60,8 @@ def test_from_dict_and_file(tmp_path):
 
 
 @pytest.mark.parametrize("bad", ["{0} {prompt} {verifier_info}", "{prompt:>99999999} {verifier_info}",
-                                 "{prompt} {verifier_info.__class__.__init__.__globals__}", "{prompt!s:>9} {verifier_info}"])
+                                 "{prompt} {verifier_info.__class__.__init__.__globals__}",
+                                 "{prompt!s:>9} {verifier_info}"])
 def test_format_syntax_is_never_evaluated(bad):
     with pytest.raises(TemplateError, match="unknown placeholder"):
         Template(prompt=bad)

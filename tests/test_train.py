@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from mrtpo.errors import MrtpoError
+from mrtpo.policy import clipped_surrogate_loss
 from mrtpo.store import Store
 from mrtpo.tasks.base import Example, Score, TaskFamily
-from mrtpo.policy import clipped_surrogate_loss
 from mrtpo.train import TrainConfig, Trainer
 
 
@@ -111,7 +111,7 @@ def test_resume_continues_and_matches_straight_run(tmp_path):
     Trainer(cfg(checkpoint_every=1), st, "r", family=ToyFamily()).train(2)
     logs = []
     tr = Trainer(None, st, "r", family=ToyFamily(), log=logs.append)
-    assert tr.steps_done == 2 and any("checkpoint of step 2" in l for l in logs)
+    assert tr.steps_done == 2 and any("checkpoint of step 2" in line for line in logs)
     tr.train(1)
     assert st.get_run("r").steps_done == 3 and set(st.metrics(st.get_run("r").id)["loss"]) == {1, 2, 3}
     straight = Trainer(cfg(), family=ToyFamily())
@@ -129,7 +129,7 @@ def test_resume_from_older_checkpoint_recomputes(tmp_path):
     b = Trainer(None, st, "r", family=ToyFamily(), log=logs.append)
     assert b.steps_done == 2 and st.get_run("r").steps_done == 3  # resuming only reads until train() holds the lock
     b.train(1)
-    assert any("after the last checkpoint" in l for l in logs)
+    assert any("after the last checkpoint" in line for line in logs)
     assert st.get_run("r").steps_done == 3
     assert st.metrics(st.get_run("r").id)["loss"][3] == loss3  # step 3 recomputed identically
 

@@ -82,7 +82,8 @@ def _trainer(tmp_path, tiny, method, beta, calls=None):
 
 
 def _inputs():
-    return [{"prompt": [{"role": "user", "content": f"Say something {i}."}], "target": i} for i in (0, 1) for _ in range(4)]
+    return [{"prompt": [{"role": "user", "content": f"Say something {i}."}], "target": i}
+            for i in (0, 1) for _ in range(4)]
 
 
 def test_trainer_beta0_reproduces_trl(tmp_path, tiny):

@@ -32,7 +32,8 @@ COMMAND_GROUPS = (credit, faithfulness, tasks, train, experiment, rollouts, app)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mrtpo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="mrtpo", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for group in COMMAND_GROUPS:
         group.register(sub)

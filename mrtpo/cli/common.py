@@ -28,7 +28,8 @@ def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="default | tiny-random | HF id | local folder")
     p.add_argument("--device", default="auto", type=V.device_flag,
                    help="auto (CUDA bf16 if available, else CPU) | cpu | cuda | cuda:N | mps")
-    p.add_argument("--template", default=None, help="verifier-info template file (JSON {prompt,item,separator} or text)")
+    p.add_argument("--template", default=None,
+                   help="verifier-info template file (JSON {prompt,item,separator} or text)")
 
 
 def load_template(path, family=None):

@@ -112,7 +112,8 @@ def cmd_relevance(a) -> int:
         sys.stdout.write(text)
     else:
         write_text(a.output, text)
-    print(f"{len(results)} cases written to {a.output}" + (f", {bad} bad lines skipped" if bad else ""), file=sys.stderr)
+    skipped = f", {bad} bad lines skipped" if bad else ""
+    print(f"{len(results)} cases written to {a.output}{skipped}", file=sys.stderr)
     return lines_summary(len(results), bad)
 
 
@@ -205,7 +206,8 @@ def _explain_input(path: str):
 
     d = load_json(path)
     if not isinstance(d, dict):
-        raise MrtpoError(f"{path}: expected a JSON object {{\"prompt\", \"verifier_info\", \"responses\", \"rewards\"}}")
+        raise MrtpoError(f"{path}: expected a JSON object "
+                         f"{{\"prompt\", \"verifier_info\", \"responses\", \"rewards\"}}")
     try:
         for f in ("prompt", "verifier_info", "responses", "rewards"):
             if f not in d:
@@ -222,7 +224,8 @@ def _explain_input(path: str):
             infos = [V.text_map(x, f"verifier_info[{i}]") for i, x in enumerate(vi)]
             for i, x in enumerate(infos[1:], start=1):
                 if set(x) != set(infos[0]):
-                    raise V.BadValue(f"verifier_info[{i}]", f"has rewards {sorted(x)}, verifier_info[0] has {sorted(infos[0])}")
+                    raise V.BadValue(f"verifier_info[{i}]",
+                                     f"has rewards {sorted(x)}, verifier_info[0] has {sorted(infos[0])}")
         else:
             infos = [V.text_map(vi, "verifier_info")] * G
         if ALL in infos[0]:

@@ -40,7 +40,8 @@ def cmd_score(a) -> int:
             continue
         eid, resp = obj.get("example_id"), obj.get("response")
         if eid is None or isinstance(eid, (dict, list)) or str(eid) not in by_id:
-            what = "missing" if eid is None else f"unknown id {V._shown(eid) if isinstance(eid, (dict, list)) else repr(eid)}"
+            shown = V._shown(eid) if isinstance(eid, (dict, list)) else repr(eid)
+            what = "missing" if eid is None else f"unknown id {shown}"
             print(f"{a.responses}: line {n}: field 'example_id': {what}", file=sys.stderr)
             bad += 1
             continue

@@ -161,7 +161,8 @@ def cmd_train(a) -> int:
         stored = existing.config
         diff = [k for k, v in given.items() if stored.get(k) != v]
         if diff:
-            log(f"run '{name}' exists: using its stored config (ignoring {', '.join('--' + d.replace('_', '-') for d in diff)})")
+            flags = ", ".join("--" + d.replace("_", "-") for d in diff)
+            log(f"run '{name}' exists: using its stored config (ignoring {flags})")
         tr = Trainer(None, store, name, log=log)
     else:
         log(f"creating run '{name}' in {store.path}")

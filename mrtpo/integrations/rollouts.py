@@ -13,8 +13,9 @@ Two input formats (one row = one sampled completion):
 Rows are grouped by (step, prompt). A *verifier template* says which columns are the rewards and what each reward's
 checker reads: a JSON object ``{reward column: text template}``, where the text template uses the row's fields as
 plain named placeholders (``{reference}``, ``{score}``, ``{prompt}``, ``{completion}``; filled by
-:func:`mrtpo.templates.fill_fields`, never evaluated). Each group is then replayed (:func:`mrtpo.relevance.replay_group`)
-and turned into a :class:`mrtpo.pipeline.TokenView` for the heatmaps of :mod:`mrtpo.render`.
+:func:`mrtpo.templates.fill_fields`, never evaluated). Each group is then replayed
+(:func:`mrtpo.relevance.replay_group`) and turned into a :class:`mrtpo.pipeline.TokenView` for the heatmaps of
+:mod:`mrtpo.render`.
 
 Malformed files raise :class:`RolloutFileError` naming the file, the row (1-based) and the column.
 """
@@ -345,9 +346,11 @@ class VerifierTemplate:
         vals = []
         for k in self.texts:
             if k not in row.values:
-                numeric = [c for c, v in row.values.items() if isinstance(_plain(v), (int, float)) and c not in ("step", "advantage")]
+                numeric = [c for c, v in row.values.items()
+                           if isinstance(_plain(v), (int, float)) and c not in ("step", "advantage")]
                 raise RolloutFileError(row.source, row.row, k, "missing: the verifier template names this reward "
-                                       f"column, but the row has none (numeric columns: {', '.join(numeric) or 'none'})")
+                                       "column, but the row has none "
+                                       f"(numeric columns: {', '.join(numeric) or 'none'})")
             vals.append(_number(row.values[k], row.source, row.row, k, "a number (reward value)"))
         return vals
 
@@ -426,7 +429,8 @@ def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") ->
         vm = render.scales(v)
         step = f" — step {eg.group.step}" if eg.group.step is not None else ""
         body.append(f"<h2>Group {html.escape(eg.group.id)}{step}</h2>"
-                    f"<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>{html.escape(eg.group.prompt)}</pre>")
+                    "<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>"
+                    f"{html.escape(eg.group.prompt)}</pre>")
         body.append(render.rewards_table(v, eg.scored))
         for i, r in enumerate(eg.group.rows):
             logged = f" (logged {r.advantage:+.3f})" if r.advantage is not None and not math.isnan(r.advantage) else ""

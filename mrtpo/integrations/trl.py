@@ -180,7 +180,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                     R = rewards[g * G:(g + 1) * G][:, cols].float().cpu().numpy()  # the whole group, for skipping
                     if not active_rewards(keys, R)[0]:
                         continue  # every reward constant in the group: Â = 0, nothing to reallocate
-                    res = replay_group(lm, prompt_text(prompts[rows[0]]), [{k: info[k] for k in keys} for info in infos],
+                    res = replay_group(lm, prompt_text(prompts[rows[0]]),
+                                       [{k: info[k] for k in keys} for info in infos],
                                        [list(ids_list[i]) for i in rows], self.mrtpo_config.template, rewards=R,
                                        config=self.mrtpo_config.replay, measure=self.mrtpo_config.measure)
                     stats["replay_forward_tokens"] += res.forward_tokens

@@ -11,7 +11,8 @@ _FAMILIES = {
     "instructions": "mrtpo.tasks.instructions:InstructionsTask",
     "tools": "mrtpo.tasks.tools:ToolsTask",
 }
-_ALIASES = {"text-to-sql": "sql", "ifeval": "instructions", "instruction": "instructions", "tool": "tools", "tool-calling": "tools"}
+_ALIASES = {"text-to-sql": "sql", "ifeval": "instructions", "instruction": "instructions",
+            "tool": "tools", "tool-calling": "tools"}
 _cache: dict[str, TaskFamily] = {}
 
 

@@ -97,7 +97,8 @@ class TaskFamily:
                 return exs[i]
         from mrtpo.errors import MrtpoError
 
-        raise MrtpoError(f"task '{self.name}' has no example '{key}' (ids: {exs[0].id} ... {exs[-1].id}, or an index 0..{len(exs) - 1})")
+        raise MrtpoError(f"task '{self.name}' has no example '{key}' "
+                         f"(ids: {exs[0].id} ... {exs[-1].id}, or an index 0..{len(exs) - 1})")
 
     def parse_example(self, obj: dict[str, Any]) -> Example:
         """Build an Example from one JSON object of the family's documented JSONL format.

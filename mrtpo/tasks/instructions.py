@@ -82,7 +82,8 @@ class InstructionsTask(TaskFamily):
                 raise KeyError(f"{where}.id")
             kwargs = c.get("kwargs")
             kwargs = {} if kwargs is None else kwargs
-            if c["id"] == "combination:repeat_prompt" and isinstance(kwargs, dict) and kwargs.get("prompt_to_repeat") is None:
+            is_repeat_prompt = c["id"] == "combination:repeat_prompt" and isinstance(kwargs, dict)
+            if is_repeat_prompt and kwargs.get("prompt_to_repeat") is None:
                 kwargs = {**kwargs, "prompt_to_repeat": task}
             ins, kw = validate(c["id"], kwargs, where)
             parsed.append({"id": ins.id, "kwargs": kw, "wording": ins.wording(kw)})

@@ -57,11 +57,11 @@ from sqlglot.dialects.sqlite import SQLite
 from sqlglot.tokens import TokenType as _T
 
 from mrtpo.errors import MrtpoError
+from mrtpo.tasks.base import Example, Score, Span, TaskFamily, clean_spans, sample_data
+from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError, text_problem
 
 # sqlglot warns on stderr for every unparsable model output; the reason is in the Score instead
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
-from mrtpo.tasks.base import Example, Score, Span, TaskFamily, clean_spans, sample_data
-from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError, text_problem
 
 DATA_DIR = sample_data("sql")
 BUNDLED_DBS = ("shop", "school", "library")
@@ -552,7 +552,8 @@ class SqlTask(TaskFamily):
         """Run all three checkers on ``response`` (cached: score and verifier_info share one run)."""
         d = example.data
         ordered = d.get("ordered", has_order_by(d["reference"]))
-        check = _check if len(response) <= _MAX_CACHED_CHARS else _check.__wrapped__  # keep huge replies out of the cache
+        # keep huge replies out of the cache
+        check = _check if len(response) <= _MAX_CACHED_CHARS else _check.__wrapped__
         return check(example_db(example), d["reference"], bool(ordered), response)
 
     def score(self, example: Example, response: str) -> dict[str, Score]:
@@ -577,7 +578,8 @@ class SqlTask(TaskFamily):
             assert c.result is not None
             outcome = f"your query returned {summarize(c.result)}"
         order = " in this order" if example.data.get("ordered") else ""
-        correct = f"The result must equal that of the reference query {ref}{order}; {outcome}; expected {summarize(c.expected)}."
+        correct = (f"The result must equal that of the reference query {ref}{order}; {outcome}; "
+                   f"expected {summarize(c.expected)}.")
         return {"format": FORMAT_RULE, "valid": valid, "correct": correct}
 
 

@@ -202,7 +202,8 @@ class Worker:
             owner.set_authorizer(None)
             owner.set_progress_handler(None, 0)
             owner.execute("PRAGMA query_only = 1")
-            rows = owner.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND sql IS NOT NULL ORDER BY rowid").fetchall()
+            rows = owner.execute("SELECT name, sql FROM sqlite_master "
+                                 "WHERE type = 'table' AND sql IS NOT NULL ORDER BY rowid").fetchall()
             if not rows:
                 return ("error", "the script creates no table")
         except BaseException:
