@@ -25,6 +25,7 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -99,9 +100,29 @@ def default_model_name() -> str:
     return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
 
 
+_PRELOADS: dict[tuple[str, str], Future] = {}  # started, not yet taken by _model
+_PRELOADED: set[tuple[str, str]] = set()  # ever started (a model is preloaded once per process)
+_PRELOAD_LOCK = threading.Lock()
+_PRELOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtpo-preload")
+
+
+def preload_model(name: str, device: str = "auto") -> None:
+    """Start loading ``name`` on ``device`` in a background thread (once per process), so that the model is ready,
+    or nearly, when the first Sample click asks for it: the sidebar calls this on every run; the load overlaps with
+    the page's start. The thread runs the library's ``load_model`` only (no Streamlit call); :func:`_model` takes its
+    result, or its error, as its own."""
+    key = (name, device)
+    with _PRELOAD_LOCK:
+        if key not in _PRELOADED:
+            _PRELOADED.add(key)
+            _PRELOADS[key] = _PRELOADER.submit(load_model, name, device)
+
+
 @st.cache_resource(show_spinner=False, max_entries=2)
 def _model(name: str, device: str = "auto") -> LoadedModel:
-    return load_model(name, device)
+    with _PRELOAD_LOCK:
+        started = _PRELOADS.pop((name, device), None)
+    return started.result() if started is not None else load_model(name, device)
 
 
 CONVERTING = ("Converting the default model (SmolLM2-135M-Instruct) once: about 20 s. Later loads take about a "
@@ -180,6 +201,7 @@ def sidebar() -> Choices:
                  help="default = SmolLM2-135M-Instruct; tiny-random = a 2-layer random model for tests; "
                       "or type a Hugging Face id / local folder (must be in the local cache: no model hub here)")
     sb.selectbox("Device", DEVICES, key="mrtpo_device", help="auto = CUDA (bfloat16) when available, else CPU")
+    preload_model(st.session_state["mrtpo_model"], st.session_state["mrtpo_device"])
     fams = available_families()
     if not fams:
         sb.error("No task family could be loaded; check the installation (mrtpo/tasks).")
