@@ -238,8 +238,8 @@ def test_worker_process_limits(tmp_path):
     import subprocess
     import sys
 
-    code = (f"import sys; sys.path.insert(0, {str(sql_sandbox.WORKER_SCRIPT.parent)!r}); import sql_worker\n"
-            "sql_worker._limit_process()\n"
+    code = (f"import runpy; worker = runpy.run_path({str(sql_sandbox.WORKER_SCRIPT)!r}, run_name='worker')\n"
+            "worker['_limit_process']()\n"
             "try:\n    bytearray(2 << 30); print('allocated')\nexcept MemoryError:\n    print('MemoryError')\n"
             f"try:\n    open({str(tmp_path / 'f')!r}, 'w').write('x' * 10000); print('wrote')\n"
             "except OSError as e:\n    print(e.errno)\n")
