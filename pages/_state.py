@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, MutableMapping, Sequence
 
 import numpy as np
 import streamlit as st
@@ -100,7 +100,8 @@ def default_model_name() -> str:
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
-def _model(name: str, device: str = "auto") -> LoadedModel:
+def _load_model(name: str, device: str = "auto") -> LoadedModel:
+    _mark_ran()
     return load_model(name, device)
 
 
@@ -258,6 +259,9 @@ def _counted(fn):
     return call
 
 
+_model = _counted(_load_model)  # the model loader, counted: a Timer around a load already done says "cached"
+
+
 @_counted
 @st.cache_data(show_spinner=False, max_entries=32)
 def sample_cached(model: str, device: str, prompt: str, n: int, max_new_tokens: int, temperature: float,
@@ -296,13 +300,14 @@ def next_token_topk_cached(model: str, device: str, prompt: str, verifier_info: 
 
 
 def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, tries: int, n: int, max_new_tokens: int,
-                        temperature: float, seed: int, on_try=None) -> tuple[ScoredGroup, list[SampleTry]]:
+                        temperature: float, seed: int, on_try=None, want: int = 1
+                        ) -> tuple[ScoredGroup, list[SampleTry]]:
     """:func:`mrtpo.pipeline.sample_until_varied` on :func:`sample_cached` (a seed tried before is not sampled
-    again): seeds ``seed``, ``seed + 1``, … until a reward varies in the group, at most ``tries``."""
+    again): seeds ``seed``, ``seed + 1``, … until ``want`` rewards vary in the group, at most ``tries``."""
     return _sample_until_varied(
         None, family_, example, tries, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-        on_try=on_try, sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens,
-                                                          temperature, s))
+        on_try=on_try, want=want,
+        sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens, temperature, s))
 
 
 def replay_for(ch: Choices, group: ScoredGroup, template: dict, skip_constant: bool = True,
@@ -332,6 +337,17 @@ class Run:
     @property
     def label(self) -> str:
         return f"{self.choices.family}/{self.group.example.id}" if self.mode == "task" else "your prompt"
+
+
+def follow_table(state: MutableMapping, rows: Sequence[int], picker: str, seen: str) -> None:
+    """Make a table's newly selected row the value of the widget ``picker`` (a key in ``state``, the session
+    state). ``seen`` keeps the selection of the last run, so that only a *change* of selection moves the picker:
+    a picker changed by hand afterwards keeps its value while the row stays selected. Call it before the picker
+    is drawn."""
+    sel = int(rows[0]) if len(rows) else None
+    if sel is not None and sel != state.get(seen):
+        state[picker] = sel
+    state[seen] = sel
 
 
 def set_run(run: Run) -> None:
