@@ -5,7 +5,6 @@ Run:  streamlit run app.py --server.headless true --server.port 8501 --browser.g
 """
 from __future__ import annotations
 
-
 import streamlit as st
 
 from pages import _state

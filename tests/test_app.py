@@ -463,6 +463,28 @@ def test_templates_page_malformed_then_rerun(sampled: AppTest):
     assert "Rules:" in after["replay"].prompts[0]["__all__"]
 
 
+def test_explore_says_cached_for_a_group_sampled_before(sampled: AppTest):
+    at = sampled
+    first = at.session_state["mrtpo_run"].timings
+    assert first["sample"].endswith(" s") and first["replay"].endswith(" s")
+    at.button(key="explore_sample").click().run()  # the same inputs again: every heavy step from the caches
+    _ok(at)
+    t = at.session_state["mrtpo_run"].timings
+    assert (t["model"], t["sample"], t["replay"]) == ("cached", "cached", "cached") and t["score"].endswith(" s")
+    assert [s.label for s in at.status] == ["Group ready (cached)"]
+    assert any(c.value.startswith("model cached · sample cached · score ") for c in at.caption)
+
+
+def test_templates_page_shows_reward_names_literally(sampled: AppTest):
+    at = sampled
+    at.switch_page("pages/templates.py").run()
+    _ok(at)
+    line = next(m.value for m in at.markdown if m.value.startswith("Group "))
+    assert "punctuation\\:\u200bno\\_comma" in line  # escaped: no emoji shortcode, no italics
+    assert shown(line).endswith("rewards: punctuation:no_comma, keywords:existence")
+    assert shown(at.text_area(key="tpl_text_0_punctuation:no_comma").label) == "punctuation:no_comma"
+
+
 def test_custom_prompt_rewards_default_zero():
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()

@@ -47,7 +47,8 @@ def server():
             except OSError:
                 pass
             if time.time() > deadline or proc.poll() is not None:
-                pytest.fail(f"streamlit did not start: {proc.stdout.read().decode(errors='replace')[-2000:] if proc.poll() is not None else 'timeout'}")
+                log = proc.stdout.read().decode(errors="replace")[-2000:] if proc.poll() is not None else "timeout"
+                pytest.fail(f"streamlit did not start: {log}")
             time.sleep(0.3)
         yield url
     finally:
