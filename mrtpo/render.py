@@ -31,18 +31,19 @@ CSS = """
 .mrtpo .evkey{font-family:ui-monospace,Menlo,Consolas,monospace}
 .mrtpo .faith{display:block;font-size:11px;color:#333}
 .mrtpo .nl{color:#aaa}
-.mrtpo .legend{display:flex;gap:14px;align-items:center;font-size:12px;color:#555;margin:6px 0}
+.mrtpo .legend{display:flex;flex-wrap:wrap;gap:4px 14px;align-items:center;font-size:12px;color:#555;margin:6px 0}
 .mrtpo .bar{display:inline-block;width:120px;height:10px;border-radius:2px;vertical-align:middle}
 .mrtpo .reward{border-top:1px solid #eee;padding-top:4px;margin-top:6px}
 .mrtpo h3{margin:10px 0 4px 0;font-size:15px}
 .mrtpo .pair{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));column-gap:24px}
 .mrtpo .pair .row{flex-direction:column;margin:3px 0}
 .mrtpo .pair .lab{flex:none;padding:0 0 1px 0}
+.mrtpo .pair .faith{display:inline;margin-left:8px}
 .mrtpo .why{font-weight:normal;font-size:12px;color:#666}
 .mrtpo .vk{font-size:12px;color:#555;margin:1px 0 2px 0}
 .mrtpo .vk summary{cursor:pointer}
 .mrtpo .vk pre{white-space:pre-wrap;background:#f6f6f6;padding:4px 6px;margin:2px 0;font-size:12px}
-.mrtpo .scale{font-style:italic}
+.mrtpo .scale{font-weight:600;color:#333}
 .mrtpo table{border-collapse:collapse;font-size:12px}
 .mrtpo td,.mrtpo th{border:1px solid #ddd;padding:2px 6px;text-align:right}
 """
@@ -118,14 +119,13 @@ def legend(vmax_adv: float, vmax_rel: float, evidence: bool = False, vmax_moved:
     div = f"linear-gradient(90deg,rgb{NEG},white,rgb{POS})"
     moved = "" if vmax_moved is None else (
         f'<span>moved <span class="bar" style="background:{div}"></span> ±{vmax_moved:.3g}</span>')
-    who = {"response": "colors scaled to this response", "group": "colors shared by the group"}.get(scale or "", "")
+    who = {"response": "colors scaled to this response:", "group": "colors shared by the group:"}.get(scale or "", "")
     return (
-        '<div class="legend">'
-        f'<span>advantage <span class="bar" style="background:{div}"></span>'
+        '<div class="legend">' + (f'<span class="scale">{who}</span>' if who else "")
+        + f'<span>advantage <span class="bar" style="background:{div}"></span>'
         f" −{vmax_adv:.3g} (red: pushed down) · 0 · +{vmax_adv:.3g} (blue: pushed up)</span>{moved}"
         f'<span>relevance <span class="bar" style="background:linear-gradient(90deg,white,rgb{REL})"></span>'
-        f" 0 … {vmax_rel:.3g} (mean 1)</span>{ev}"
-        + (f'<span class="scale">{who}</span>' if who else "") + "</div>"
+        f" 0 … {vmax_rel:.3g} (mean 1)</span>{ev}</div>"
     )
 
 

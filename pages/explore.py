@@ -216,9 +216,12 @@ for row in rows:
     row["response"] = S._short(row["response"], 80)
 table = st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", on_select="rerun",
                      selection_mode="single-row", key=f"explore_table_{run.settings['id']}",
-                     column_config={"response": st.column_config.TextColumn(width="medium"),
+                     column_config={"response": st.column_config.TextColumn(width="large"),
                                     "#": st.column_config.NumberColumn(width="small")})
-S.follow_table(st.session_state, table.selection.rows, "explore_response", "explore_table_seen")
+# the response picker's key is per group: a new group starts at #0 with its own labels (a browser's picker kept showing
+# the old group's label for an unchanged index)
+RESPONSE_KEY = f"explore_response_{run.settings['id']}"
+S.follow_table(st.session_state, table.selection.rows, RESPONSE_KEY, "explore_table_seen")
 st.caption("Select a row to show that response below. Â k = GDPO's per-reward group z-score; GDPO A = their sum, "
            "batch-normalized (spread uniformly over the response's tokens).")
 
@@ -306,12 +309,10 @@ def _topk_view(run: S.Run, i: int) -> None:
 def heatmaps(run: S.Run, method: str) -> None:
     """β, the response, the measure and the color scale only re-color: token_view + render, no model call."""
     g = run.group
-    c1, c2, c3 = st.columns([2, 1, 3])
+    c1, c2, c3 = st.columns([2, 1.5, 3])
     beta = c1.slider("β (share of advantage reallocated by relevance)", 0.0, 1.0, 0.5, 0.05, key="explore_beta")
     measure = _measure_picker(c2)
-    if st.session_state.get("explore_response", 0) >= len(g.samples):
-        st.session_state["explore_response"] = 0
-    i = c3.selectbox("Response", list(range(len(g.samples))), key="explore_response",
+    i = c3.selectbox("Response", list(range(len(g.samples))), key=RESPONSE_KEY,
                      format_func=lambda j: f"#{j} — {S._short(g.samples[j].text, 70)}")
     scale = st.segmented_control(
         "Color scale", list(render.SCALES), default="response", required=True, key="explore_scale",
@@ -324,10 +325,11 @@ def heatmaps(run: S.Run, method: str) -> None:
         body = render.response_html(v, i, scale=scale, group=g)
     st.html(f"<style>{render.CSS}</style>{body}")
     label = parse_method(method).label
-    st.caption(f"Per reward: GDPO's uniform advantage (one color) beside {S.md(label)}'s token advantages A_ikt; "
-               f"below, what {S.md(label)} moved (A_ikt − Â_ik: blue gained, red gave up; it sums to 0 over the "
-               "response) beside the relevance ρ (mean 1) that decided it. Hover a token for its numbers. Blue "
-               "pushes the token up, red down; 0 is transparent. Underlined: the reward's evidence.")
+    st.caption(f"Per reward: GDPO's uniform advantage (one color) beside {S.md(label)}'s token advantages A_ikt. "
+               f"Below: what {S.md(label)} moved, A_ikt − Â_ik (blue: the token's advantage is above GDPO's uniform "
+               "share, red: below; the row sums to 0 over the response, on its own color scale), beside the "
+               "relevance ρ (mean 1) that decided it. Blue pushes a token up, red down; 0 is transparent. Hover a "
+               "token for its numbers. Underlined: the characters the reward's checker read (its evidence).")
     _topk_view(run, i)
     _faithfulness(v)
     data = view_to_json(v, g)

@@ -127,7 +127,7 @@ def test_explore_scale_switch_sets_the_color_limits_and_the_export(sampled: AppT
     group = render.limits(v, "group")
     # a response whose own largest |advantage| is below the group's: its colors differ between the two scales
     i = next(j for j in range(4) if render.limits(v, "response", j).adv < group.adv - 1e-6)
-    at.selectbox(key="explore_response").set_value(i).run()
+    at.selectbox(key=f"explore_response_{run.settings['id']}").set_value(i).run()
     _ok(at)
     assert at.button_group(key="explore_scale").value == "response"  # the default
     own_body = at.get("html")[0].proto.body
@@ -155,10 +155,10 @@ def test_explore_topk_view_matches_the_library(sampled: AppTest):
 
     at = sampled
     assert not [c for c in at.get("plotly_chart") if "explore_dist_chart" in c.proto.id]  # off until asked
-    at.selectbox(key="explore_response").set_value(2).run()
+    run = at.session_state["mrtpo_run"]
+    at.selectbox(key=f"explore_response_{run.settings['id']}").set_value(2).run()
     at.toggle(key="explore_topk").set_value(True).run()
     _ok(at)
-    run = at.session_state["mrtpo_run"]
     k = "punctuation:no_comma"
     resp = run.replay.responses[2]
     t = int(np.argmax(resp.js[k]))  # the view starts at the largest JS distance

@@ -151,6 +151,8 @@ def test_scale_switch_table_row_and_topk_in_chromium(server):
             _idle(page)
             legend = page.locator(".mrtpo .legend").first
             assert "colors scaled to this response" in legend.inner_text()
+            first_label = page.get_by_role("combobox", name="Response").input_value()
+            assert first_label.startswith("#0 —")
             assert page.get_by_text("moved by MRTPO").first.is_visible()
             gdpo, mrtpo = (page.locator(".mrtpo .pair").first.locator(".row").nth(j).bounding_box() for j in (0, 1))
             assert abs(gdpo["y"] - mrtpo["y"]) < 1 and mrtpo["x"] > gdpo["x"] + gdpo["width"]  # side by side
@@ -167,6 +169,16 @@ def test_scale_switch_table_row_and_topk_in_chromium(server):
             page.wait_for_selector("[data-testid='stPlotlyChart'] .bars path", timeout=30_000)
             assert page.locator("[data-testid='stPlotlyChart'] .bars path").count() >= 20  # p_t and q_t bars
             assert page.get_by_text("token t = ").first.is_visible()
+            # another group (seed 2): the picker starts again at #0, with the new group's text
+            seed = page.get_by_role("spinbutton", name="Seed")
+            seed.fill("2")
+            seed.press("Enter")
+            _idle(page)
+            page.get_by_role("button", name="Sample group").click()
+            _idle(page)
+            page.wait_for_selector(".mrtpo .legend", state="visible", timeout=90_000)
+            label = page.get_by_role("combobox", name="Response").input_value()
+            assert label.startswith("#0 —") and label != first_label
             assert page.locator("[data-testid='stException']").count() == 0
             assert page.locator("[data-testid='stAlertContentError']").count() == 0
             if shots:
