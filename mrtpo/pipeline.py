@@ -90,7 +90,7 @@ def varied_rewards(group: ScoredGroup) -> list[str]:
 @dataclass
 class SampleTry:
     """One try of :func:`sample_until_varied`: its seed, the rewards that varied and those that did not, the group's
-    mean of each reward, and the seconds it took (sampling and scoring)."""
+    mean of each reward, the seconds it took (sampling and scoring) and whether its group is the one returned."""
 
     index: int  # 1-based
     seed: int
@@ -98,29 +98,34 @@ class SampleTry:
     constant: list[str]
     means: dict[str, float]
     seconds: float
+    kept: bool = False  # set on the try whose group sample_until_varied returns
 
 
 def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Example, tries: int, n: int = 8,
                         max_new_tokens: int = 96, temperature: float = 1.0, seed: int = 0,
                         on_try: Callable[[SampleTry], None] | None = None,
-                        sample_fn: Callable[[int], Sequence[Sample]] | None = None
+                        sample_fn: Callable[[int], Sequence[Sample]] | None = None, want: int = 1
                         ) -> tuple[ScoredGroup, list[SampleTry]]:
     """Sample and score groups with seeds ``seed``, ``seed + 1``, … — at most ``tries`` of them — until **at least
-    one reward varies** within the group (a reward constant in the group gives every response advantage 0, so a
-    group where every reward is constant has nothing to show or learn).
+    ``want`` rewards vary** within the group (default one; ``want`` is capped at the number of rewards). A reward
+    constant in the group gives every response advantage 0, so a group where every reward is constant has nothing
+    to show or learn; the app asks for more varying rewards than its current group has.
 
-    Returns the first group in which a reward varies (else the last one tried) and the list of tries;
-    ``on_try(SampleTry)`` is called after each.  ``sample_fn(seed) -> samples`` replaces sampling from ``lm`` (the
-    app passes its cached sampler; ``lm`` may then be None).  Greedy sampling (``temperature`` 0) gives the same
-    group for every seed, so it makes one try only.
+    Returns the first group in which ``want`` rewards vary, else the one tried where the most rewards varied (the
+    latest of equals: the last one when none varied), and the list of tries; ``on_try(SampleTry)`` is called
+    after each.  ``sample_fn(seed) -> samples`` replaces sampling from ``lm`` (the app passes its cached sampler;
+    ``lm`` may then be None).  Greedy sampling (``temperature`` 0) gives the same group for every seed, so it makes
+    one try only.
     """
     if not isinstance(tries, int) or isinstance(tries, bool) or tries < 1:
         raise MrtpoError(f"tries must be an integer >= 1, got {tries!r}")
+    if not isinstance(want, int) or isinstance(want, bool) or want < 1:
+        raise MrtpoError(f"want must be an integer >= 1, got {want!r}")
     if sample_fn is None:
         def sample_fn(s: int) -> list[Sample]:
             return sample(lm, example.prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=s)
     out: list[SampleTry] = []
-    group = None
+    best = None
     for j in range(1 if temperature == 0 else tries):
         t0 = time.perf_counter()
         group = score_group(family, example, sample_fn(seed + j))
@@ -130,9 +135,12 @@ def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Exa
         out.append(SampleTry(j + 1, seed + j, varied, constant, means, time.perf_counter() - t0))
         if on_try:
             on_try(out[-1])
-        if varied:
+        if best is None or len(varied) >= len(best[1]):
+            best = (group, varied, out[-1])
+        if len(varied) >= min(want, len(group.reward_names)) and varied:
             break
-    return group, out
+    best[2].kept = True
+    return best[0], out
 
 
 def template_for(family: TaskFamily | None, override: Template | dict | None = None) -> Template:
@@ -172,6 +180,13 @@ class TokenView:
     measure: str = "js"  # the relevance measure ρ comes from
     # per response: {reward: evidence spans (None = whole response)}; [] when the group has no verifier evidence
     evidence: list[dict[str, list[Span] | None]] = field(default_factory=list)
+
+    def moved(self, i: int, reward: str) -> np.ndarray:
+        """(T,) what the token method moved of ``reward``'s advantage in response ``i``: its token row minus the
+        estimator's uniform share, A'_ikt − Â_ik / scale = f_i · w_k Â_ik β_s (ρ_ikt − 1)
+        (:func:`mrtpo.advantages.token_advantages_per_reward`). Its token sum is 0 (ρ has mean 1): MRTPO only
+        moves a reward's advantage between the response's tokens. All 0 for a response-level method or β = 0."""
+        return self.token_adv_per_reward[i][reward] - float(self.per_reward[i, self.reward_names.index(reward)])
 
     def faithfulness(self, i: int, reward: str):
         """:class:`mrtpo.faithfulness.PairMetrics` of response ``i``'s relevance for ``reward`` against its evidence

@@ -10,6 +10,7 @@ over every color (class ``ev``), and the relevance row's label gives that respon
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -23,16 +24,26 @@ CSS = """
 .mrtpo{font-family:ui-sans-serif,system-ui,sans-serif;font-size:14px;color:#222}
 .mrtpo .row{display:flex;align-items:flex-start;margin:2px 0}
 .mrtpo .lab{flex:0 0 190px;font-size:12px;color:#555;padding-top:3px}
-.mrtpo .toks{flex:1;font-family:ui-monospace,Menlo,Consolas,monospace;line-height:1.9;white-space:normal;word-break:break-word}
+.mrtpo .toks{flex:1;font-family:ui-monospace,Menlo,Consolas,monospace;line-height:1.9;white-space:normal;
+ word-break:break-word}
 .mrtpo .tok{border-radius:3px;padding:1px 0;white-space:pre-wrap}
 .mrtpo .ev{border-bottom:3px solid #111;padding:0 1px 1px;box-decoration-break:clone;-webkit-box-decoration-break:clone}
 .mrtpo .evkey{font-family:ui-monospace,Menlo,Consolas,monospace}
 .mrtpo .faith{display:block;font-size:11px;color:#333}
 .mrtpo .nl{color:#aaa}
-.mrtpo .legend{display:flex;gap:14px;align-items:center;font-size:12px;color:#555;margin:6px 0}
+.mrtpo .legend{display:flex;flex-wrap:wrap;gap:4px 14px;align-items:center;font-size:12px;color:#555;margin:6px 0}
 .mrtpo .bar{display:inline-block;width:120px;height:10px;border-radius:2px;vertical-align:middle}
 .mrtpo .reward{border-top:1px solid #eee;padding-top:4px;margin-top:6px}
 .mrtpo h3{margin:10px 0 4px 0;font-size:15px}
+.mrtpo .pair{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));column-gap:24px}
+.mrtpo .pair .row{flex-direction:column;margin:3px 0}
+.mrtpo .pair .lab{flex:none;padding:0 0 1px 0}
+.mrtpo .pair .faith{display:inline;margin-left:8px}
+.mrtpo .why{font-weight:normal;font-size:12px;color:#666}
+.mrtpo .vk{font-size:12px;color:#555;margin:1px 0 2px 0}
+.mrtpo .vk summary{cursor:pointer}
+.mrtpo .vk pre{white-space:pre-wrap;background:#f6f6f6;padding:4px 6px;margin:2px 0;font-size:12px}
+.mrtpo .scale{font-weight:600;color:#333}
 .mrtpo table{border-collapse:collapse;font-size:12px}
 .mrtpo td,.mrtpo th{border:1px solid #ddd;padding:2px 6px;text-align:right}
 """
@@ -99,60 +110,143 @@ def evidence_note(view: TokenView, i: int, reward: str) -> tuple[list[bool] | No
     return marks, f"AUROC {m.auroc:.2f} · lift {m.lift:.2f}"
 
 
-def legend(vmax_adv: float, vmax_rel: float, evidence: bool = False) -> str:
+def legend(vmax_adv: float, vmax_rel: float, evidence: bool = False, vmax_moved: float | None = None,
+           scale: str | None = None) -> str:
+    """The colors' key: advantage ±``vmax_adv`` (diverging), the moved rows ±``vmax_moved`` (when given), relevance
+    0 … ``vmax_rel``; ``scale`` ("response" / "group") says whose values set the limits."""
     ev = ('<span><span class="ev evkey">abc</span> evidence: the characters the reward\'s checker read; '
           "AUROC (0.5 = chance) and lift (1 = uniform) say how well ρ finds them</span>") if evidence else ""
+    div = f"linear-gradient(90deg,rgb{NEG},white,rgb{POS})"
+    moved = "" if vmax_moved is None else (
+        f'<span>moved <span class="bar" style="background:{div}"></span> ±{vmax_moved:.3g}</span>')
+    who = {"response": "colors scaled to this response:", "group": "colors shared by the group:"}.get(scale or "", "")
     return (
-        '<div class="legend">'
-        f'<span>advantage <span class="bar" style="background:linear-gradient(90deg,rgb{NEG},white,rgb{POS})"></span>'
-        f" −{vmax_adv:.3g} (red: pushed down) · 0 · +{vmax_adv:.3g} (blue: pushed up)</span>"
+        '<div class="legend">' + (f'<span class="scale">{who}</span>' if who else "")
+        + f'<span>advantage <span class="bar" style="background:{div}"></span>'
+        f" −{vmax_adv:.3g} (red: pushed down) · 0 · +{vmax_adv:.3g} (blue: pushed up)</span>{moved}"
         f'<span>relevance <span class="bar" style="background:linear-gradient(90deg,white,rgb{REL})"></span>'
         f" 0 … {vmax_rel:.3g} (mean 1)</span>{ev}</div>"
     )
 
 
+SCALES = {"response": "per response", "group": "shared by the group"}  # color-scale choices: key → label
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Color limits of a heatmap: advantages ±``adv`` (diverging, pinned at 0), the "moved by MRTPO" rows
+    ±``moved`` (diverging) and relevance 0 … ``rel`` (sequential)."""
+
+    adv: float
+    moved: float
+    rel: float
+
+
+def limits(view: TokenView, scale: str = "response", i: int | None = None,
+           rewards: Sequence[str] | None = None) -> Limits:
+    """The color limits of the rows :func:`response_html` draws, over response ``i``'s rows (``scale="response"``)
+    or over every response's (``scale="group"``); ``rewards`` limits the per-reward rows to those (None = all).
+
+    adv   = max |v| over the uniform shares Â_ik / scale (``per_reward``), the token rows A'_ikt, and the combined
+            A_i (``final``) and A_it (``token_adv``);
+    moved = max |A'_ikt − Â_ik / scale| (:meth:`mrtpo.pipeline.TokenView.moved`);
+    rel   = max ρ_ikt.
+    A limit of 0 (nothing to color) becomes 1, so every color stays transparent and no division by 0 happens."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    if scale == "response" and i is None:
+        raise ValueError('scale="response" needs the response i')
+    rows = range(len(view.texts)) if scale == "group" else [i]
+    names = [k for k in view.reward_names if rewards is None or k in rewards]
+    adv, moved, rel = [0.0], [0.0], [0.0]
+    for n in rows:
+        adv += [abs(float(view.final[n])), float(np.abs(view.token_adv[n]).max(initial=0.0))]
+        for k in names:
+            adv += [abs(float(view.per_reward[n, view.reward_names.index(k)])),
+                    float(np.abs(view.token_adv_per_reward[n][k]).max(initial=0.0))]
+            moved.append(float(np.abs(view.moved(n, k)).max(initial=0.0)))
+            rel.append(float(np.max(view.relevance[n][k], initial=0.0)))
+    return Limits(max(adv) or 1.0, max(moved) or 1.0, max(rel) or 1.0)
+
+
 def scales(view: TokenView) -> tuple[float, float]:
-    """Symmetric advantage limit ±max|A| and relevance limit max ρ over the whole group."""
-    adv = [np.abs(a).max() for a in view.token_adv if len(a)]
-    adv += [np.abs(v).max() for d in view.token_adv_per_reward for v in d.values() if len(v)]
-    adv += [float(np.abs(view.final).max()) if len(view.final) else 0.0]
-    rel = [v.max() for d in view.relevance for v in d.values() if len(v)]
-    return float(max(adv, default=1.0)) or 1.0, float(max(rel, default=1.0)) or 1.0
+    """(advantage limit, relevance limit) shared by the whole group (:func:`limits` with ``scale="group"``)."""
+    lim = limits(view, "group")
+    return lim.adv, lim.rel
+
+
+def _pair(*rows: str) -> str:
+    """Rows side by side where the width allows (a grid of columns at least 360 px wide; it wraps when narrow)."""
+    return f'<div class="pair">{"".join(rows)}</div>'
+
+
+def _reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note: str = "") -> str:
+    """A reward's header: its name and value, the checker's reason (when it gave one) and, folded, its verifier
+    information v_k (what P_\\k leaves out); every text escaped."""
+    k = view.reward_names[j]
+    reason = group.reasons[i].get(k, "") if group is not None and group.reasons else ""
+    why = f' <span class="why">— {html.escape(reason)}</span>' if reason else ""
+    extra = f' <span class="why">{html.escape(note)}</span>' if note else ""
+    info = group.verifier_info[i].get(k) if group is not None and group.verifier_info else None
+    vk = ("" if not info else f'<details class="vk"><summary>verifier information v_k (what P_\\k leaves out)'
+          f"</summary><pre>{html.escape(info)}</pre></details>")
+    return f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}{why}{extra}{vk}</div>'
 
 
 def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None, combined: bool = True,
-                  vmax: tuple[float, float] | None = None) -> str:
-    """Heatmaps of response ``i``: per reward GDPO's uniform advantage, MRTPO's token advantage, relevance."""
-    va, vr = vmax or scales(view)
-    base = parse_method(view.method).estimator_label
+                  vmax: tuple[float, float] | None = None, scale: str = "response",
+                  group: ScoredGroup | None = None) -> str:
+    """Heatmaps of response ``i``: per reward, the estimator's uniform advantage beside the method's token
+    advantages A'_ikt (side by side where the width allows), what the method moved (A'_ikt − Â_ik / scale: the
+    reallocation itself, its own diverging limit) beside the relevance ρ; then the combined advantages.
+
+    Colors: ``scale`` "response" (each response's own limits) or "group" (shared: :func:`limits`); ``vmax`` =
+    (advantage, relevance) limits given by the caller overrides both (the moved rows then use the group's limit).
+    ``group`` adds each reward's reason and verifier information. A reward constant in the group (not replayed)
+    is one line: its value and reason."""
+    shown = [k for k in view.reward_names if rewards is None or k in rewards]
+    if vmax is not None:
+        lim = Limits(vmax[0], limits(view, "group", rewards=shown).moved, vmax[1])
+    else:
+        lim = limits(view, scale, i, rewards=shown)
+    va, vm, vr = lim.adv, lim.moved, lim.rel
+    m = parse_method(view.method)
+    base = m.estimator_label
     toks = view.tokens[i]
     T = len(toks)
     parts = []
     for j, k in enumerate(view.reward_names):
-        if rewards is not None and k not in rewards:
+        if k not in shown:
             continue
-        rel, js, ta = view.relevance[i][k], view.js[i][k], view.token_adv_per_reward[i][k]
+        if k in view.skipped:
+            parts.append(_reward_head(view, i, j, group, "(same for every response in the group: advantage 0, "
+                                                         "not replayed)"))
+            continue
+        rel, js, ta, mv = view.relevance[i][k], view.js[i][k], view.token_adv_per_reward[i][k], view.moved(i, k)
         uni = float(view.per_reward[i, j])
         tips = [f"{t['text']!r} | reward {k} | JS {js[n]:.4f} | relevance {rel[n]:.3f} | "
-                f"MRTPO advantage {ta[n]:+.4f} | {base} advantage {uni:+.4f}" for n, t in enumerate(toks)]
-        if k in view.skipped:
-            parts.append(f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g} '
-                         f'<span class="lab">(same for every response in the group: advantage 0, not replayed)</span></div>')
-            continue
+                f"{m.label} advantage {ta[n]:+.4f} | {base} advantage {uni:+.4f} | moved {mv[n]:+.4f}"
+                for n, t in enumerate(toks)]
         marks, note = evidence_note(view, i, k)
-        parts.append(f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}</div>')
-        parts.append(token_row(f"{base} (uniform) {uni:+.3f}", toks, [uni] * T, "diverging", va, tips))
-        parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips, marks))
+        parts.append(_reward_head(view, i, j, group))
+        parts.append(_pair(token_row(f"{base} (uniform) {uni:+.3f}", toks, [uni] * T, "diverging", va, tips),
+                           token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips, marks)))
         rel_label = "relevance ρ" + ("" if view.measure == "js" else f" ({view.measure})")
-        parts.append(token_row(rel_label, toks, rel, "sequential", vr, tips, marks, note))
+        rel_row = token_row(rel_label, toks, rel, "sequential", vr, tips, marks, note)
+        if m.tokens:
+            parts.append(_pair(token_row(f"moved by {m.label}: A − Â (±{vm:.3g})", toks, mv, "diverging", vm, tips,
+                                         marks), rel_row))
+        else:
+            parts.append(_pair(rel_row))
     if combined:
         fin, ta = float(view.final[i]), view.token_adv[i]
-        tips = [f"{t['text']!r} | combined | MRTPO advantage {ta[n]:+.4f} | {base} advantage {fin:+.4f}"
+        tips = [f"{t['text']!r} | combined | {m.label} advantage {ta[n]:+.4f} | {base} advantage {fin:+.4f}"
                 for n, t in enumerate(toks)]
         parts.append('<div class="reward"><b>combined</b> (sum over rewards, batch-normalized)</div>')
-        parts.append(token_row(f"{base} (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips))
-        parts.append(token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips))
-    return f'<div class="mrtpo">{legend(va, vr, bool(view.evidence))}{"".join(parts)}</div>'
+        parts.append(_pair(token_row(f"{base} (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips),
+                           token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips)))
+    key = legend(va, vr, bool(view.evidence), vm if m.tokens else None, None if vmax is not None else scale)
+    return f'<div class="mrtpo">{key}{"".join(parts)}</div>'
 
 
 def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
@@ -178,18 +272,27 @@ def faithfulness_html(view: TokenView) -> str:
             f"<table><tr>{head}</tr>{body}</table>")
 
 
-def page_html(view: TokenView, group: ScoredGroup | None = None, title: str = "mrtpo explain") -> str:
-    """A self-contained HTML page: rewards table, the faithfulness table, then every response's heatmaps."""
-    vm = scales(view)
+def page_html(view: TokenView, group: ScoredGroup | None = None, title: str = "mrtpo explain",
+              scale: str = "response") -> str:
+    """A self-contained HTML page: the settings, the rewards table, the faithfulness table, then every response's
+    heatmaps (:func:`response_html`, colors per ``scale``: "response" or "group"), each reward with its reason and
+    verifier information when ``group`` is given. Every text in it is escaped."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
     body = [f"<h2>{html.escape(title)}</h2>"]
     if group is not None:
-        body.append(f"<p><b>Example</b> {html.escape(group.example.id)}</p>"
-                    f"<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>{html.escape(group.prompt)}</pre>")
+        body.append(f"<p><b>Example</b> {html.escape(group.example.id)}</p><pre style='white-space:pre-wrap;"
+                    f"background:#f6f6f6;padding:6px'>{html.escape(group.prompt)}</pre>")
+    body.append(f"<p>Method <b>{html.escape(view.method)}</b>, β = {view.beta:g}, relevance measure "
+                f"<b>{html.escape(view.measure)}</b>; colors {html.escape(SCALES[scale])} (limits in each legend).</p>")
+    if view.skipped:
+        body.append("<p>Constant in this group (advantage 0 for every response, not replayed): "
+                    f"<b>{html.escape(', '.join(view.skipped))}</b>.</p>")
     body.append(rewards_table(view, group))
     body.append(faithfulness_html(view))
     for i in range(len(view.texts)):
         body.append(f"<h3>Response {i} — advantage {view.final[i]:+.3f}</h3>")
-        body.append(response_html(view, i, vmax=vm))
+        body.append(response_html(view, i, scale=scale, group=group))
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{CSS}</style></head><body class='mrtpo'>{''.join(body)}</body></html>")
 
@@ -199,7 +302,8 @@ def relevance_diff_html(before: ResponseRelevance, after: ResponseRelevance, rew
     difference Δρ = after − before (diverging, its own ±max)."""
     toks = before.tokens()
     T = len(toks)
-    vmax = max([float(r.relevance[k].max()) for r in (before, after) for k in rewards if k in r.relevance and T] + [1.0])
+    vmax = max([float(r.relevance[k].max()) for r in (before, after) for k in rewards if k in r.relevance and T]
+               + [1.0])
     rows = []
     for k in rewards:
         rb, ra = before.relevance.get(k, np.ones(T)), after.relevance.get(k, np.ones(T))
@@ -231,11 +335,8 @@ def stored_sample_html(view: TokenView, i: int, row: dict) -> str:
     tokens_method = parse_method(view.method).tokens
     names = [k for k in view.reward_names if k in row["rewards"]]
     replayed = set(row.get("relevance", {}))
-    advs = [np.abs(view.token_adv[i]).max(initial=0.0), abs(float(view.final[i]))]
-    advs += [np.abs(view.token_adv_per_reward[i][k]).max(initial=0.0) for k in names]
-    advs += [abs(float(view.per_reward[i, view.reward_names.index(k)])) for k in names]
-    va = float(max(advs)) or 1.0
-    vr = float(max([view.relevance[i][k].max(initial=0.0) for k in names if k in replayed] + [1.0]))
+    lim = limits(view, "response", i, rewards=names)
+    va, vr = lim.adv, max(lim.rel, 1.0)
     parts = [legend(va, vr)]
     reasons = row.get("reasons", {})
     for k in names:

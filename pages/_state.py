@@ -27,7 +27,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, MutableMapping, Sequence
 
 import numpy as np
 import streamlit as st
@@ -109,7 +109,7 @@ _PRELOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtpo-preload
 def preload_model(name: str, device: str = "auto") -> None:
     """Start loading ``name`` on ``device`` in a background thread (once per process), so that the model is ready,
     or nearly, when the first Sample click asks for it: the sidebar calls this on every run; the load overlaps with
-    the page's start. The thread runs the library's ``load_model`` only (no Streamlit call); :func:`_model` takes its
+    the page's start. The thread runs the library's ``load_model`` only (no Streamlit call); :func:`_load_model` takes its
     result, or its error, as its own."""
     key = (name, device)
     with _PRELOAD_LOCK:
@@ -119,7 +119,8 @@ def preload_model(name: str, device: str = "auto") -> None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
-def _model(name: str, device: str = "auto") -> LoadedModel:
+def _load_model(name: str, device: str = "auto") -> LoadedModel:
+    _mark_ran()
     with _PRELOAD_LOCK:
         started = _PRELOADS.pop((name, device), None)
     return started.result() if started is not None else load_model(name, device)
@@ -280,6 +281,9 @@ def _counted(fn):
     return call
 
 
+_model = _counted(_load_model)  # the model loader, counted: a Timer around a load already done says "cached"
+
+
 @_counted
 @st.cache_data(show_spinner=False, max_entries=32)
 def sample_cached(model: str, device: str, prompt: str, n: int, max_new_tokens: int, temperature: float,
@@ -318,13 +322,14 @@ def next_token_topk_cached(model: str, device: str, prompt: str, verifier_info: 
 
 
 def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, tries: int, n: int, max_new_tokens: int,
-                        temperature: float, seed: int, on_try=None) -> tuple[ScoredGroup, list[SampleTry]]:
+                        temperature: float, seed: int, on_try=None, want: int = 1
+                        ) -> tuple[ScoredGroup, list[SampleTry]]:
     """:func:`mrtpo.pipeline.sample_until_varied` on :func:`sample_cached` (a seed tried before is not sampled
-    again): seeds ``seed``, ``seed + 1``, … until a reward varies in the group, at most ``tries``."""
+    again): seeds ``seed``, ``seed + 1``, … until ``want`` rewards vary in the group, at most ``tries``."""
     return _sample_until_varied(
         None, family_, example, tries, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-        on_try=on_try, sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens,
-                                                          temperature, s))
+        on_try=on_try, want=want,
+        sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens, temperature, s))
 
 
 def replay_for(ch: Choices, group: ScoredGroup, template: dict, skip_constant: bool = True,
@@ -354,6 +359,17 @@ class Run:
     @property
     def label(self) -> str:
         return f"{self.choices.family}/{self.group.example.id}" if self.mode == "task" else "your prompt"
+
+
+def follow_table(state: MutableMapping, rows: Sequence[int], picker: str, seen: str) -> None:
+    """Make a table's newly selected row the value of the widget ``picker`` (a key in ``state``, the session
+    state). ``seen`` keeps the selection of the last run, so that only a *change* of selection moves the picker:
+    a picker changed by hand afterwards keeps its value while the row stays selected. Call it before the picker
+    is drawn."""
+    sel = int(rows[0]) if len(rows) else None
+    if sel is not None and sel != state.get(seen):
+        state[picker] = sel
+    state[seen] = sel
 
 
 def set_run(run: Run) -> None:

@@ -2,11 +2,8 @@
 reallocation with β, aggregation)."""
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 import torch
 
@@ -14,6 +11,7 @@ from mrtpo import render
 from mrtpo.advantages import compute
 from mrtpo.templates import ALL
 from pages import _state as S
+from pages import _topk
 
 st.title("Teach")
 st.caption("Each step of MRTPO on your current group, with its numbers. Formulas as in METHOD.md.")
@@ -118,51 +116,7 @@ c1, c2 = st.columns([2, 1])
 k6 = c1.selectbox("Reward k", rep.rewards, index=rep.rewards.index(k0), key="teach_dist_reward",
                   help="the reward whose verifier information P_\\k leaves out")
 top = c2.number_input("top-k", 3, 30, 10, key="teach_dist_k", help="tokens shown from each distribution (union)")
-st.html(f"<style>{render.CSS}</style>" + render.position_html(toks, t, f"token t = {t}"))
-with S.guard("next-token distributions"):
-    dist = S.next_token_topk_cached(run.choices.model, run.choices.device, g.prompt, g.verifier_info[i],
-                                    list(resp.token_ids), k6, int(t), int(top), run.template)
-
-
-def _shown(text: str) -> str:
-    """A token as a label: escapes for line breaks and tabs, ␣ for spaces, ∅ for an empty string."""
-    return repr(text)[1:-1].replace(" ", "␣") or "∅"
-
-
-def _plotly(text: str) -> str:
-    """A label for Plotly, which reads a subset of HTML in labels and hovers ("<|im_end|>" must stay text)."""
-    return html.escape(_shown(text), quote=False)
-
-
-yt = dist["token"]
-in_top = any(r["id"] == yt["id"] for r in dist["rows"])
-bars = dist["rows"] + ([] if in_top else [yt])  # the response's own token y_t always has its bars (last, if rare)
-labels = [_plotly(r["text"]) for r in bars]
-is_y = [r["id"] == yt["id"] for r in bars]
-outline = {"color": ["#000" if b else "rgba(0,0,0,0)" for b in is_y], "width": 2}
-fig = go.Figure()
-fig.add_bar(name="p_t = π(·|P_all, y<t)", x=list(range(len(labels))), y=[r["p"] for r in bars],
-            marker={"color": "#2166ac", "line": outline},
-            customdata=labels, hovertemplate="%{customdata}: p = %{y:.4f}<extra>P_all</extra>")
-fig.add_bar(name=f"q_t = π(·|P_\\{k6}, y<t)", x=list(range(len(labels))), y=[r["q"] for r in bars],
-            marker={"color": "#e66101", "line": outline},
-            customdata=labels, hovertemplate="%{customdata}: q = %{y:.4f}<extra>P_\\k</extra>")
-ticks = [f"<b>y_t = {x}</b>" if b else x for x, b in zip(labels, is_y)]  # y_t in bold, its bars outlined
-fig.update_layout(barmode="group", height=380, margin={"t": 40, "b": 10, "l": 10, "r": 10}, yaxis_title="probability",
-                  legend={"orientation": "h", "x": 0, "y": 1, "yanchor": "top", "yref": "container"},
-                  xaxis={"tickvals": list(range(len(labels))), "ticktext": ticks, "tickangle": -45,
-                         "automargin": True})
-st.plotly_chart(fig, key="teach_dist_chart")
-d_replay = float(resp.js[k6][t])
-st.markdown(f"The response's token at t: **{S.md(_shown(yt['text']))}** — p = {yt['p']:.4f}, q = {yt['q']:.4f}"
-            + ("" if in_top else " (outside both top-k sets: its bars come last)")
-            + f". The top-k bars hold {1 - dist['p_other']:.3f} of p_t and {1 - dist['q_other']:.3f} of q_t; the "
-              f"rest is spread over the other tokens.")
-st.latex(r"d_{ikt}=\sqrt{\tfrac12\sum_v p_t(v)\log\frac{p_t(v)}{m_t(v)}+\tfrac12\sum_v q_t(v)\log\frac{q_t(v)}"
-         r"{m_t(v)}}=" + f"{dist['js']:.5f}")
-st.caption(f"Computed here over the whole vocabulary in float32 from these two distributions; the replay's value "
-           f"at this token is {d_replay:.5f} (the replay may run the model in bfloat16, so the two can differ in "
-           f"the third digit).")
+dist = _topk.show(run, i, k6, int(t), int(top), key="teach_dist_chart")
 st.subheader("What v_k adds to the prompt")
 st.caption(f"P_all as the model sees it; highlighted: the text that P_\\k lacks, i.e. v_k for reward "
            f"{S.md(k6)}. Everything else is the same in both prompts, so any difference between p_t and q_t comes "

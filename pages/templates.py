@@ -5,12 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from pages import _state as S
 from mrtpo import render
 from mrtpo.errors import MrtpoError
 from mrtpo.pipeline import faithfulness_table, relevance_change, token_view
 from mrtpo.templates import Template
-
+from pages import _state as S
 
 
 def _faithfulness_change(g, before, after) -> None:
@@ -31,7 +30,8 @@ def _faithfulness_change(g, before, after) -> None:
                      "Δ AUROC": d(a.get("token AUROC"), b.get("token AUROC")),
                      "lift before": b.get("lift"), "lift after": a.get("lift"),
                      "Δ lift": d(a.get("lift"), b.get("lift"))})
-    st.markdown(f"**Faithfulness to the verifiers' evidence, before → after** (measure `{measure}`, all responses)")
+    st.markdown(f"**Faithfulness to the verifiers' evidence, before → after** (measure {S.md(measure)}, all "
+                "responses)")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     st.caption("Token AUROC (0.5 = uniform credit) and lift (1 = uniform) of relevance against the characters each "
                "checker read: a rise means the edited template moved relevance onto what the checker reads.")
@@ -44,7 +44,7 @@ st.caption("P_all = the task prompt with every reward's verifier information (fi
 run = S.require_run()
 g, ch = run.group, S.choices()
 fam_key = run.choices.family if run.mode == "task" else None
-st.markdown(f"Group **{run.label}**, G = {len(g.samples)}; rewards: {', '.join(g.reward_names)}")
+st.markdown(f"Group **{S.md(run.label)}**, G = {len(g.samples)}; rewards: {S.md(', '.join(g.reward_names))}")
 
 cur = run.template
 c1, c2 = st.columns([3, 1])
@@ -59,7 +59,7 @@ st.markdown("**Each reward's verifier text.** Prefilled with response #%d's text
 edits: dict[str, str] = {}
 for k in g.reward_names:
     orig = g.verifier_info[i][k]
-    new = st.text_area(k, orig, height=68, key=f"tpl_text_{i}_{k}")
+    new = st.text_area(S.md(k), orig, height=68, key=f"tpl_text_{i}_{k}")
     if new != orig:
         edits[k] = new
 
@@ -78,10 +78,12 @@ every = st.checkbox("Replay every reward, also those constant in the group (thei
 skip = not every and run.mode == "task"
 if st.button("Re-run replay (same responses)", type="primary", key="tpl_rerun"):
     with st.status("Replaying with the edited template…") as status, S.guard("replay"):
-        before_all = run.replay if not every or run.mode == "custom" else S.replay_for(
-            run.choices, g, run.template, skip_constant=False)
-        after = S.replay_for(run.choices, g, new_template.to_dict(), skip_constant=skip, verifier_info=infos)
-        status.update(label=f"Replay done ({after.seconds:.1f} s, {after.forward_passes} forward passes)",
+        with S.Timer({}, "replay") as tm:
+            before_all = run.replay if not every or run.mode == "custom" else S.replay_for(
+                run.choices, g, run.template, skip_constant=False)
+            after = S.replay_for(run.choices, g, new_template.to_dict(), skip_constant=skip, verifier_info=infos)
+        status.update(label=f"Replay done ({tm.text}; {after.forward_passes} forward passes)" if not tm.cached
+                      else "Replay done (cached: this template and these texts were replayed before)",
                       state="complete")
     st.session_state["tpl_after"] = {"template": new_template.to_dict(), "infos": infos, "replay": after,
                                      "before": before_all, "run_id": run.settings.get("id")}

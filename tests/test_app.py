@@ -17,6 +17,7 @@ os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from mrtpo.advantages import compute  # noqa: E402
+from mrtpo.errors import MrtpoError  # noqa: E402
 from pages import _state as S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,18 +74,24 @@ def test_explore_table_heatmap_spans_and_beta(sampled: AppTest):
     df = at.dataframe[0].value
     gd = compute("gdpo", torch.tensor(R, dtype=torch.float32), 4)
     np.testing.assert_allclose(df["GDPO A"].to_numpy(), gd.final.numpy(), atol=1e-3)
-    np.testing.assert_allclose(df["Â punctuation:no_comma"].to_numpy(), gd.diagnostics["zscore"][:, 0].numpy(), atol=1e-3)
-    # heatmap of response 0: per replayed reward 3 rows (GDPO uniform, MRTPO, relevance) + 2 combined rows, one span
-    # per token; the keywords reward is constant in the group (advantage 0), so it is not replayed and not shown
+    np.testing.assert_allclose(df["Â punctuation:no_comma"].to_numpy(), gd.diagnostics["zscore"][:, 0].numpy(),
+                               atol=1e-3)
+    # heatmap of response 0: per replayed reward 4 rows (GDPO uniform, MRTPO, moved by MRTPO, relevance) + 2 combined
+    # rows, one span per token; the keywords reward is constant in the group (advantage 0), so it is not replayed:
+    # one line with its value and the checker's reason
     assert run.replay.rewards == ["punctuation:no_comma"] and run.replay.skipped == ["keywords:existence"]
     T = len(run.replay.responses[0].token_ids)
     body = at.get("html")[0].proto.body
-    assert body.count('<span class="tok"') == T * (3 * 1 + 2)
+    assert body.count('<span class="tok"') == T * (4 * 1 + 2)
     rows = _rows(body)
-    assert len(rows) == 5 and all(len(bg) == T for _, bg in rows)
-    assert any("not replayed): keywords:existence" in c.value for c in at.caption)
-    assert "GDPO (uniform)" in rows[0][0] and "mrtpo β=0.5" in rows[1][0]
+    assert len(rows) == 6 and all(len(bg) == T for _, bg in rows)
+    reason = html.escape(run.group.reasons[0]["keywords:existence"])
+    assert reason and "<b>keywords:existence</b> = 0" in body and reason in body and "not replayed" in body
+    assert any("keywords:existence = 0" in shown(w.value).replace("*", "") for w in at.warning)  # named above
+    assert "GDPO (uniform)" in rows[0][0] and "mrtpo β=0.5" in rows[1][0] and "moved by MRTPO" in rows[2][0]
     assert len(set(rows[0][1])) == 1  # GDPO: the whole response one color
+    # side by side: GDPO | MRTPO, moved | ρ, and the combined pair
+    assert body.count('<div class="pair">') == 3
     assert 'title="' in body and "JS " in body and "relevance " in body  # hover tooltips
     assert "legend" in body
     # β re-colors (fragment, no model call): β = 0 → MRTPO row equals GDPO's uniform row; β = 1 differs
@@ -96,6 +103,152 @@ def test_explore_table_heatmap_spans_and_beta(sampled: AppTest):
     rows1 = _rows(at.get("html")[0].proto.body)
     assert rows1[1][1] != rows0[1][1] and len(set(rows1[1][1])) > 1
     assert at.session_state["mrtpo_run"] is not None and len(at.get("download_button")) == 2
+
+
+LEGEND = re.compile(r"advantage <span[^>]*></span> −([0-9.e+-]+) .*?moved <span[^>]*></span> ±([0-9.e+-]+)"
+                    r".*?relevance <span[^>]*></span> 0 … ([0-9.e+-]+)", re.S)
+
+
+def _lim(lim) -> tuple[str, str, str]:
+    return f"{lim.adv:.3g}", f"{lim.moved:.3g}", f"{lim.rel:.3g}"
+
+
+def test_explore_scale_switch_sets_the_color_limits_and_the_export(sampled: AppTest, monkeypatch):
+    from mrtpo import render
+    from mrtpo.pipeline import token_view
+
+    at = sampled
+    exported = []
+    real = render.page_html
+    monkeypatch.setattr(render, "page_html", lambda *a, **k: exported.append((k.get("scale"), real(*a, **k)))
+                        or exported[-1][1])
+    run = at.session_state["mrtpo_run"]
+    v = token_view(run.group, run.replay, method="mrtpo", beta=0.5)
+    group = render.limits(v, "group")
+    # a response whose own largest |advantage| is below the group's: its colors differ between the two scales
+    i = next(j for j in range(4) if render.limits(v, "response", j).adv < group.adv - 1e-6)
+    at.selectbox(key=f"explore_response_{run.settings['id']}").set_value(i).run()
+    _ok(at)
+    assert at.button_group(key="explore_scale").value == "response"  # the default
+    own_body = at.get("html")[0].proto.body
+    assert LEGEND.search(own_body).groups() == _lim(render.limits(v, "response", i))
+    scale, page = exported[-1]
+    assert scale == "response"
+    assert [m.groups() for m in LEGEND.finditer(page)] == [_lim(render.limits(v, "response", j)) for j in range(4)]
+    at.button_group(key="explore_scale").set_value("group").run()
+    _ok(at)
+    body = at.get("html")[0].proto.body
+    assert LEGEND.search(body).groups() == _lim(group) and "colors shared by the group" in body
+    assert _rows(body)[1][1] != _rows(own_body)[1][1]  # the MRTPO row is paler on the shared scale
+    scale, page = exported[-1]
+    assert scale == "group" and [m.groups() for m in LEGEND.finditer(page)] == [_lim(group)] * 4
+    # what MRTPO moved sums to 0 over the response (tooltips: "moved ±x.xxxx" per token)
+    moved = [float(x) for x in re.findall(r"moved ([+-][0-9.]+)", ROW.findall(body)[2][1])]
+    assert len(moved) == len(v.tokens[i]) and abs(sum(moved)) < 1e-3 and max(map(abs, moved)) > 0
+    np.testing.assert_allclose(moved, v.moved(i, "punctuation:no_comma"), atol=1e-4)
+
+
+def test_explore_topk_view_matches_the_library(sampled: AppTest):
+    from mrtpo.model import load_model
+    from mrtpo.relevance import next_token_topk
+    from mrtpo.templates import Template
+
+    at = sampled
+    assert not [c for c in at.get("plotly_chart") if "explore_dist_chart" in c.proto.id]  # off until asked
+    run = at.session_state["mrtpo_run"]
+    at.selectbox(key=f"explore_response_{run.settings['id']}").set_value(2).run()
+    at.toggle(key="explore_topk").set_value(True).run()
+    _ok(at)
+    k = "punctuation:no_comma"
+    resp = run.replay.responses[2]
+    t = int(np.argmax(resp.js[k]))  # the view starts at the largest JS distance
+    ref = next_token_topk(load_model("tiny-random", "cpu"), run.group.prompt, run.group.verifier_info[2],
+                          list(resp.token_ids), k, t, 10, Template.from_dict(run.template))
+    chart = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if "explore_dist_chart" in c.proto.id))
+    p_bars, q_bars = chart["data"]
+    n = len(p_bars["y"])
+    assert n >= 10 and p_bars["y"][:len(ref["rows"])] == pytest.approx([r["p"] for r in ref["rows"]])
+    assert q_bars["y"][:len(ref["rows"])] == pytest.approx([r["q"] for r in ref["rows"]])
+    assert f"={ref['js']:.5f}" in at.latex[-1].value
+    assert any(f"token t = {t}" in h.proto.body for h in at.get("html"))
+    slider = next(s for s in at.slider if s.key.startswith("explore_topk_t_"))
+    slider.set_value(0 if t else 1).run()
+    _ok(at)
+    t2 = 0 if t else 1
+    ref2 = next_token_topk(load_model("tiny-random", "cpu"), run.group.prompt, run.group.verifier_info[2],
+                           list(resp.token_ids), k, t2, 10, Template.from_dict(run.template))
+    assert f"={ref2['js']:.5f}" in at.latex[-1].value
+
+
+def test_constant_group_warns_and_samples_until_the_rewards_vary():
+    """tea-note, 16 tokens, seed 0: both rewards constant (a warning naming them, with the button); the button
+    tries seeds 1, 2, 3 and keeps seed 3, where the no-comma reward varies (as the library's helper finds)."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.selectbox(key="mrtpo_family").set_value("instructions").run()
+    at.selectbox(key="mrtpo_example").set_value("tea-note").run()
+    at.number_input(key="explore_max").set_value(16).run()
+    at.button(key="explore_sample").click().run()
+    _ok(at)
+    first = at.session_state["mrtpo_run"]
+    warn = shown(at.warning[0].value).replace("*", "")
+    assert "No reward varies in this group" in warn
+    assert "punctuation:no_comma = 1" in warn and "keywords:existence = 0" in warn
+    at.button(key="explore_until").click().run()
+    _ok(at)
+    from mrtpo.model import load_model
+    from mrtpo.pipeline import sample_until_varied
+    from mrtpo.tasks import get_family
+
+    fam = get_family("instructions")  # the library's helper, from seed 1, is the reference
+    want, ref = sample_until_varied(load_model("tiny-random", "cpu"), fam, fam.example("tea-note"), 5, n=4,
+                                    max_new_tokens=16, seed=1)
+    run = at.session_state["mrtpo_run"]
+    assert run is not first and run.settings["seed"] == 3 and at.number_input(key="explore_seed").value == 3
+    assert [t.seed for t in ref] == [1, 2, 3] and [t["seed"] for t in run.settings["tries"]] == [1, 2, 3]
+    assert [t["kept"] for t in run.settings["tries"]] == [False, False, True]
+    np.testing.assert_array_equal(run.group.rewards, want.rewards)
+    assert np.ptp(run.group.rewards[:, 0]) > 0 and run.replay.rewards == ["punctuation:no_comma"]
+    tries = next(d.value for d in at.dataframe if "seed" in d.value.columns)
+    assert tries["seed"].tolist() == [1, 2, 3] and tries["kept"].tolist() == [False, False, True]
+    assert tries["varies"].tolist() == ["none", "none", "punctuation:no_comma"]
+    assert tries["mean punctuation:no_comma"].tolist() == pytest.approx([t.means["punctuation:no_comma"] for t in ref],
+                                                                       abs=1e-3)
+    warn = shown(at.warning[0].value).replace("*", "")  # only the keywords reward is left constant
+    assert warn.startswith("This reward is the same") and "keywords:existence = 0" in warn
+    assert "no_comma" not in warn
+
+
+def test_sample_until_varied_keeps_the_group_when_none_is_better():
+    """shop-01 on the random model: no reward ever varies; the 5 tries are listed and the group stays."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.number_input(key="explore_max").set_value(8).run()
+    at.button(key="explore_sample").click().run()
+    _ok(at)
+    first = at.session_state["mrtpo_run"]
+    at.button(key="explore_until").click().run()
+    _ok(at)
+    assert at.session_state["mrtpo_run"] is first and at.number_input(key="explore_seed").value == 0
+    tries = next(d.value for d in at.dataframe if "seed" in d.value.columns)
+    assert tries["seed"].tolist() == [1, 2, 3, 4, 5] and not tries["kept"].any()
+    assert (tries["varies"] == "none").all()
+    assert any("none had more varying rewards" in e.proto.label for e in at.expander)
+
+
+def test_selecting_a_table_row_selects_that_response():
+    """The responses table's selection moves the response picker, only when the selection changes (a picker
+    changed by hand afterwards keeps its value)."""
+    state = {"explore_response": 0}
+    S.follow_table(state, [], "explore_response", "seen")
+    assert state == {"explore_response": 0, "seen": None}
+    S.follow_table(state, [2], "explore_response", "seen")
+    assert state["explore_response"] == 2
+    state["explore_response"] = 1  # picked by hand; the row stays selected
+    S.follow_table(state, [2], "explore_response", "seen")
+    assert state["explore_response"] == 1
+    S.follow_table(state, [3], "explore_response", "seen")
+    assert state["explore_response"] == 3
 
 
 def test_explore_method_choice_and_combined(sampled: AppTest):
@@ -242,6 +395,28 @@ def test_state_sample_until_varied_uses_the_cached_sampler():
     np.testing.assert_array_equal(group.rewards, group2.rewards)
 
 
+def test_sample_until_varied_wants_more_varying_rewards():
+    """want = 2: stops at the first group where both rewards vary; with too few tries, keeps the group where the most
+    varied (marked kept)."""
+    from mrtpo.model import Sample
+    from mrtpo.pipeline import sample_until_varied
+    from mrtpo.tasks import get_family
+
+    fam = get_family("instructions")
+    ex = fam.example("tea-note")  # no comma; keywords green and cup
+    texts = {0: ["tea", "tea"], 1: ["tea, hot", "tea"], 2: ["tea, hot", "green cup"], 3: ["a, b", "green cup"]}
+    fn = lambda s: [Sample([1], t) for t in texts[s]]  # noqa: E731
+    group, tries = sample_until_varied(None, fam, ex, 4, n=2, seed=0, sample_fn=fn, want=2)
+    assert [(t.seed, len(t.varied), t.kept) for t in tries] == [(0, 0, False), (1, 1, False), (2, 2, True)]
+    assert [s.text for s in group.samples] == texts[2]
+    group, tries = sample_until_varied(None, fam, ex, 2, n=2, seed=0, sample_fn=fn, want=2)
+    assert [t.kept for t in tries] == [False, True] and [s.text for s in group.samples] == texts[1]
+    group, tries = sample_until_varied(None, fam, ex, 4, n=2, seed=0, sample_fn=fn)  # want 1: the first that varies
+    assert [t.seed for t in tries] == [0, 1] and tries[-1].kept
+    with pytest.raises(MrtpoError, match="want must be"):
+        sample_until_varied(None, fam, ex, 2, sample_fn=fn, want=0)
+
+
 def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
     from pages import _state as St
 
@@ -286,6 +461,32 @@ def test_templates_page_malformed_then_rerun(sampled: AppTest):
     after = at.session_state["tpl_after"]
     assert all(info["punctuation:no_comma"] == "Do not write the letter e." for info in after["infos"])
     assert "Rules:" in after["replay"].prompts[0]["__all__"]
+
+
+def test_explore_says_cached_for_a_group_sampled_before(sampled: AppTest):
+    at = sampled
+    S.sample_cached.clear()  # (an earlier test in this process may have sampled the same group)
+    S.replay_cached.clear()
+    at.button(key="explore_sample").click().run()
+    first = at.session_state["mrtpo_run"].timings
+    assert first["sample"].endswith(" s") and first["replay"].endswith(" s")
+    assert [s.label for s in at.status][0].endswith(" s)")
+    at.button(key="explore_sample").click().run()  # the same inputs again: every heavy step from the caches
+    _ok(at)
+    t = at.session_state["mrtpo_run"].timings
+    assert (t["model"], t["sample"], t["replay"]) == ("cached", "cached", "cached") and t["score"].endswith(" s")
+    assert [s.label for s in at.status] == ["Group ready (cached)"]
+    assert any(c.value.startswith("model cached · sample cached · score ") for c in at.caption)
+
+
+def test_templates_page_shows_reward_names_literally(sampled: AppTest):
+    at = sampled
+    at.switch_page("pages/templates.py").run()
+    _ok(at)
+    line = next(m.value for m in at.markdown if m.value.startswith("Group "))
+    assert "punctuation\\:\u200bno\\_comma" in line  # escaped: no emoji shortcode, no italics
+    assert shown(line).endswith("rewards: punctuation:no_comma, keywords:existence")
+    assert shown(at.text_area(key="tpl_text_0_punctuation:no_comma").label) == "punctuation:no_comma"
 
 
 def test_custom_prompt_rewards_default_zero():

@@ -55,15 +55,15 @@ def test_explore_outlines_evidence_and_shows_auroc_and_lift(app: AppTest):
     assert "evidence: the characters the reward" in body  # the legend says what the underline means
     rows = ROW.findall(body)
     # response 0: "Tea, green tea, and a cup." — no_comma read its two commas; each comma is underlined in the
-    # reward's MRTPO and relevance rows
-    comma_rows = rows[:3]  # the no_comma reward's rows: GDPO uniform, MRTPO, relevance
+    # reward's MRTPO, moved and relevance rows
+    comma_rows = rows[:4]  # the no_comma reward's rows: GDPO uniform, MRTPO, moved by MRTPO, relevance
     assert [len(re.findall(r'<span class="ev"><span class="tok"[^>]*>,</span></span>', t)) for _, t in comma_rows] \
-        == [0, 2, 2]  # not on GDPO's uniform row
+        == [0, 2, 2, 2]  # not on GDPO's uniform row
     v = token_view(run.group, run.replay, beta=0.5)
     m = pair_metrics(v.relevance[0]["punctuation:no_comma"], [(t["start"], t["end"]) for t in v.tokens[0]],
                      run.group.evidence[0]["punctuation:no_comma"], RESPONSES[0])
-    assert f"AUROC {m.auroc:.2f} · lift {m.lift:.2f}" in comma_rows[2][0]
-    assert comma_rows[2][0].startswith("relevance ρ")
+    assert f"AUROC {m.auroc:.2f} · lift {m.lift:.2f}" in comma_rows[3][0]
+    assert comma_rows[3][0].startswith("relevance ρ")
     # the group's faithfulness table: one row per replayed reward, pairs counted as the library does
     df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
     assert df["reward"].tolist() == ["punctuation:no_comma", "keywords:existence"]

@@ -16,9 +16,9 @@ from pages import _state as St  # noqa: E402
 def fresh(monkeypatch):
     monkeypatch.setattr(St, "_PRELOADS", {})
     monkeypatch.setattr(St, "_PRELOADED", set())
-    St._model.clear()
+    St._load_model.clear()
     yield
-    St._model.clear()
+    St._load_model.clear()
 
 
 def test_preloaded_model_is_the_one_sample_gets(monkeypatch, fresh):

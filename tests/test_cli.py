@@ -86,8 +86,8 @@ def test_explain_from_input_and_task(tmp_path):
         assert sum(r["token_advantage"]) / len(r["token_advantage"]) == pytest.approx(r["advantage"], abs=1e-5)
         assert "".join(t["text"] for t in r["tokens"]) == r["response"]
     n_tok = sum(len(r["tokens"]) for r in data["responses"])
-    # per response and reward: GDPO's uniform row, MRTPO's row, relevance; plus the two combined rows
-    assert page.count('class="tok"') == n_tok * (3 * 2 + 2)
+    # per response and reward: GDPO's uniform row, MRTPO's row, what MRTPO moved, relevance; two combined rows
+    assert page.count('class="tok"') == n_tok * (4 * 2 + 2)
     resp = _jsonl(tmp_path / "resp.jsonl", [{"response": '{"name": "x", "arguments": {}}'}, {"response": "no"}])
     assert main(["explain", "--task", "tools", "--example", "0", "--responses", str(resp), "--html", str(html),
                  "--json", str(js), "--model", "tiny-random"]) == 0

@@ -47,7 +47,8 @@ def server():
             except OSError:
                 pass
             if time.time() > deadline or proc.poll() is not None:
-                pytest.fail(f"streamlit did not start: {proc.stdout.read().decode(errors='replace')[-2000:] if proc.poll() is not None else 'timeout'}")
+                log = proc.stdout.read().decode(errors="replace")[-2000:] if proc.poll() is not None else "timeout"
+                pytest.fail(f"streamlit did not start: {log}")
             time.sleep(0.3)
         yield url
     finally:
@@ -68,9 +69,9 @@ def test_sample_shows_heatmap_in_chromium(server):
             page.goto(server, wait_until="domcontentloaded")
             page.wait_for_selector(IDLE, timeout=60_000)
             page.get_by_role("button", name="Sample group").click()
-            page.wait_for_selector(".mrtpo .tok:not(:empty)", state="visible", timeout=90_000)
+            page.wait_for_selector(".mrtpo .legend", state="visible", timeout=90_000)  # (a token may be empty)
             page.wait_for_selector(IDLE, timeout=60_000)
-            toks = page.locator(".mrtpo .tok:not(:empty)")  # (a token may decode to no text)
+            toks = page.locator(".mrtpo .tok:not(:empty)")
             assert toks.count() > 0 and toks.first.is_visible()
             assert page.locator(".mrtpo .legend").first.is_visible()
             assert page.get_by_text("GDPO (uniform)").first.is_visible()
@@ -84,18 +85,22 @@ def test_sample_shows_heatmap_in_chromium(server):
 
 
 def test_evidence_outline_in_chromium(server):
-    """bike-tips (no comma; at seed 0 a response holds commas): the tokens a replayed reward's checker read are
-    underlined (``.ev``) in some response's rows, and the legend says what the underline means."""
+    """tea-note (no comma; keywords green, cup), seed 1: the tokens a replayed reward's checker read are underlined
+    (``.ev``) in some response's rows, and the legend says what the underline means."""
     sync_api = pytest.importorskip("playwright.sync_api")
     shots = os.environ.get("MRTPO_SHOTS")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{server}/?family=instructions&example=bike-tips", wait_until="domcontentloaded")
+            page.goto(f"{server}/?family=instructions&example=tea-note", wait_until="domcontentloaded")
             page.wait_for_selector(IDLE, timeout=60_000)
+            seed = page.get_by_label("Seed")  # seed 1: the no-comma reward varies, so it is replayed
+            seed.fill("1")
+            seed.press("Enter")
+            _idle(page)
             page.get_by_role("button", name="Sample group").click()
-            page.wait_for_selector(".mrtpo .tok:not(:empty)", state="visible", timeout=90_000)
+            page.wait_for_selector(".mrtpo .legend", state="visible", timeout=90_000)  # (a token may be empty)
             page.wait_for_selector(IDLE, timeout=60_000)
             assert page.locator(".mrtpo .legend .ev").first.is_visible()
             for j in range(1, 4):  # the responses whose checkers found something to point at are outlined
@@ -117,5 +122,67 @@ def test_evidence_outline_in_chromium(server):
             if shots:
                 Path(shots).mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=f"{shots}/e2e_evidence.png", full_page=True)
+        finally:
+            browser.close()
+
+
+def _idle(page) -> None:
+    page.wait_for_timeout(300)
+    page.wait_for_selector(IDLE, timeout=60_000)
+
+
+def test_scale_switch_table_row_and_topk_in_chromium(server):
+    """tea-note, seed 1 (no_comma varies): the scale switch changes the legend, GDPO and MRTPO sit side by side,
+    a click on a table row selects that response, and the top-k view draws its bars."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    shots = os.environ.get("MRTPO_SHOTS")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{server}/?family=instructions&example=tea-note", wait_until="domcontentloaded")
+            page.wait_for_selector(IDLE, timeout=60_000)
+            seed = page.get_by_label("Seed")
+            seed.fill("1")
+            seed.press("Enter")
+            _idle(page)
+            page.get_by_role("button", name="Sample group").click()
+            page.wait_for_selector(".mrtpo .legend", state="visible", timeout=90_000)
+            _idle(page)
+            legend = page.locator(".mrtpo .legend").first
+            assert "colors scaled to this response" in legend.inner_text()
+            first_label = page.get_by_role("combobox", name="Response").input_value()
+            assert first_label.startswith("#0 —")
+            assert page.get_by_text("moved by MRTPO").first.is_visible()
+            gdpo, mrtpo = (page.locator(".mrtpo .pair").first.locator(".row").nth(j).bounding_box() for j in (0, 1))
+            assert abs(gdpo["y"] - mrtpo["y"]) < 1 and mrtpo["x"] > gdpo["x"] + gdpo["width"]  # side by side
+            page.get_by_role("radio", name="shared by the group").click()
+            _idle(page)
+            assert "colors shared by the group" in page.locator(".mrtpo .legend").first.inner_text()
+            # the responses table: a click on row 2's selection cell (left edge; header and rows 35 px high)
+            box = page.locator("[data-testid='stDataFrame']").first.bounding_box()
+            page.mouse.click(box["x"] + 12, box["y"] + 35 + 2 * 35 + 17)
+            _idle(page)
+            assert page.get_by_role("combobox", name="Response").input_value().startswith("#2 —")
+            page.get_by_text("Show p_t and q_t at a token").click()
+            _idle(page)
+            page.wait_for_selector("[data-testid='stPlotlyChart'] .bars path", timeout=30_000)
+            assert page.locator("[data-testid='stPlotlyChart'] .bars path").count() >= 20  # p_t and q_t bars
+            assert page.get_by_text("token t = ").first.is_visible()
+            # another group (seed 2): the picker starts again at #0, with the new group's text
+            seed = page.get_by_role("spinbutton", name="Seed")
+            seed.fill("2")
+            seed.press("Enter")
+            _idle(page)
+            page.get_by_role("button", name="Sample group").click()
+            _idle(page)
+            page.wait_for_selector(".mrtpo .legend", state="visible", timeout=90_000)
+            label = page.get_by_role("combobox", name="Response").input_value()
+            assert label.startswith("#0 —") and label != first_label
+            assert page.locator("[data-testid='stException']").count() == 0
+            assert page.locator("[data-testid='stAlertContentError']").count() == 0
+            if shots:
+                Path(shots).mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=f"{shots}/e2e_scale_topk.png", full_page=True)
         finally:
             browser.close()
