@@ -109,8 +109,8 @@ _PRELOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtpo-preload
 def preload_model(name: str, device: str = "auto") -> None:
     """Start loading ``name`` on ``device`` in a background thread (once per process), so that the model is ready,
     or nearly, when the first Sample click asks for it: the sidebar calls this on every run; the load overlaps with
-    the page's start. The thread runs the library's ``load_model`` only (no Streamlit call); :func:`_load_model` takes its
-    result, or its error, as its own."""
+    the page's start. The thread runs the library's ``load_model`` only (no Streamlit call); :func:`_load_model`
+    takes its result, or its error, as its own."""
     key = (name, device)
     with _PRELOAD_LOCK:
         if key not in _PRELOADED:
