@@ -555,3 +555,26 @@ def write_outputs(summary: dict, out_dir: str | Path) -> dict[str, Path]:
         tmp.unlink(missing_ok=True)
         raise MrtpoError(f"cannot write {paths['png']}: {e.strerror or e}") from None
     return paths
+
+
+def band_polygons(x: list, lo: list, hi: list) -> tuple[list, list]:
+    """The min–max band as one closed polygon per run of steps where the curve has a value (a reward is missing at
+    steps whose prompt lacks it), the polygons separated by None: a band never bridges a gap."""
+    xs: list = []
+    ys: list = []
+    run: list[int] = []
+
+    def close() -> None:
+        if run:
+            xs.extend([x[i] for i in run] + [x[i] for i in reversed(run)] + [x[run[0]], None])
+            ys.extend([hi[i] for i in run] + [lo[i] for i in reversed(run)] + [hi[run[0]], None])
+            run.clear()
+
+    for i in range(len(x)):
+        ok = all(v is not None and math.isfinite(v) for v in (lo[i], hi[i]))
+        if ok:
+            run.append(i)
+        else:
+            close()
+    close()
+    return xs, ys

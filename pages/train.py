@@ -105,9 +105,8 @@ def _band_curves(summary: dict, cols: int = 3) -> go.Figure:
             x = list(range(1, len(c["mean"]) + 1))
             last = max(last, len(x))
             pos = {"row": i // cols + 1, "col": i % cols + 1}
-            fig.add_trace(go.Scatter(x=x, y=c["hi"], mode="lines", line={"width": 0}, legendgroup=m,
-                                     showlegend=False, hoverinfo="skip"), **pos)
-            fig.add_trace(go.Scatter(x=x, y=c["lo"], mode="lines", line={"width": 0}, fill="tonexty",
+            bx, by = X.band_polygons(x, c["lo"], c["hi"])
+            fig.add_trace(go.Scatter(x=bx, y=by, mode="lines", line={"width": 0}, fill="toself",
                                      fillcolor=_rgba(color, 0.18), legendgroup=m, showlegend=False,
                                      hoverinfo="skip"), **pos)
             fig.add_trace(go.Scatter(x=x, y=c["mean"], mode="lines+markers", name=m, legendgroup=m,

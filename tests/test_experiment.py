@@ -337,3 +337,17 @@ def test_experiment_command_on_tiny_random(tmp_path, capsys):
     assert "at least two methods" in capsys.readouterr().err
     assert main(args + ["--seed", "1"]) == 2  # per-run fields are not flags here, nor abbreviations of --seeds
     assert "unrecognized arguments: --seed 1" in capsys.readouterr().err
+
+
+def test_band_polygons_never_bridge_a_gap():
+    from mrtpo.experiment import band_polygons
+
+    nan = float("nan")
+    x = [1, 2, 3, 4, 5, 6]
+    lo = [0.1, 0.2, None, 0.4, nan, 0.6]
+    hi = [0.3, 0.5, None, 0.7, nan, 0.9]
+    xs, ys = band_polygons(x, lo, hi)
+    # steps 1-2: up along hi, back along lo, closed; step 4 alone; step 6 alone; None between polygons
+    assert xs == [1, 2, 2, 1, 1, None, 4, 4, 4, None, 6, 6, 6, None]
+    assert ys == [0.3, 0.5, 0.2, 0.1, 0.3, None, 0.7, 0.4, 0.7, None, 0.9, 0.6, 0.9, None]
+    assert band_polygons([1, 2], [None, None], [None, None]) == ([], [])
