@@ -249,8 +249,14 @@ def test_experiment_view(db):
     assert list(df["AUC"]) == pytest.approx([summary["methods"][m]["auc"] for m in ("gdpo", "mrtpo")])
     curves = json.loads(at.get("plotly_chart")[0].proto.spec)
     means = [t for t in curves["data"] if t.get("mode") == "lines+markers"]
-    bands = [t for t in curves["data"] if t.get("fill") == "tonexty"]
+    bands = [t for t in curves["data"] if t.get("fill") == "toself"]
     assert len(bands) == len(means) > 0  # every mean curve has its band
+    from mrtpo.experiment import band_polygons
+
+    c = summary["curves"]["mrtpo"]["mean"]
+    want_x, want_y = band_polygons(list(range(1, len(c["mean"]) + 1)), c["lo"], c["hi"])
+    band = next(t for t in bands if t["legendgroup"] == "mrtpo")  # the first mrtpo band: the mean-reward panel
+    assert band["x"] == want_x and band["y"] == pytest.approx(want_y)
     first = next(t for t in means if t["name"] == "mrtpo")
     assert first["y"] == pytest.approx(summary["curves"]["mrtpo"]["mean"]["mean"])
     # the probe: both methods, the same step, the same response (paired), the same step-0 relevance
