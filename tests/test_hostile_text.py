@@ -130,7 +130,7 @@ def test_linear_checks_agree_with_ifeval_regexes(text):
     dash_bullets = re.findall(r"^\s*-.*$", text, flags=re.MULTILINE)
     bullets_ref = len(star_bullets) + len(dash_bullets)
     assert check_bullet_lists(text, {"num_bullets": bullets_ref}).value == 1.0
-    assert _titles(text) == re.findall(r"<<[^\n]+>>", text)
+    assert [text[s:e] for s, e in _titles(text)] == re.findall(r"<<[^\n]+>>", text)  # (spans: the evidence)
     for marker, pattern in (("P.S.", r"\s*p\.\s?s\..*$"), ("P.P.S", r"\s*p\.\s?p\.\s?s.*$"),
                             ("b.*", r"\s*" + re.escape("b.*") + r".*$")):
         found = bool(re.findall(pattern, text.lower(), flags=re.MULTILINE))
