@@ -306,8 +306,17 @@ def _line_end(r: str, i: int) -> int:
 
 def check_bullet_lists(r: str, kw: dict) -> Score:
     # IFEval's r"^\s*\*[^\*].*$" and r"^\s*-.*$" with [^\S\n] for \s: a match starting on a blank line above a
-    # bullet ends where the one starting on the bullet's line does, so the counts are equal, in linear time
-    stars = [(m.end() - 2, m.end() - 1) for m in re.finditer(r"^[^\S\n]*\*[^\*]", r, flags=re.MULTILINE)]
+    # bullet ends where the one starting on the bullet's line does, so the counts are equal, in linear time.
+    # IFEval's [^\*] also matches a newline: a '*' that ends its line takes the next line into its match (.*$), so a
+    # star bullet starting on that next line is not counted (found by Hypothesis against the regex).
+    stars, swallowed_to = [], -1
+    for m in re.finditer(r"^[^\S\n]*\*[^\*]", r, flags=re.MULTILINE):
+        if m.start() < swallowed_to:
+            continue
+        stars.append((m.end() - 2, m.end() - 1))
+        if r[m.end() - 1] == "\n":
+            nl = r.find("\n", m.end())
+            swallowed_to = len(r) if nl < 0 else nl
     dashes = [(m.end() - 1, m.end()) for m in re.finditer(r"^[^\S\n]*-", r, flags=re.MULTILINE)]
     n = len(stars) + len(dashes)  # evidence: each bullet's marker
     return _ok(n == kw["num_bullets"], f"{n} bullet points, needs exactly {kw['num_bullets']}", r, stars + dashes)
