@@ -94,6 +94,8 @@ def _band_curves(summary: dict, cols: int = 3) -> go.Figure:
     keys = X._panel_keys(summary)
     rows = max(1, math.ceil(len(keys) / cols))
     titles = ["mean reward (per prompt, 0–1)" if k == "mean" else metric_title(k) for k in keys]
+    # three panels a row: a long reward name breaks after its type ("…format:<br>number_bullet_lists (0–1)")
+    titles = [t.replace(":", ":<br>", 1) if len(t) > 40 else t for t in titles]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles)
     last = 1
     for j, m in enumerate(summary["methods"]):
