@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_train import ToyFamily as TrainToyFamily
 
 from mrtpo.errors import MrtpoError
 from mrtpo.model import load_model, sample
@@ -14,30 +15,15 @@ from mrtpo.relevance import ReplayConfig, next_token_topk, replay_group
 from mrtpo.render import prompt_diff_html, stored_sample_html
 from mrtpo.store import Store
 from mrtpo.tasks import get_family
-from mrtpo.tasks.base import Example, Score, TaskFamily
 from mrtpo.templates import ALL, Template
 from mrtpo.train import PHASES, TrainConfig, Trainer
 
 
-class ToyFamily(TaskFamily):
-    """Two continuous rewards, so random-model responses always differ within a group."""
-
-    name = "toy"
-    template = {"prompt": "{prompt}\nRules:\n{verifier_info}", "item": "- {text}", "separator": "\n"}
+class ToyFamily(TrainToyFamily):
+    """test_train's toy family (two continuous rewards) on its first two examples."""
 
     def examples(self):
-        return [Example("a", "Say hi."), Example("b", "Count to three.")]
-
-    def reward_names(self, example):
-        return ["ascii", "lower"]
-
-    def score(self, example, response):
-        n = max(1, len(response))
-        return {"ascii": Score(sum(c.isascii() for c in response) / n),
-                "lower": Score(sum(c.islower() for c in response) / n)}
-
-    def verifier_info(self, example, response):
-        return {"ascii": "Write ASCII characters only.", "lower": "Use lowercase letters."}
+        return super().examples()[:2]
 
 
 # ---------------------------------------------------------------------------------------------- the phase hook
