@@ -227,7 +227,8 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
     keep = [j for j, i in enumerate(batch) if segs[i].has_children]
     kwargs = {}
     if C > 0:  # the rows' pasts and the new keys in one preallocated buffer (no concatenation per layer)
-        buf = buffer.view(kv[segs[batch[0]].parent], b, C + L)
+        # rows with a past have a parent (start > 0); a top-level row (no past) may come first in the batch
+        buf = buffer.view(kv[next(segs[i].parent for i in batch if segs[i].parent >= 0)], b, C + L)
         for j, i in enumerate(batch):
             buf[:, :, j, :, segs[i].start : C] = 0  # masked, but must not be NaN
             a = segs[i].parent

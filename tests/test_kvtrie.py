@@ -82,3 +82,24 @@ def test_shared_hidden_prefix_and_identical_sequences(tiny):
         for s, h in zip(SEQS, out):
             ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0]
             np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
+
+
+def test_top_level_row_first_in_a_batch_with_pasts(tiny):
+    """A leaf with no parent (it shares nothing, or its short shared parent was folded into it) that is the
+    shortest row of a pass whose other rows continue cached pasts (it crashed with KeyError: -1)."""
+    V = tiny.model.config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    shared = torch.randint(5, V, (80,), generator=g).tolist()
+    seqs = [shared + torch.randint(5, V, (n,), generator=g).tolist() for n in (6, 9)] + [[3, 4]]
+    trie = build_trie(seqs)
+    leaves = sorted((i for i, s in enumerate(trie.segments) if not s.has_children),
+                    key=lambda i: len(trie.segments[i].tokens))
+    assert trie.segments[leaves[0]].parent == -1 and trie.segments[leaves[1]].parent >= 0  # the case itself
+    backbone = decoder_stack(tiny.model)
+    want = [(0, len(s)) for s in seqs]
+    with torch.no_grad():
+        out, _, stats = shared_hidden(Decoder(backbone, torch.float32), 0, tiny.device, seqs, want, 4096, 8192)
+        for s, h in zip(seqs, out):
+            ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0]
+            np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
+    assert stats.forward_passes == 2  # the shared prefix, then all three leaves in one pass
