@@ -71,7 +71,7 @@ def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample])
         R[i] = [sc[k].value for k in names]
         reasons.append({k: sc[k].reason for k in names})
         evidence.append({k: sc[k].evidence for k in names})
-        info = family.verifier_info(example, s.text)
+        info = family.verifier_info(example, s.text, sc)
         infos.append({k: info[k] for k in names})
     return ScoredGroup(example, family.replay_prompt(example), list(samples), names, R, reasons, infos, evidence)
 

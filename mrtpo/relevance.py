@@ -229,6 +229,32 @@ def _js_contrast(inp: MeasureInput) -> np.ndarray:
     return carry_forward(word_max(contrast(inp.js, inp.js_others), inp.offsets, inp.text), inp.logp_all)
 
 
+#: js-support's share of the other rewards' mean JS that is taken off d_kt
+SUPPORT_OTHERS = 0.5
+
+
+def support(js: np.ndarray, others: np.ndarray | None, logp_all: np.ndarray, logp_without: np.ndarray,
+            share: float = SUPPORT_OTHERS) -> np.ndarray:
+    """The JS of reward k where v_k *supports* the written token: s_t = max(0, d_kt − share · mean_{j≠k} d_jt)
+    when log π(y_t | P_all, y<t) > log π(y_t | P_\\k, y<t), else 0.
+
+    js, logp_all, logp_without: (T,); others: (K', T) (K' = 0: nothing taken off).  A token that v_k made more likely
+    is one its text calls for (a quoted word of the reply, a keyword, a fence); one it made less likely is one the
+    rest of the prompt calls for, and removing v_k moved it only as any prompt change does."""
+    d = np.asarray(js, dtype=np.float32)
+    if others is not None and len(others):
+        d = np.maximum(0.0, d - share * np.asarray(others, dtype=np.float32).mean(0))
+    return np.where(np.asarray(logp_all) > np.asarray(logp_without), d, np.float32(0.0)).astype(np.float32)
+
+
+@register_measure("js-support", f"max(0, d_kt − {SUPPORT_OTHERS:g} · mean over the other replayed rewards of "
+                                "d_jt), kept where v_k raised the written token's probability (else 0), then word "
+                                "max and carried forward as in js-word-carry")
+def _js_support(inp: MeasureInput) -> np.ndarray:
+    s = support(inp.js, inp.js_others, inp.logp_all, inp.logp_without)
+    return carry_forward(word_max(s, inp.offsets, inp.text), inp.logp_all)
+
+
 def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
                      lengths: Sequence[int], T: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-response relevance {reward: (T_i,)} as the (N, K, T) ρ tensor and the (N, T) mask of valid tokens.

@@ -4,7 +4,7 @@ Hand-written responses; spans checked exactly (and shown as the text they cover,
 import pytest
 
 from mrtpo.tasks import get_family
-from mrtpo.tasks.base import MAX_EVIDENCE_SPANS, Score, clean_spans
+from mrtpo.tasks.base import MAX_EVIDENCE_SPANS, QUOTE_TOTAL_CHARS, Score, clean_spans, quote_evidence
 from mrtpo.tasks.ifeval_checks import INSTRUCTIONS, validate
 from mrtpo.tasks.sql import clauses
 from mrtpo.tasks.tools import locate_call
@@ -232,3 +232,31 @@ def test_hostile_text_evidence_never_raises():
                 assert s.evidence is None or all(0 <= a < b <= len(r) for a, b in s.evidence)
         for s in fam.score(fam.example("tea-note"), r).values():
             assert s.evidence is None or all(0 <= a < b <= len(r) for a, b in s.evidence)
+
+
+def test_quote_evidence_hand_worked():
+    r = "I love my dog, and the dog loves me."
+    assert quote_evidence(r, None) == "" and quote_evidence(r, []) == ""
+    # "dog" (3 characters) is quoted with the word before it; the comma with its word; a long span as it stands
+    assert quote_evidence(r, [(10, 13)]) == ' The checker read: "my dog".'
+    assert quote_evidence(r, [(13, 14), (23, 26)]) == ' The checker read: "dog,", "the dog".'
+    assert quote_evidence(r, [(0, 13)]) == ' The checker read: "I love my dog".'
+    assert quote_evidence(r, [(0, 1)]) == ' The checker read: "I".'  # nothing before it
+    # overlapping and touching spans are one quote; spans outside the text are clipped
+    assert quote_evidence(r, [(2, 6), (6, 13), (30, 99)]) == ' The checker read: "love my dog", "loves me.".'
+    # a long span is cut at 80 characters (81 with "…"); a quote that would pass 400 characters of quotes, and
+    # every span after it, is left out: 4 × 81 = 324, + 81 > 400
+    long = "x" * 200 + " " + "y" * 200 + " " + "z" * 200 + " " + "w" * 200 + " " + "v" * 200 + " end"
+    q = quote_evidence(long, [(0, 200), (201, 401), (402, 602), (603, 803), (804, 1004), (1005, 1009)])
+    assert q == ' The checker read: ' + ", ".join(f'"{c * 80}…"' for c in "xyzw") + ", …."
+    assert len(q) < QUOTE_TOTAL_CHARS + 100
+
+
+def test_quote_evidence_of_hostile_text_is_bounded():
+    for r in ["\x00\ud800" * 100_000, "," * 1_000_000, "a" * 10**6]:
+        spans = [(i, i + 1) for i in range(0, len(r), 2)][:MAX_EVIDENCE_SPANS]
+        q = quote_evidence(r, spans)
+        assert q.startswith(" The checker read: ") and len(q) < QUOTE_TOTAL_CHARS * 2
+    fam = get_family("instructions")
+    info = fam.verifier_info(fam.example("tea-note"), "," * 1_000_000)
+    assert all(len(v) < 1000 for v in info.values())

@@ -16,6 +16,7 @@ from mrtpo.relevance import (
     naive_replay_group,
     normalize_relevance,
     replay_group,
+    support,
     word_max,
 )
 from mrtpo.templates import ALL
@@ -72,6 +73,27 @@ def test_carry_forward_and_contrast_hand_worked():
     np.testing.assert_allclose(get_measure("js-contrast")(inp), [0.1, 0.1, 0.2], atol=1e-7)
     # js-word-carry: word max (0.3, 0.3, 0.5); carrying changes nothing here
     np.testing.assert_allclose(get_measure("js-word-carry")(inp), [0.3, 0.3, 0.5], atol=1e-7)
+
+
+def test_support_hand_worked():
+    d = np.array([0.3, 0.1, 0.5, 0.4], np.float32)
+    others = np.array([[0.1, 0.2, 0.5, 0.0], [0.3, 0.0, 0.1, 0.0]])  # mean (0.2, 0.1, 0.3, 0.0)
+    lp_all = np.log([0.5, 0.5, 0.2, 0.9])
+    lp_without = np.log([0.25, 0.4, 0.4, 0.9])  # v_k raised tokens 0, 1; lowered 2; token 3 equal
+    # max(0, d − ½·mean) = (0.2, 0.05, 0.35, 0.4); kept where log π(y_t|P_all) > log π(y_t|P_\k): tokens 0, 1
+    np.testing.assert_allclose(support(d, others, lp_all, lp_without), [0.2, 0.05, 0.0, 0.0], atol=1e-7)
+    np.testing.assert_allclose(support(d, others, lp_all, lp_without, share=1.0), [0.1, 0.0, 0.0, 0.0], atol=1e-7)
+    np.testing.assert_allclose(support(d, None, lp_all, lp_without), [0.3, 0.1, 0.0, 0.0], atol=1e-7)
+    # the measure: then word max over "ab" (tokens 0, 1) and carrying over near-certain tokens (token 3: 0.9)
+    inp = MeasureInput(js=d, logp_all=lp_all, logp_without=lp_without, offsets=[(0, 1), (1, 2), (3, 4), (5, 6)],
+                       text="ab c d", js_others=others)
+    np.testing.assert_allclose(get_measure("js-support")(inp), [0.2, 0.2, 0.0, 0.0], atol=1e-7)
+    # the other way round v_k raised token 2 only: (0, 0, 0.35, 0), and token 3 (π = 0.9 under P_all: sure) carries it
+    flip = MeasureInput(d, lp_without, lp_all, inp.offsets, inp.text, others)
+    np.testing.assert_allclose(get_measure("js-support")(flip), [0.0, 0.0, 0.35, 0.35], atol=1e-7)
+    # a response where v_k raised no token: every score 0, so ρ is uniform (1)
+    np.testing.assert_allclose(measure_relevance("js-support", MeasureInput(d, lp_all, lp_all, inp.offsets,
+                                                                            inp.text, others)), np.ones(4))
 
 
 def test_js_measure_is_the_paper_relevance(tiny):

@@ -13,6 +13,7 @@ import pytest
 
 from mrtpo.errors import TaskFileError
 from mrtpo.tasks import get_family
+from mrtpo.tasks.base import quote_evidence
 from mrtpo.tasks.ifeval_checks import INSTRUCTIONS, count_words, split_sentences, validate
 from mrtpo.tasks.instructions import InstructionsTask, reward_names_for
 
@@ -232,12 +233,15 @@ def test_builtin_prompts():
         names = fam.reward_names(ex)
         assert 2 <= len(names) <= 4
         assert len(set(names)) == len(names)
-        info = fam.verifier_info(ex, "any response")
+        info = fam.checker_info(ex, "any response")
         assert list(info) == names
         assert set(fam.score(ex, "")) == set(names)
         assert ex.prompt.startswith(ex.data["task"])
-        for text in info.values():
+        for text in info.values():  # the rules are the prompt's own lines
             assert text in ex.prompt
+        scores = fam.score(ex, "any response")
+        assert fam.verifier_info(ex, "any response") == {
+            k: v + quote_evidence("any response", scores[k].evidence) for k, v in info.items()}
         used |= {c["id"] for c in ex.data["constraints"]}
     assert len(used) >= 15
 

@@ -235,7 +235,12 @@ def test_verifier_info_reports_this_reply(task):
     ex = task.example("library-03")
     info = task.verifier_info(ex, fenced("SELECT name FROM authors WHERE country = 'UK'"))
     assert "```sql" in info["format"]
-    assert info["valid"] == "The query must be a single SQLite SELECT statement that parses."
+    # each text ends with what its checker read, quoted: the fence lines (the short closing one with the word
+    # before it), the query body, the clauses whose removal changes the result
+    assert info["format"].endswith(""" The checker read: "```sql", "'UK'\n```".""")
+    assert info["valid"] == ("""The query must be a single SQLite SELECT statement that parses. The checker read: """
+                             """"SELECT name FROM authors WHERE country = 'UK'".""")
+    assert info["correct"].endswith(""" The checker read: "SELECT name", "FROM authors", "country = 'UK'".""")
     assert "your query returned 0 rows; expected 4 rows (first: ('Agatha Christie'))" in info["correct"]
     info = task.verifier_info(ex, fenced("SELECT name FROM writers"))
     assert "your query failed: no such table: writers" in info["correct"]

@@ -56,7 +56,7 @@ def cmd_score(a) -> int:
                           "reasons": {k: v.reason for k, v in sc.items() if v.value == 0 or v.reason},
                           "evidence": {k: None if v.evidence is None else [[s, e] for s, e in v.evidence]
                                        for k, v in sc.items()},
-                          "verifier_info": fam.verifier_info(ex, resp)})
+                          "verifier_info": fam.verifier_info(ex, resp, sc)})
         except Exception as e:  # one line's failure never stops the others
             if os.environ.get("MRTPO_DEBUG"):
                 raise

@@ -72,6 +72,53 @@ def clean_spans(spans: Iterable[Span], n: int) -> list[Span] | None:
     return [(s, e) for s, e in out]
 
 
+#: the quotes of what a checker read, at the end of its verifier information (:func:`quote_evidence`)
+QUOTE_SPAN_CHARS = 80  # one quote's characters at most (a longer span is cut and ends in "…")
+QUOTE_TOTAL_CHARS = 400  # all quotes of one reward together (the spans after that are left out: "…")
+QUOTE_CONTEXT_BELOW = 8  # a span shorter than this is quoted with the word before it: "dog," rather than ","
+QUOTE_LEAD = " The checker read: "
+
+
+def quote_evidence(response: str, evidence: Iterable[Span] | None) -> str:
+    """What a checker read in this reply, quoted, to follow its verifier information: ``' The checker read: "…",
+    "…".'``; ``""`` when the evidence is None (the whole response) or empty.
+
+    Each span (in order; overlapping or touching ones as one) is quoted as it stands in the response, cut at
+    :data:`QUOTE_SPAN_CHARS` characters; a span shorter than :data:`QUOTE_CONTEXT_BELOW` characters (a comma, one
+    word) is quoted with the word before it and the whitespace between (at most 20 characters more), so that the
+    quote says *where* it is; after :data:`QUOTE_TOTAL_CHARS` characters of quotes the rest is left out ("…").
+    With the reply's own words in P_all, the policy recognises them when it replays the reply, and the JS distance
+    to P_\\k rises on them (see docs/METHOD.md, "Verifier information")."""
+    if not evidence:
+        return ""
+    merged: list[list[int]] = []
+    n = len(response)
+    for s, e in sorted((max(0, int(a)), min(n, int(b))) for a, b in evidence):
+        if e <= s:
+            continue
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    parts: list[str] = []
+    total = 0
+    for s, e in merged:
+        if e - s < QUOTE_CONTEXT_BELOW:
+            j = s
+            while j > 0 and response[j - 1].isspace() and s - j < 20:
+                j -= 1
+            while j > 0 and not response[j - 1].isspace() and s - j < 20:
+                j -= 1
+            s = j
+        q = response[s:e] if e - s <= QUOTE_SPAN_CHARS else response[s:s + QUOTE_SPAN_CHARS] + "…"
+        if total + len(q) > QUOTE_TOTAL_CHARS:
+            parts.append("…")
+            break
+        parts.append(f'"{q}"')
+        total += len(q)
+    return QUOTE_LEAD + ", ".join(parts) + "." if parts else ""
+
+
 class TaskFamily:
     """Base class of a task family. Subclasses set ``name`` and implement the methods below."""
 
@@ -129,9 +176,20 @@ class TaskFamily:
         """Every reward of ``example`` for ``response``: {reward: Score}, values in [0, 1]."""
         raise NotImplementedError
 
-    def verifier_info(self, example: Example, response: str) -> dict[str, str]:
-        """What each reward's checker reads, as text: {reward: text} (same keys as reward_names)."""
+    def checker_info(self, example: Example, response: str) -> dict[str, str]:
+        """Each reward's rule, and what its checker found in ``response`` where it says more than the value (a parse
+        error, the query's result), as text: {reward: text} (same keys as reward_names)."""
         raise NotImplementedError
+
+    def verifier_info(self, example: Example, response: str,
+                      scores: dict[str, Score] | None = None) -> dict[str, str]:
+        """v_k(x, y), what P_all holds and P_\\k leaves out: each reward's :meth:`checker_info`, followed by what its
+        checker read in this reply, quoted (:func:`quote_evidence` of ``Score.evidence``; nothing for a checker that
+        read the whole response or nothing specific). ``scores``: this response's :meth:`score`, when known."""
+        info = self.checker_info(example, response)
+        scores = self.score(example, response) if scores is None else scores
+        return {k: v + quote_evidence(response, scores[k].evidence if k in scores else None)
+                for k, v in info.items()}
 
 
 def _load_jsonl(path: str | Path, parse) -> Iterable:

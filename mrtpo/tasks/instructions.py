@@ -3,8 +3,9 @@
 An example is a short base request plus 2-4 IFEval constraints. The task prompt x is the request
 followed by each constraint's wording, one per line (as IFEval prompts state their instructions).
 Reward names are the instruction ids in the listed order; a repeated id gets ``#2``, ``#3``, ...
-A reward's verifier information is its constraint's wording: removing it from the checker list is
-what P_\\k does. Checkers, wordings, each constraint's evidence (the characters its checker read) and the
+A reward's verifier information is its constraint's wording, followed by what its checker read in the
+reply, quoted (:func:`mrtpo.tasks.base.quote_evidence`); removing it from the list of constraints is what
+P_\\k does. Checkers, wordings, each constraint's evidence (the characters its checker read) and the
 deliberate differences from IFEval are in :mod:`mrtpo.tasks.ifeval_checks`.
 
 JSONL format (built-in prompts and users' own files), one object a line::
@@ -48,7 +49,8 @@ class InstructionsTask(TaskFamily):
 
     name = "instructions"
     description = "Short writing requests with 2-4 IFEval constraints; one 0/1 reward per constraint."
-    # P_all is exactly the task prompt x (request + every constraint); P_\\k is x without constraint k.
+    # P_all is the task prompt x (request + every constraint, each followed by what its checker read in the
+    # reply); P_\\k is the same without constraint k.
     template = {"prompt": "{prompt}\n{verifier_info}", "item": "{text}", "separator": "\n"}
 
     def __init__(self, prompts_path: str | Path = PROMPTS_PATH):
@@ -108,6 +110,6 @@ class InstructionsTask(TaskFamily):
             out[name] = INSTRUCTIONS[c["id"]].check(response, c["kwargs"])
         return out
 
-    def verifier_info(self, example: Example, response: str) -> dict[str, str]:
+    def checker_info(self, example: Example, response: str) -> dict[str, str]:
         """Each reward's constraint wording (independent of the response)."""
         return {name: c["wording"] for name, c in zip(example.data["rewards"], example.data["constraints"])}

@@ -568,7 +568,7 @@ class SqlTask(TaskFamily):
             correct = Score(1.0, "", c.correct_evidence)
         return {"format": c.format, "valid": valid, "correct": correct}
 
-    def verifier_info(self, example: Example, response: str) -> dict[str, str]:
+    def checker_info(self, example: Example, response: str) -> dict[str, str]:
         c = self.check(example, response)
         valid = VALID_RULE + (f" This reply: {c.parse_problem}." if c.parse_problem else "")
         ref = " ".join(example.data["reference"].split())

@@ -656,7 +656,7 @@ class ToolsTask(TaskFamily):
         value = 1.0 if denom == 0 else hits / denom
         return Score(value, "; ".join(notes))
 
-    def verifier_info(self, example: Example, response: str) -> dict[str, str]:
+    def checker_info(self, example: Example, response: str) -> dict[str, str]:
         exp = example.data["expected"]
         args = json.dumps(exp["arguments"], ensure_ascii=False, separators=(",", ":"))
         return {"format": FORMAT_RULE,
