@@ -17,7 +17,7 @@ response) and [] (nothing specific) are left out and counted.  Instructions rewa
 
 Usage: PYTHONPATH=$PWD python bench/localization.py [--model default] [--families sql,instructions,tools]
        [--measures js,js-word,...] [--examples 24] [--group 4] [--max-new-tokens 96] [--skip-sampled]
-       [--template FILE] [--json out.json]
+       [--template FILE] [--rules-only] [--json out.json]
 """
 from __future__ import annotations
 
@@ -37,14 +37,29 @@ from mrtpo.tasks.base import sample_data
 from mrtpo.templates import Template
 
 
+class RulesOnly:
+    """A task family whose verifier information is the checker's rule alone (``checker_info``: no quotes of what
+    the checker read), for ``--rules-only``: the figures of the verifier information before the quotes."""
+
+    def __init__(self, family):
+        self._family = family
+
+    def __getattr__(self, name):
+        return getattr(self._family, name)
+
+    def verifier_info(self, example, response, scores=None):
+        return self._family.checker_info(example, response)
+
+
 def reward_key(family: str, reward: str) -> str:
     """The row a reward is reported under: its name; for instructions, the constraint's category."""
     return reward.split(":")[0] if family == "instructions" else reward
 
 
-def hand_marked(lm, family: str, measures: list[str], template: Template | None = None) -> dict:
+def hand_marked(lm, family: str, measures: list[str], template: Template | None = None,
+                rules_only: bool = False) -> dict:
     """Every measure's metrics against the hand marks, and the agreement of the verifiers' evidence with them."""
-    fam = get_family(family)
+    fam = RulesOnly(get_family(family)) if rules_only else get_family(family)
     tpl = template or template_for(fam)
     path = sample_data("localization", f"{family}.jsonl")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -82,9 +97,9 @@ def _agreement_summary(rows: list[dict]) -> dict:
 
 
 def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, max_new_tokens: int,
-            template: Template | None = None) -> dict:
+            template: Template | None = None, rules_only: bool = False) -> dict:
     """Every measure's metrics against the verifiers' evidence on sampled responses (all, even and odd examples)."""
-    fam = get_family(family)
+    fam = RulesOnly(get_family(family)) if rules_only else get_family(family)
     rep = faithfulness_report(lm, fam, fam.examples()[:n_examples], template or template_for(fam), measures,
                               group=group, max_new_tokens=max_new_tokens,
                               progress=lambda s: print(f"  {family} {s}", flush=True))
@@ -137,13 +152,16 @@ def main() -> None:
     ap.add_argument("--skip-sampled", action="store_true", help="only the hand-marked table and the agreement")
     ap.add_argument("--template", default=None, help="override every family's template (JSON file)")
     ap.add_argument("--json", default=None, help="also write every figure as JSON")
+    ap.add_argument("--rules-only", action="store_true",
+                    help="verifier information without the quotes of what each checker read (checker_info)")
     a = ap.parse_args()
     lm = load_model(a.model, a.device)
     tpl = Template.from_file(a.template) if a.template else None
     families, measures = a.families.split(","), a.measures.split(",")
-    print(f"model {lm.name}; measures {', '.join(measures)}")
+    print(f"model {lm.name}; measures {', '.join(measures)}; verifier information: "
+          + ("rules only" if a.rules_only else "rules + quotes of what each checker read"))
     t0 = time.perf_counter()
-    hand = {f: hand_marked(lm, f, measures, tpl) for f in families}
+    hand = {f: hand_marked(lm, f, measures, tpl, a.rules_only) for f in families}
     print_table("1. Hand-marked spans (sample_data/localization)", hand, measures)
     print("\n3. Verifier evidence vs hand marks (token precision / recall of the evidence; identical spans)")
     for f, res in hand.items():
@@ -153,7 +171,8 @@ def main() -> None:
     out = {"model": lm.name, "hand_marked": hand}
     if not a.skip_sampled:
         t0 = time.perf_counter()
-        samp = {f: sampled(lm, f, measures, a.examples, a.group, a.max_new_tokens, tpl) for f in families}
+        samp = {f: sampled(lm, f, measures, a.examples, a.group, a.max_new_tokens, tpl, a.rules_only)
+                for f in families}
         print_table(f"2. Verifier evidence on sampled responses ({a.examples} examples × G = {a.group} per family)",
                     samp, measures)
         print_table("2b. ... even-indexed examples only (where the measures were compared)", samp, measures, "choose")

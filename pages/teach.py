@@ -102,7 +102,9 @@ st.markdown(f"Center mean(a) = **{center:.4f}**, scale std(a)+ε = **{scale:.4f}
             f"GDPO's A_{i} = **{float(gd.final[i]):.4f}**.")
 st.html(f"<style>{render.CSS}</style>" + render.response_html(v, i))
 st.caption("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; "
-           "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit).")
+           "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit). "
+           "The built-in verifier information ends with those characters quoted (\"The checker read: …\"), so "
+           "P_all holds them and P_\\k does not: that is what moves ρ onto them.")
 
 
 # ---------------------------------------------------------------------------------------------- 6. distributions
