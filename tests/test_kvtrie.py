@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mrtpo.kvtrie import build_trie, shared_hidden
 from mrtpo.model import Decoder, decoder_stack
@@ -103,3 +105,38 @@ def test_top_level_row_first_in_a_batch_with_pasts(tiny):
             ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0]
             np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
     assert stats.forward_passes == 2  # the shared prefix, then all three leaves in one pass
+
+
+@st.composite
+def _sequence_sets(draw):
+    """Replay-shaped sets of sequences: a shared prompt (possibly short or empty), items left out one at a time,
+    responses of any length, exact duplicates, and sequences that share nothing or end inside another's path."""
+    tok = st.integers(5, 60)
+    prompt = draw(st.lists(tok, max_size=90))
+    items = draw(st.lists(st.lists(tok, max_size=12), min_size=0, max_size=3))
+    seqs = []
+    for _ in range(draw(st.integers(1, 3))):
+        resp = draw(st.lists(tok, min_size=1, max_size=10))
+        for drop in [None, *range(len(items))]:
+            seqs.append(prompt + [t for j, it in enumerate(items) if j != drop for t in it] + resp)
+    seqs += draw(st.lists(st.lists(tok, min_size=1, max_size=8), max_size=2))  # unrelated
+    if draw(st.booleans()):
+        seqs.append(seqs[0][: max(1, len(seqs[0]) // 2)])  # ends inside another's path
+    if draw(st.booleans()):
+        seqs.append(list(seqs[-1]))  # an exact duplicate
+    return seqs
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seqs=_sequence_sets(), budgets=st.sampled_from([(8, 16), (64, 256), (4096, 8192)]),
+       share=st.booleans())
+def test_shared_hidden_equals_single_passes_for_any_trie(tiny, seqs, budgets, share):
+    """Whatever the trie looks like (folded parents, top-level leaves, prefixes, duplicates) and however the passes
+    are cut, every sequence's states equal its own one-sequence pass."""
+    backbone = decoder_stack(tiny.model)
+    want = [(0, len(s)) for s in seqs]
+    with torch.no_grad():
+        out, _, _ = shared_hidden(Decoder(backbone, torch.float32), 0, tiny.device, seqs, want, *budgets, share=share)
+        for s, h in zip(seqs, out):
+            ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0]
+            np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
