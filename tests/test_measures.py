@@ -140,3 +140,27 @@ def test_replay_measure_equals_stored_replay_with_measure(tiny):
     np.testing.assert_array_equal(inp.js_others, [base.responses[0].js["correct"]])
     with pytest.raises(MrtpoError, match="unknown relevance measure"):
         replay_group(tiny, PROMPT, INFO, RESPONSES, measure="bogus")
+
+
+def test_quotes_move_relevance_onto_what_the_checker_read(smol):
+    """On the real default model: with v_k quoting what each checker read, js-support's relevance finds the evidence
+    (mean token AUROC 0.81 over these 9 pairs when written); with the rules alone it barely does (0.63)."""
+    from mrtpo.faithfulness import pair_metrics
+    from mrtpo.pipeline import template_for
+    from mrtpo.tasks import get_family
+
+    fam = get_family("sql")
+    ex = fam.example("library-03")
+    replies = ["```sql\nSELECT name FROM authors WHERE country = 'UK'\n```\nThis query selects the UK's authors.",
+               "```sql\nSELECT title, year FROM books ORDER BY year\n```",
+               "Here is the query:\n```sql\nSELECT a.name FROM authors a JOIN books b ON b.author_id = a.id\n```"]
+    aurocs = {}
+    for mode, info in (("quotes", fam.verifier_info), ("rules", fam.checker_info)):
+        infos = [info(ex, r) for r in replies]
+        assert all(("The checker read: " in t) == (mode == "quotes") for i in infos for t in i.values())
+        rep = replay_group(smol, fam.replay_prompt(ex), infos, replies, template_for(fam)).with_measure("js-support")
+        aurocs[mode] = [pair_metrics(rr.relevance[k], rr.offsets, fam.score(ex, r)[k].evidence, r).auroc
+                        for r, rr in zip(replies, rep.responses) for k in rr.relevance]
+    assert len(aurocs["quotes"]) == 9 and not np.isnan(aurocs["quotes"]).any()
+    assert np.mean(aurocs["quotes"]) > 0.75
+    assert np.mean(aurocs["quotes"]) > np.mean(aurocs["rules"]) + 0.1
