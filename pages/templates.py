@@ -56,10 +56,17 @@ i = st.selectbox("Response", list(range(len(g.samples))), key="tpl_response",
                  format_func=lambda j: f"#{j} — {S._short(g.samples[j].text, 70)}")
 st.markdown("**Each reward's verifier text.** Prefilled with response #%d's text; a changed text replaces that "
             "reward's text for every response of the group (unchanged ones keep their per-response texts)." % i)
+fam = S.family(fam_key) if fam_key else None
+rules_only = fam is not None and st.checkbox(
+    "Without the quotes of what each checker read (the rules alone)", key="tpl_rules_only",
+    help="The built-in verifier information ends with what the checker read in each reply, quoted (\"The checker "
+         "read: …\"); that is what moves relevance onto those characters. Tick to replay with each checker's "
+         "rule and findings only, and compare.")
+base = [fam.checker_info(g.example, s.text) for s in g.samples] if rules_only else g.verifier_info
 edits: dict[str, str] = {}
 for k in g.reward_names:
-    orig = g.verifier_info[i][k]
-    new = st.text_area(S.md(k), orig, height=68, key=f"tpl_text_{i}_{k}")
+    orig = base[i][k]
+    new = st.text_area(S.md(k), orig, height=68, key=f"tpl_text_{i}_{k}" + ("_rules" if rules_only else ""))
     if new != orig:
         edits[k] = new
 
@@ -69,7 +76,7 @@ except MrtpoError as e:
     S.show_error(e, "template")
     st.stop()
 
-infos = [{k: edits.get(k, v) for k, v in info.items()} for info in g.verifier_info]
+infos = [{k: edits.get(k, v) for k, v in info.items()} for info in base]
 with st.expander("P_all for this response with the edited template (what the model reads)"):
     st.code(new_template.fill(g.prompt, infos[i]), language=None, wrap_lines=True)
 

@@ -102,3 +102,28 @@ def test_templates_before_after_and_teach_sentence(app: AppTest):
     _ok(at)
     assert any("Underlined tokens are the reward's evidence" in c.value for c in at.caption)
     assert any('<span class="ev">' in h.proto.body for h in at.get("html"))
+
+
+def test_templates_compare_without_the_quotes(app: AppTest):
+    """One tick replays with each checker's rule alone (no quotes of what it read), for every response, and the
+    before → after table compares the two."""
+    at = app
+    at.switch_page("pages/templates.py").run()
+    _ok(at)
+    run = at.session_state["mrtpo_run"]
+    assert 'The checker read: "Tea,"' in run.group.verifier_info[0]["punctuation:no_comma"]  # the quotes are there
+    at.checkbox(key="tpl_rules_only").check().run()
+    _ok(at)
+    fam = get_family("instructions")
+    assert at.text_area(key="tpl_text_0_punctuation:no_comma_rules").value == \
+        fam.checker_info(run.group.example, RESPONSES[0])["punctuation:no_comma"]
+    at.button(key="tpl_rerun").click().run()
+    _ok(at)
+    after = at.session_state["tpl_after"]
+    assert after["infos"] == [fam.checker_info(run.group.example, t) for t in RESPONSES]
+    assert all("The checker read" not in p for p in after["replay"].prompts[0].values())
+    df = next(d.value for d in at.dataframe if "AUROC before" in d.value.columns)
+    want = [r["token AUROC"] for r in faithfulness_table(token_view(run.group, after["replay"]))]
+    np.testing.assert_allclose(df["AUROC after"].astype(float), want, atol=1e-6)
+    before = [r["token AUROC"] for r in faithfulness_table(token_view(run.group, run.replay))]
+    np.testing.assert_allclose(df["AUROC before"].astype(float), before, atol=1e-6)
