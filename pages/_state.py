@@ -44,6 +44,9 @@ from mrtpo.templates import Template
 MODEL_ENV = "MRTPO_MODEL"  # the sidebar's default model (tests set "tiny-random")
 DEVICES = ["auto", "cpu", "cuda"]
 PREFERRED_FAMILY = "sql"
+# the relevance measure picked on Explore, kept across pages (a widget's own key is dropped while its page is not
+# shown); Templates reads it
+MEASURE_KEY = "mrtpo_measure"
 
 
 # ---------------------------------------------------------------------------------------------- errors

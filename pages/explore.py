@@ -267,7 +267,13 @@ if tried and tried["run"] == run.settings["id"]:
 def _measure_picker(where) -> str:
     """The relevance measure (ρ is re-derived from the stored replay: no model call); `js` is the paper's."""
     names = measure_names()
-    return where.selectbox("Relevance measure", names, index=names.index("js"), key="explore_measure",
+    kept = st.session_state.get(S.MEASURE_KEY, "js")
+
+    def keep() -> None:
+        st.session_state[S.MEASURE_KEY] = st.session_state["explore_measure"]
+
+    return where.selectbox("Relevance measure", names, index=names.index(kept) if kept in names else 0,
+                           key="explore_measure", on_change=keep,
                            help="; ".join(f"{k}: {h}" for k, h in MEASURE_HELP.items()))
 
 

@@ -15,7 +15,7 @@ from pages import _state as S
 def _faithfulness_change(g, before, after) -> None:
     """Did the edit move relevance onto what the checkers read? Per reward over the group: token AUROC and lift
     against the verifiers' evidence, before and after (the measure picked on Explore)."""
-    measure = st.session_state.get("explore_measure", "js")
+    measure = st.session_state.get(S.MEASURE_KEY, "js")
     with S.guard("faithfulness"):
         rb = {r["reward"]: r for r in faithfulness_table(token_view(g, before, measure=measure))}
         ra = {r["reward"]: r for r in faithfulness_table(token_view(g, after, measure=measure))}
@@ -100,13 +100,14 @@ if not after or after["run_id"] != run.settings.get("id"):
     st.info("Edit the template or a reward's text, then press **Re-run replay** to compare relevance.")
     st.stop()
 
-before, new = after["before"].responses[i], after["replay"].responses[i]
+measure = st.session_state.get(S.MEASURE_KEY, "js")  # the measure picked on Explore (ρ from the stored replays)
+before, new = after["before"].with_measure(measure).responses[i], after["replay"].with_measure(measure).responses[i]
 shown = [k for k in g.reward_names if k in before.relevance or k in new.relevance]
 if not shown:
     st.info("Every reward is constant in this group, so none was replayed (their advantage is 0). Tick "
             "**Replay every reward** to compare relevance anyway.")
     st.stop()
-st.subheader(f"Relevance of response #{i}: before and after")
+st.subheader(f"Relevance of response #{i}: before and after (measure {S.md(measure)})")
 st.html(f"<style>{render.CSS}</style>{render.relevance_diff_html(before, new, shown)}")
 st.dataframe(pd.DataFrame(relevance_change(before, new, shown)), hide_index=True, width="stretch")
 _faithfulness_change(g, after["before"], after["replay"])

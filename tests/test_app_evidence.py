@@ -127,3 +127,25 @@ def test_templates_compare_without_the_quotes(app: AppTest):
     np.testing.assert_allclose(df["AUROC after"].astype(float), want, atol=1e-6)
     before = [r["token AUROC"] for r in faithfulness_table(token_view(run.group, run.replay))]
     np.testing.assert_allclose(df["AUROC before"].astype(float), before, atol=1e-6)
+
+
+def test_templates_use_the_measure_picked_on_explore(app: AppTest):
+    """The measure picked on Explore is kept when the page changes (the widget's own key is not) and Templates
+    compares relevance and faithfulness under it; back on Explore the picker shows it."""
+    at = app
+    at.selectbox(key="explore_measure").set_value("js-support").run()
+    _ok(at)
+    at.switch_page("pages/templates.py").run()
+    _ok(at)
+    at.text_area(key="tpl_text_0_punctuation:no_comma").set_value("Never use a comma (,) anywhere.").run()
+    at.button(key="tpl_rerun").click().run()
+    _ok(at)
+    assert any("measure js\\-support" in s.value for s in at.subheader)  # markdown-escaped
+    after = at.session_state["tpl_after"]
+    run = at.session_state["mrtpo_run"]
+    df = next(d.value for d in at.dataframe if "AUROC before" in d.value.columns)
+    want = faithfulness_table(token_view(run.group, after["replay"], measure="js-support"))
+    np.testing.assert_allclose(df["AUROC after"].astype(float), [r["token AUROC"] for r in want], atol=1e-6)
+    at.switch_page("pages/explore.py").run()
+    _ok(at)
+    assert at.selectbox(key="explore_measure").value == "js-support"
