@@ -75,15 +75,22 @@ def test_shared_hidden_equals_single_passes(tiny, budgets):
         assert stats.forward_passes <= 4 and stats.forward_tokens > seg_tokens
 
 
-def test_shared_hidden_prefix_and_identical_sequences(tiny):
-    """Sequences that end inside another's path, duplicates and unrelated ones all get their own states."""
-    backbone = decoder_stack(tiny.model)
-    want = [(0, len(s)) for s in SEQS]
+def _each_equals_its_own_pass(lm, seqs, token_budget, kv_budget, share=True):
+    """shared_hidden's states of every position of every sequence against a one-sequence pass; returns its stats."""
+    backbone = decoder_stack(lm.model)
+    want = [(0, len(s)) for s in seqs]
     with torch.no_grad():
-        out, trie, _ = shared_hidden(Decoder(backbone, torch.float32), 0, tiny.device, SEQS, want, 64, 256)
-        for s, h in zip(SEQS, out):
+        out, _, stats = shared_hidden(Decoder(backbone, torch.float32), 0, lm.device, seqs, want, token_budget,
+                                      kv_budget, share=share)
+        for s, h in zip(seqs, out):
             ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0]
             np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
+    return stats
+
+
+def test_shared_hidden_prefix_and_identical_sequences(tiny):
+    """Sequences that end inside another's path, duplicates and unrelated ones all get their own states."""
+    _each_equals_its_own_pass(tiny, SEQS, 64, 256)
 
 
 def test_top_level_row_first_in_a_batch_with_pasts(tiny):
@@ -97,13 +104,7 @@ def test_top_level_row_first_in_a_batch_with_pasts(tiny):
     leaves = sorted((i for i, s in enumerate(trie.segments) if not s.has_children),
                     key=lambda i: len(trie.segments[i].tokens))
     assert trie.segments[leaves[0]].parent == -1 and trie.segments[leaves[1]].parent >= 0  # the case itself
-    backbone = decoder_stack(tiny.model)
-    want = [(0, len(s)) for s in seqs]
-    with torch.no_grad():
-        out, _, stats = shared_hidden(Decoder(backbone, torch.float32), 0, tiny.device, seqs, want, 4096, 8192)
-        for s, h in zip(seqs, out):
-            ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0]
-            np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
+    stats = _each_equals_its_own_pass(tiny, seqs, 4096, 8192)
     assert stats.forward_passes == 2  # the shared prefix, then all three leaves in one pass
 
 
@@ -133,10 +134,4 @@ def _sequence_sets(draw):
 def test_shared_hidden_equals_single_passes_for_any_trie(tiny, seqs, budgets, share):
     """Whatever the trie looks like (folded parents, top-level leaves, prefixes, duplicates) and however the passes
     are cut, every sequence's states equal its own one-sequence pass."""
-    backbone = decoder_stack(tiny.model)
-    want = [(0, len(s)) for s in seqs]
-    with torch.no_grad():
-        out, _, _ = shared_hidden(Decoder(backbone, torch.float32), 0, tiny.device, seqs, want, *budgets, share=share)
-        for s, h in zip(seqs, out):
-            ref = backbone(input_ids=torch.tensor([s])).last_hidden_state[0]
-            np.testing.assert_allclose(h.numpy(), ref.numpy(), atol=1e-5)
+    _each_equals_its_own_pass(tiny, seqs, *budgets, share=share)
