@@ -70,7 +70,7 @@ def hand_marked(lm, family: str, measures: list[str], template: Template | None 
     agree = {}
     for eid, items in by_ex.items():
         ex = fam.example(eid)
-        infos = [fam.verifier_info(ex, r["response"]) for r in items]  # quotes what each checker read
+        infos = [fam.verifier_info(ex, r["response"]) for r in items]  # with the quotes, unless --rules-only
         res = replay_group(lm, fam.replay_prompt(ex), infos, [r["response"] for r in items], tpl)
         for m in measures:
             for r, rr in zip(items, res.with_measure(m).responses):

@@ -89,15 +89,10 @@ def quote_evidence(response: str, evidence: Iterable[Span] | None) -> str:
     quote says *where* it is; after :data:`QUOTE_TOTAL_CHARS` characters of quotes the rest is left out ("…").
     With the reply's own words in P_all, the policy recognises them when it replays the reply, and the JS distance
     to P_\\k rises on them (see docs/METHOD.md, "Verifier information")."""
-    if not evidence:
-        return ""
     merged: list[list[int]] = []
-    n = len(response)
-    for s, e in sorted((max(0, int(a)), min(n, int(b))) for a, b in evidence):
-        if e <= s:
-            continue
-        if merged and s <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
+    for s, e in clean_spans(evidence or [], len(response)) or []:  # clipped, sorted, overlaps merged ...
+        if merged and s == merged[-1][1]:  # ... and touching spans quoted as one
+            merged[-1][1] = e
         else:
             merged.append([s, e])
     parts: list[str] = []
