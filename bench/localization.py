@@ -70,7 +70,9 @@ def hand_marked(lm, family: str, measures: list[str], template: Template | None 
     agree = {}
     for eid, items in by_ex.items():
         ex = fam.example(eid)
-        infos = [fam.verifier_info(ex, r["response"]) for r in items]  # with the quotes, unless --rules-only
+        scores = [fam.score(ex, r["response"]) for r in items]
+        # with the quotes of what each checker read, unless --rules-only
+        infos = [fam.verifier_info(ex, r["response"], sc) for r, sc in zip(items, scores)]
         res = replay_group(lm, fam.replay_prompt(ex), infos, [r["response"] for r in items], tpl)
         for m in measures:
             for r, rr in zip(items, res.with_measure(m).responses):
@@ -78,11 +80,10 @@ def hand_marked(lm, family: str, measures: list[str], template: Template | None 
                     if k in rr.relevance:
                         pm = pair_metrics(rr.relevance[k], rr.offsets, spans, r["response"])
                         pairs[m].setdefault(reward_key(family, k), []).append(pm)
-        for r, rr in zip(items, res.responses):
-            scores = fam.score(ex, r["response"])
+        for r, rr, sc in zip(items, res.responses, scores):
             for k, spans in r["spans"].items():
                 agree.setdefault(reward_key(family, k), []).append(
-                    agreement(scores[k].evidence, spans, rr.offsets, r["response"]))
+                    agreement(sc[k].evidence, spans, rr.offsets, r["response"]))
     return {"measures": {m: {"all": summarize(p for ps in per.values() for p in ps),
                              "rewards": {k: summarize(v) for k, v in per.items()}} for m, per in pairs.items()},
             "agreement": {k: _agreement_summary(v) for k, v in agree.items()}}
