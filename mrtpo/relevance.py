@@ -247,11 +247,23 @@ def support(js: np.ndarray, others: np.ndarray | None, logp_all: np.ndarray, log
     return np.where(np.asarray(logp_all) > np.asarray(logp_without), d, np.float32(0.0)).astype(np.float32)
 
 
+def lead(values: np.ndarray) -> np.ndarray:
+    """Each token's score joined by the next one's: v_t = max(x_t, x_{t+1}), v_{T−1} = x_{T−1}.
+
+    values: (T,).  x_{t+1} is what v_k does to the prediction *after* y_t, so y_t is the token that made v_k matter
+    there: the policy recognises a quoted span of the reply only once it has read the span's first token (the copy
+    shows at the second), and the fence "```" is what the rule's "sql" follows."""
+    x = np.asarray(values, dtype=np.float32)
+    out = x.copy()
+    out[:-1] = np.maximum(x[:-1], x[1:])
+    return out
+
+
 @register_measure("js-support", f"max(0, d_kt − {SUPPORT_OTHERS:g} · mean over the other replayed rewards of "
-                                "d_jt), kept where v_k raised the written token's probability (else 0), then word "
-                                "max and carried forward as in js-word-carry")
+                                "d_jt), kept where v_k raised the written token's probability (else 0); each token "
+                                "also takes the next one's; then word max and carried forward as in js-word-carry")
 def _js_support(inp: MeasureInput) -> np.ndarray:
-    s = support(inp.js, inp.js_others, inp.logp_all, inp.logp_without)
+    s = lead(support(inp.js, inp.js_others, inp.logp_all, inp.logp_without))
     return carry_forward(word_max(s, inp.offsets, inp.text), inp.logp_all)
 
 
