@@ -31,7 +31,9 @@ SETTINGS = {"--task": "instructions", "--example-ids": ",".join(EXAMPLES), "--gr
             "--probe-size": "4", "--checkpoint-every": "10"}
 
 
-def main(argv=None) -> int:
+def experiment_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
+    """This script's options and the ``mrtpo experiment`` command line they make: the README's settings, the known
+    options, then any other flag (after an optional ``--``), which overrides the setting of the same name."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--seeds", type=int, default=3)
@@ -41,6 +43,20 @@ def main(argv=None) -> int:
     ap.add_argument("--lora", action="store_true", help="LoRA instead of full fine-tuning (then give --lr too)")
     ap.add_argument("--out", default="runs/bench-learning")
     a, extra = ap.parse_known_args(argv)
+    extra = [x for x in extra if x != "--"]  # "-- --relevance-measure js-support": the separator is not a flag
+    out = Path(a.out)
+    settings = dict(SETTINGS)
+    for i, flag in enumerate(extra):  # flags after the known ones override the README's settings
+        if flag in settings and i + 1 < len(extra):
+            settings.pop(flag)
+    args = ["experiment", "--methods", a.methods, "--seeds", str(a.seeds), "--steps", str(a.steps), "--model",
+            a.model, "--device", a.device, "--out", str(out), "--db", str(out / "runs.db")]
+    args += [x for kv in settings.items() for x in kv] + (["--lora"] if a.lora else []) + extra
+    return a, args
+
+
+def main(argv=None) -> int:
+    a, args = experiment_args(argv)
 
     from mrtpo.cli import main as mrtpo_main
     from mrtpo.experiment import load_experiment
@@ -48,13 +64,6 @@ def main(argv=None) -> int:
 
     out = Path(a.out)
     db = out / "runs.db"
-    settings = dict(SETTINGS)
-    for i, flag in enumerate(extra):  # flags after the known ones override the README's settings
-        if flag in settings and i + 1 < len(extra):
-            settings.pop(flag)
-    args = ["experiment", "--methods", a.methods, "--seeds", str(a.seeds), "--steps", str(a.steps), "--model",
-            a.model, "--device", a.device, "--out", str(out), "--db", str(db)]
-    args += [x for kv in settings.items() for x in kv] + (["--lora"] if a.lora else []) + extra
     print("mrtpo " + " ".join(args), flush=True)
     before = {}
     if db.exists():
