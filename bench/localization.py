@@ -8,7 +8,8 @@ span-peak AUROC; uniform credit = 0.5, 1, 0.5), for every relevance measure aske
 2. **verifier evidence** — ``Score.evidence`` of responses sampled from the model: the first ``--examples`` examples
    of each family, G = ``--group`` responses each (temperature 1, ``--seed`` 0, ``--max-new-tokens``), every reward
    replayed. Pairs from even-indexed examples and odd-indexed ones are also reported apart (``choose`` / ``report``:
-   the measures were compared on the even half, see the README), and
+   the spread between two halves); another ``--seed`` draws other responses, a check on what nothing was chosen on
+   (README), and
 3. **agreement** of the verifiers' evidence with the hand marks on the hand-marked responses, token by token.
 
 A pair (response, reward) counts when its evidence has evidence tokens and other tokens; evidence None (the whole
@@ -178,8 +179,8 @@ def main() -> None:
         print_table(f"2. Verifier evidence on sampled responses ({a.examples} examples × G = {a.group} per family, "
                     f"seed {a.seed})",
                     samp, measures)
-        print_table("2b. ... even-indexed examples only (where the measures were compared)", samp, measures, "choose")
-        print_table("2c. ... odd-indexed examples only (held out)", samp, measures, "report")
+        print_table("2b. ... even-indexed examples only", samp, measures, "choose")
+        print_table("2c. ... odd-indexed examples only", samp, measures, "report")
         print(f"({time.perf_counter() - t0:.0f} s)")
         out["sampled"] = samp
     if a.json:
