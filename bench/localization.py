@@ -5,11 +5,11 @@ span-peak AUROC; uniform credit = 0.5, 1, 0.5), for every relevance measure aske
 
 1. **hand marks** — ``sample_data/localization/<family>.jsonl``: responses written for the built-in examples, with
    the spans each reward's checker reads marked by hand (18-32 per family);
-2. **verifier evidence** — ``Score.evidence`` of responses sampled from the model: the first ``--examples`` examples
-   of each family, G = ``--group`` responses each (temperature 1, ``--seed`` 0, ``--max-new-tokens``), every reward
-   replayed. Pairs from even-indexed examples and odd-indexed ones are also reported apart (``choose`` / ``report``:
-   the spread between two halves); another ``--seed`` draws other responses, a check on what nothing was chosen on
-   (README), and
+2. **verifier evidence** — ``Score.evidence`` of responses sampled from the model: ``--examples`` examples of each
+   family from the ``--start``-th (the first 24), G = ``--group`` responses each (temperature 1, ``--seed`` 0,
+   ``--max-new-tokens``), every reward replayed. Pairs from even-indexed examples and odd-indexed ones are also
+   reported apart (``choose`` / ``report``: the spread between two halves); another ``--seed`` draws other
+   responses and ``--start 24`` takes other prompts, checks on what nothing was chosen on (README), and
 3. **agreement** of the verifiers' evidence with the hand marks on the hand-marked responses, token by token.
 
 A pair (response, reward) counts when its evidence has evidence tokens and other tokens; evidence None (the whole
@@ -17,7 +17,8 @@ response) and [] (nothing specific) are left out and counted.  Instructions rewa
 (``keywords``, ``detectable_format``, ...).
 
 Usage: PYTHONPATH=$PWD python bench/localization.py [--model default] [--families sql,instructions,tools]
-       [--measures js,js-word,...] [--examples 24] [--group 4] [--max-new-tokens 96] [--seed 0] [--skip-sampled]
+       [--measures js,js-word,...] [--examples 24] [--group 4] [--max-new-tokens 96] [--seed 0] [--start 0]
+       [--skip-sampled]
        [--template FILE] [--rules-only] [--json out.json]
 """
 from __future__ import annotations
@@ -99,11 +100,11 @@ def _agreement_summary(rows: list[dict]) -> dict:
 
 
 def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, max_new_tokens: int,
-            template: Template | None = None, rules_only: bool = False, seed: int = 0) -> dict:
+            template: Template | None = None, rules_only: bool = False, seed: int = 0, start: int = 0) -> dict:
     """Every measure's metrics against the verifiers' evidence on sampled responses (all, even and odd examples)."""
     fam = RulesOnly(get_family(family)) if rules_only else get_family(family)
-    rep = faithfulness_report(lm, fam, fam.examples()[:n_examples], template or template_for(fam), measures,
-                              group=group, max_new_tokens=max_new_tokens, seed=seed,
+    rep = faithfulness_report(lm, fam, fam.examples()[start:start + n_examples], template or template_for(fam),
+                              measures, group=group, max_new_tokens=max_new_tokens, seed=seed,
                               progress=lambda s: print(f"  {family} {s}", flush=True))
     out = {"seconds": rep["seconds"], "measures": {}}
     for m, per in rep["pairs"].items():
@@ -152,6 +153,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (another seed: a fresh draw of responses)")
+    ap.add_argument("--start", type=int, default=0, help="index of the first sampled example (24: other prompts)")
     ap.add_argument("--skip-sampled", action="store_true", help="only the hand-marked table and the agreement")
     ap.add_argument("--template", default=None, help="override every family's template (JSON file)")
     ap.add_argument("--json", default=None, help="also write every figure as JSON")
@@ -174,10 +176,11 @@ def main() -> None:
     out = {"model": lm.name, "hand_marked": hand}
     if not a.skip_sampled:
         t0 = time.perf_counter()
-        samp = {f: sampled(lm, f, measures, a.examples, a.group, a.max_new_tokens, tpl, a.rules_only, a.seed)
+        samp = {f: sampled(lm, f, measures, a.examples, a.group, a.max_new_tokens, tpl, a.rules_only, a.seed,
+                           a.start)
                 for f in families}
-        print_table(f"2. Verifier evidence on sampled responses ({a.examples} examples × G = {a.group} per family, "
-                    f"seed {a.seed})",
+        print_table(f"2. Verifier evidence on sampled responses ({a.examples} examples from #{a.start} × G = "
+                    f"{a.group} per family, seed {a.seed})",
                     samp, measures)
         print_table("2b. ... even-indexed examples only", samp, measures, "choose")
         print_table("2c. ... odd-indexed examples only", samp, measures, "report")
