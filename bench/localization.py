@@ -53,6 +53,11 @@ class RulesOnly:
         return self._family.checker_info(example, response)
 
 
+def family_for(name: str, rules_only: bool = False):
+    """The built-in family ``name``; wrapped in :class:`RulesOnly` for ``--rules-only``."""
+    return RulesOnly(get_family(name)) if rules_only else get_family(name)
+
+
 def reward_key(family: str, reward: str) -> str:
     """The row a reward is reported under: its name; for instructions, the constraint's category."""
     return reward.split(":")[0] if family == "instructions" else reward
@@ -61,7 +66,7 @@ def reward_key(family: str, reward: str) -> str:
 def hand_marked(lm, family: str, measures: list[str], template: Template | None = None,
                 rules_only: bool = False) -> dict:
     """Every measure's metrics against the hand marks, and the agreement of the verifiers' evidence with them."""
-    fam = RulesOnly(get_family(family)) if rules_only else get_family(family)
+    fam = family_for(family, rules_only)
     tpl = template or template_for(fam)
     path = sample_data("localization", f"{family}.jsonl")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -102,7 +107,7 @@ def _agreement_summary(rows: list[dict]) -> dict:
 def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, max_new_tokens: int,
             template: Template | None = None, rules_only: bool = False, seed: int = 0, start: int = 0) -> dict:
     """Every measure's metrics against the verifiers' evidence on sampled responses (all, even and odd examples)."""
-    fam = RulesOnly(get_family(family)) if rules_only else get_family(family)
+    fam = family_for(family, rules_only)
     rep = faithfulness_report(lm, fam, fam.examples()[start:start + n_examples], template or template_for(fam),
                               measures, group=group, max_new_tokens=max_new_tokens, seed=seed,
                               progress=lambda s: print(f"  {family} {s}", flush=True))
