@@ -35,9 +35,8 @@ def _free_port() -> int:
 def server():
     port = _free_port()
     env = dict(os.environ, MRTPO_MODEL="tiny-random")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, "-m", "mrtpo", "app", "--port", str(port)],  # what `make app` runs
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -129,6 +128,19 @@ def test_evidence_outline_in_chromium(server):
 def _idle(page) -> None:
     page.wait_for_timeout(300)
     page.wait_for_selector(IDLE, timeout=60_000)
+
+
+@pytest.mark.parametrize("path, title", [("training", "Train"), ("teach-mrtpo", "Teach")])
+def test_a_link_to_a_page_on_a_fresh_server(server, path, title):
+    """The first visitor of a fresh server who follows a link straight to a page gets that page, sidebar and all, and
+    no "Page not found" dialog (Streamlit's first run would take pages/ for old-style pages; `mrtpo app` says not)."""
+    with chromium_page(f"{server}/{path}") as page:
+        _idle(page)
+        assert page.get_by_role("heading", name=title).first.is_visible()
+        assert page.get_by_label("Model").first.is_visible()  # app.py's sidebar ran
+        assert page.get_by_text("Page not found").count() == 0
+        assert page.url.startswith(f"{server}/{path}")
+        assert page.locator("[data-testid='stException']").count() == 0
 
 
 def test_scale_switch_table_row_and_topk_in_chromium(server):
