@@ -9,7 +9,8 @@ removes the prompt-draw noise that separate runs suffer from.
 
 Running (:func:`run_experiment`) is resumable: runs that have the experiment's steps are skipped, a killed run
 resumes from its checkpoint (the trainer does that), and re-running with a different configuration is refused
-with a message naming the difference (the number of steps may change: runs are trained up to it). The experiment
+with a message naming the difference (the number of steps may change: runs are trained up to it; the number of seeds
+may grow: the new seeds' runs are added, the others stay as they are). The experiment
 is recorded in the store's ``experiments`` table (name, configuration, runs), where the app lists it.
 
 **Statistics** (pure functions below; :func:`summarize` applies them to the stored runs). Units: a *unit* is one
@@ -217,12 +218,15 @@ class ExperimentConfig:
         return cls(name=d["name"], methods=list(d["methods"]), seeds=d["seeds"], steps=d["steps"], base=d["base"])
 
     def differences(self, other: "ExperimentConfig") -> list[str]:
-        """What differs from ``other`` besides the number of steps, as ``field: other → self`` lines."""
+        """What differs from ``other`` besides the number of steps and more seeds, as ``field: other → self`` lines.
+
+        Seeds 0 .. N−1 of an experiment are the same runs whatever N is, so more seeds only add runs; fewer would
+        leave stored runs outside the experiment and are refused."""
         out = []
         if self.methods != other.methods:
             out.append(f"methods: {','.join(other.methods)} → {','.join(self.methods)}")
-        if self.seeds != other.seeds:
-            out.append(f"seeds: {other.seeds} → {self.seeds}")
+        if self.seeds < other.seeds:
+            out.append(f"seeds: {other.seeds} → {self.seeds} (seeds can be added, not taken away)")
         for k in sorted(set(self.base) | set(other.base)):
             if self.base.get(k) != other.base.get(k):
                 out.append(f"{k}: {other.base.get(k)!r} → {self.base.get(k)!r}")
@@ -247,7 +251,8 @@ def prepare(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = la
     """Check ``cfg`` against what the store holds and record it (before any training).
 
     Refused (MrtpoError naming the differences, nothing changed): an experiment of that name with other methods,
-    seeds or shared config; a run of the experiment's name whose stored config is not the one the experiment asks.
+    fewer seeds or another shared config; a run of the experiment's name whose stored config is not the one the
+    experiment asks.
     """
     from mrtpo.train import TrainConfig
 
@@ -260,6 +265,9 @@ def prepare(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = la
                              + "; ".join(diff) + "); give the same flags to resume it, or another --name / --out")
         if old.steps != cfg.steps:
             log(f"experiment '{cfg.name}': steps {old.steps} → {cfg.steps}")
+        if old.seeds != cfg.seeds:
+            log(f"experiment '{cfg.name}': seeds {old.seeds} → {cfg.seeds} (the runs of seeds {old.seeds} .. "
+                f"{cfg.seeds - 1} are added)")
     for m, s, name in cfg.runs():
         run = store.get_run(name)
         if run is None:

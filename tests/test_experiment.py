@@ -280,6 +280,29 @@ def test_changed_experiment_is_refused_with_the_difference(tmp_path):
     assert {n: st.get_run(n).steps_done for n in st.run_names() if n != "hand.gdpo.s0"} == before
 
 
+def test_more_seeds_add_runs_and_keep_the_others(tmp_path):
+    """Seeds 2 → 3: the seed-0 and seed-1 runs are not trained again (their stored steps are unchanged), seed 2's runs
+    are added and are the runs a 3-seed experiment run at once makes; 3 → 2 is refused."""
+    st = Store(tmp_path / "r.db")
+    X.run_experiment(st, exp_config(steps=2), family=ToyFamily())
+    metrics = "SELECT run_id, step, key, value FROM metrics WHERE run_id IN (SELECT id FROM runs WHERE name NOT LIKE "
+    metrics += "'%.s2') ORDER BY run_id, step, key"
+    before = st._q(metrics)
+    three = X.ExperimentConfig("toyexp", ["gdpo", "mrtpo"], 3, 2, exp_config().base)
+    trained, logs = [], []
+    X.run_experiment(st, three, log=logs.append, on_run=lambda n, a, t: trained.append((n, a)), family=ToyFamily())
+    assert trained == [("toyexp.gdpo.s2", 0), ("toyexp.mrtpo.s2", 0)]
+    assert "experiment 'toyexp': seeds 2 → 3 (the runs of seeds 2 .. 2 are added)" in logs
+    assert st._q(metrics) == before and len(before) > 0
+    assert st.get_experiment("toyexp").runs == [name for _, _, name in three.runs()]
+    at_once = Store(tmp_path / "once.db")
+    X.run_experiment(at_once, three, family=ToyFamily())
+    assert X.summarize(X.read_experiment(st, three), n_boot=300) == X.summarize(X.read_experiment(at_once, three),
+                                                                                 n_boot=300)
+    with pytest.raises(MrtpoError, match=r"seeds: 3 → 2 \(seeds can be added, not taken away\)"):
+        X.run_experiment(st, exp_config(steps=2), family=ToyFamily())
+
+
 def test_store_migrates_to_the_experiments_table(tmp_path):
     path = tmp_path / "old.db"
     Store(path).close()

@@ -5,9 +5,10 @@
 
 Runs every method × seed as ordinary runs ``NAME.METHOD.sSEED`` of the run store (``--db``, ``$MRTPO_RUNS`` or
 ``runs/mrtpo.db``); NAME defaults to DIR's folder name. Re-running the same command resumes (finished runs are
-skipped, a killed run resumes from its checkpoint); different flags for an existing experiment are refused with
-the differences. Writes ``DIR/summary.json``, ``DIR/curves.png`` and ``DIR/report.html``, and prints the summary's
-main figures as JSON on stdout (the full summary, curves included, is in the file).
+skipped, a killed run resumes from its checkpoint; ``--steps`` and ``--seeds`` may grow, which trains only what
+they add); other flags for an existing experiment are refused with the differences. Writes ``DIR/summary.json``,
+``DIR/curves.png`` and ``DIR/report.html``, and prints the summary's main figures as JSON on stdout (the full
+summary, curves included, is in the file).
 """
 from __future__ import annotations
 
