@@ -272,8 +272,9 @@ def test_methods_page(sampled: AppTest):
     assert dara["density π_k"].tolist() == [1.0, 0.0]  # no_comma varies in the group, keywords does not
     assert dara["weight w_k"].tolist() == [1.0, 1.0]
     demo = next(f for f in frames if "group" in f.columns)
-    np.testing.assert_allclose(np.abs(demo["GRPO A"].to_numpy(float)), 0.707, atol=1e-3)  # all groups collapse
-    assert len(set(np.round(demo["GDPO A"].to_numpy(float), 3))) == 4  # GDPO keeps the (0,2) group apart
+    assert demo["GRPO A"].tolist() == [-0.707, 0.707] * 3  # all groups collapse (shown as one pair)
+    assert demo["GDPO A"].tolist() == [-0.645, 0.645, -1.291, 1.291, -0.645, 0.645]  # the (0,2) group stands apart
+    assert "3 distinct reward combinations → 2 distinct GRPO advantages, 4 distinct GDPO advantages." in text
     assert at.get("html")[0].proto.body.count('<span class="tok"') > 0
 
 
