@@ -285,8 +285,8 @@ def test_more_seeds_add_runs_and_keep_the_others(tmp_path):
     are added and are the runs a 3-seed experiment run at once makes; 3 → 2 is refused."""
     st = Store(tmp_path / "r.db")
     X.run_experiment(st, exp_config(steps=2), family=ToyFamily())
-    metrics = "SELECT run_id, step, key, value FROM metrics WHERE run_id IN (SELECT id FROM runs WHERE name NOT LIKE "
-    metrics += "'%.s2') ORDER BY run_id, step, key"
+    metrics = ("SELECT run_id, step, key, value FROM metrics WHERE run_id IN "
+               "(SELECT id FROM runs WHERE name NOT LIKE '%.s2') ORDER BY run_id, step, key")  # seeds 0 and 1
     before = st._q(metrics)
     three = X.ExperimentConfig("toyexp", ["gdpo", "mrtpo"], 3, 2, exp_config().base)
     trained, logs = [], []

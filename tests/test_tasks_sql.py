@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_sql_sandbox import SINGLE_CALL_BOMBS
 
 from mrtpo.errors import TaskFileError
 from mrtpo.tasks import get_family
@@ -360,15 +361,10 @@ def test_text_that_is_not_sql_text_scores_zero_with_a_reason(task, sql, reason):
 
 def test_single_call_bomb_scores_zero_within_the_limit(task):
     ex = task.example("shop-01")
-    # instr of a 994 KB haystack and a 497 KB needle (just under the 1,000,000-byte value limit): 5 s in plain
-    # sqlite3 on this project's machine (512 KB / 256 KB took 1.3 s here, and less than 1 s on CI's machine)
-    bomb = ("WITH RECURSIVE h0(s, n) AS (SELECT 'a', 0 UNION ALL SELECT s || s, n + 1 FROM h0 WHERE n < 19) "
-            "SELECT instr((SELECT s || substr(s, 1, 470000) FROM h0 WHERE n = 19), "
-            "(SELECT substr(s, 1, 497000) || 'b' FROM h0 WHERE n = 19))")
     import time
 
     t0 = time.perf_counter()
-    scores = task.score(ex, fenced(bomb))
+    scores = task.score(ex, fenced(SINGLE_CALL_BOMBS["instr"][0]))  # 5 s of one C call without the limit
     assert time.perf_counter() - t0 < 1.5
     assert values(scores) == (1.0, 1.0, 0.0)
     assert scores["correct"].reason == "the query failed: time limit (1 s)"
