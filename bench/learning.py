@@ -31,6 +31,11 @@ SETTINGS = {"--task": "instructions", "--example-ids": ",".join(EXAMPLES), "--gr
             "--probe-size": "4", "--checkpoint-every": "10"}
 
 
+def store_path(out: Path) -> Path:
+    """The benchmark's own run store inside its output folder."""
+    return out / "runs.db"
+
+
 def experiment_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
     """This script's options and the ``mrtpo experiment`` command line they make: the README's settings, the known
     options, then any other flag (after an optional ``--``), which overrides the setting of the same name."""
@@ -50,7 +55,7 @@ def experiment_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
         if flag in settings and i + 1 < len(extra):
             settings.pop(flag)
     args = ["experiment", "--methods", a.methods, "--seeds", str(a.seeds), "--steps", str(a.steps), "--model",
-            a.model, "--device", a.device, "--out", str(out), "--db", str(out / "runs.db")]
+            a.model, "--device", a.device, "--out", str(out), "--db", str(store_path(out))]
     args += [x for kv in settings.items() for x in kv] + (["--lora"] if a.lora else []) + extra
     return a, args
 
@@ -63,7 +68,7 @@ def main(argv=None) -> int:
     from mrtpo.store import Store
 
     out = Path(a.out)
-    db = out / "runs.db"
+    db = store_path(out)
     print("mrtpo " + " ".join(args), flush=True)
     before = {}
     if db.exists():
