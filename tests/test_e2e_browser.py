@@ -31,11 +31,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture()
-def server():
+@contextlib.contextmanager
+def running_app():
+    """`mrtpo app` (what `make app` runs) on a free port with the tiny model: (url, process) once it is healthy."""
     port = _free_port()
     env = dict(os.environ, MRTPO_MODEL="tiny-random")
-    proc = subprocess.Popen([sys.executable, "-m", "mrtpo", "app", "--port", str(port)],  # what `make app` runs
+    proc = subprocess.Popen([sys.executable, "-m", "mrtpo", "app", "--port", str(port)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -50,13 +51,29 @@ def server():
                 log = proc.stdout.read().decode(errors="replace")[-2000:] if proc.poll() is not None else "timeout"
                 pytest.fail(f"streamlit did not start: {log}")
             time.sleep(0.3)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture()
+def server():
+    with running_app() as (url, _):
+        yield url
+
+
+def test_stopping_mrtpo_app_stops_its_server():
+    """`mrtpo app` is the server process itself: stopping it leaves nothing serving (it ran Streamlit as a child
+    before, which outlived a terminated parent and kept its port)."""
+    with running_app() as (url, proc):
+        proc.terminate()
+        assert proc.wait(10) is not None
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import subprocess
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -60,8 +60,9 @@ def cmd_app(a) -> int:
     folder = app_dir()
     cmd = [sys.executable, "-c", LAUNCH, "run", str(folder / "app.py"), *config_flags(folder),
            "--server.port", str(a.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    print(f"mrtpo app: http://localhost:{a.port} (Ctrl-C stops it)", file=sys.stderr)
-    return subprocess.call(cmd)
+    print(f"mrtpo app: http://localhost:{a.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    # this process becomes the server (no child left running when whoever started `mrtpo app` stops it)
+    os.execv(sys.executable, cmd)
 
 
 def _port(text: str) -> int:
