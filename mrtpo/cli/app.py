@@ -18,6 +18,7 @@ import os
 import sys
 import tomllib
 from pathlib import Path
+from typing import NoReturn
 
 from mrtpo.errors import MrtpoError
 
@@ -45,7 +46,7 @@ def config_flags(folder: Path) -> list[str]:
     return flags
 
 
-#: the child process's program: Streamlit's own command line, told first that the app does not use v1 pages
+#: the program ``mrtpo app`` execs: Streamlit's own command line, told first that the app does not use v1 pages
 LAUNCH = ("import sys\n"
           "from streamlit.runtime.pages_manager import PagesManager\n"
           "PagesManager.uses_pages_directory = False  # app.py calls st.navigation, which sets the same\n"
@@ -54,7 +55,7 @@ LAUNCH = ("import sys\n"
           "sys.exit(main())\n")
 
 
-def cmd_app(a) -> int:
+def cmd_app(a) -> NoReturn:
     if importlib.util.find_spec("streamlit") is None:
         raise MrtpoError("the app needs Streamlit: pip install 'mrtpo[app]'")
     folder = app_dir()
