@@ -1,32 +1,124 @@
-"""mrtpo workbench — Streamlit entry: sidebar (model, device, task family, example) and page navigation.
+"""mrtpo workbench — the Explore page (the app's home, at ``/``); the other pages are the files in ``pages/``.
 
-Run:  mrtpo app [--port 8501]    (what `make app` runs; `streamlit run app.py` works too, but on a fresh server its
-      first run takes pages/ for old-style pages, and a link straight to a page shows "Page not found" once:
-      see mrtpo/cli/app.py)
+Run:  mrtpo app [--port 8501]   or   streamlit run app.py   (the same app: Streamlit's documented multipage layout)
 ``MRTPO_MODEL=tiny-random`` makes the tiny random model the sidebar's default (tests, demos).
+
+Sample a group, score it with every verifier, replay it under P_all and each P_\\k, and see which tokens each
+reward's advantage goes to; the parts are in :mod:`mrtpo_app.explore`.
 """
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
-from pages import _state
+from mrtpo.core.advantages import method_names
+from mrtpo.core.credit import METHOD
+from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
+from mrtpo.views import group_table
+from mrtpo_app import explore as E
+from mrtpo_app import state as S
+from mrtpo_app.sidebar import page
+from mrtpo_app.ui import guard, md, short
 
-# (file, title, icon, url path).
-# The url paths differ from the file names on purpose: Streamlit also auto-detects a ``pages/`` folder (its
-# "v1" multipage mode, active in AppTest runs and, unless started by `mrtpo app`, a server's first run) and would
-# run a page whose url path equals its file name directly, skipping this script and its sidebar.
-PAGES = [
-    ("pages/explore.py", "Explore", ":material/search:", "explorer"),
-    ("pages/templates.py", "Templates", ":material/edit_note:", "template-editor"),
-    ("pages/methods.py", "Methods", ":material/balance:", "method-comparison"),
-    ("pages/teach.py", "Teach", ":material/school:", "teach-mrtpo"),
-    ("pages/rollouts.py", "Your rollouts", ":material/upload_file:", "your-rollouts"),
-    ("pages/train.py", "Train", ":material/model_training:", "training"),
-]
+ch = page("Explore")
+st.title("Explore")
+st.caption("Sample a group, score it with every verifier, replay it under P_all and each P_\\k, and see which "
+           "tokens each reward's advantage goes to. The β slider re-colors without running the model.")
+mode = st.radio("Prompt", ["Task example", "Your own prompt"], horizontal=True, key="explore_mode",
+                help="A task example is scored by its verifiers; for your own prompt you type the rewards.")
 
-st.set_page_config(page_title="mrtpo", page_icon=":material/target:", layout="wide")
-nav = st.navigation([st.Page(f, title=t, icon=i, url_path=u, default=(f == "pages/explore.py"))
-                     for f, t, i, u in PAGES])
-with _state.guard("sidebar"):
-    _state.sidebar()
-nav.run()
+# ---------------------------------------------------------------------------------------------- inputs
+ex = fam = None
+custom_prompt, custom_rewards = "", pd.DataFrame()
+if mode == "Task example":
+    if ch.family is None:
+        st.error("No task family is available; pick **Your own prompt** instead.")
+        st.stop()
+    with guard("example"):
+        ex = ch.example()
+        fam = S.family(ch.family)
+        names = fam.reward_names(ex)
+    with st.expander(f"Example **{md(ex.id)}** ({md(ch.family)}) — rewards: {md(', '.join(names))}", expanded=False):
+        st.text(ex.prompt)
+else:
+    custom_prompt = st.text_area("Prompt", key="explore_prompt", height=100,
+                                 value="Write one sentence about tea without using any commas.")
+    st.caption("Rewards: one row each, with the text its verifier reads (its *verifier information*).")
+    custom_rewards = st.data_editor(
+        pd.DataFrame({"reward": ["no_comma", "mentions_green"],
+                      "verifier text": ["In your entire response, refrain from the use of any commas.",
+                                        "Include the keyword 'green' in the response."]}),
+        num_rows="dynamic", key="explore_reward_rows", width="stretch")
+
+c1, c2, c3, c4 = st.columns(4)
+n = c1.number_input("Group size G", 2, 32, GROUP_SIZE, key="explore_g")
+temperature = c2.slider("Temperature", 0.0, 2.0, 1.0, 0.05, key="explore_temp")
+max_new = c3.number_input("Max new tokens", 4, 1024, MAX_NEW_TOKENS, step=8, key="explore_max")
+if "explore_seed_next" in st.session_state:  # the seed "Sample until the rewards vary" kept (set before the widget)
+    st.session_state["explore_seed"] = st.session_state.pop("explore_seed_next")
+seed = c4.number_input("Seed", 0, 2**31 - 1, key="explore_seed")  # starts at 0 (the minimum)
+inp = E.Inputs(ch, mode, ex, fam, int(n), float(temperature), int(max_new), custom_prompt, custom_rewards)
+
+if st.button("Sample group", type="primary", key="explore_sample"):
+    E.sample_group(inp, int(seed))
+
+run = S.get_group()
+if run is None:
+    st.info("Press **Sample group** to sample, score and replay a group.")
+    st.stop()
+
+# ---------------------------------------------------------------------------------------------- rewards (custom)
+if run.mode == "custom":
+    st.subheader("Rewards (type them)")
+    st.caption("Your prompt has no verifiers: enter each response's reward values. All start at 0, and every "
+               "advantage is 0 until a reward differs between responses.")
+    base = pd.DataFrame(run.settings["rewards0"], columns=run.group.reward_names)
+    base.insert(0, "response", [short(s.text, 60) for s in run.group.samples])
+    edited = st.data_editor(base, disabled=["response"], key=f"explore_rewards_{run.settings['id']}", width="stretch")
+    try:
+        R = edited[run.group.reward_names].astype(float).to_numpy()
+    except (ValueError, TypeError):
+        st.error("rewards must be numbers; fix the table above")
+        st.stop()
+    run.group.rewards = np.nan_to_num(R, nan=0.0)
+    if np.ptp(run.group.rewards, axis=0).max(initial=0) == 0:
+        st.info("All rewards are equal within the group, so every advantage is 0. Change some values above.")
+
+# ---------------------------------------------------------------------------------------------- table
+g = run.group
+if run.choices != ch and run.mode == "task":
+    st.warning(f"Showing the group sampled for **{md(run.label)}**; press **Sample group** for the sidebar's choice.")
+st.subheader(f"Group: {md(run.label)} — G = {len(g.samples)}, seed {run.settings.get('seed', '?')}")
+if run.timings:
+    st.caption(" · ".join(f"{k} {v}" for k, v in run.timings.items()))
+methods = method_names()
+method = st.selectbox("Method (token heatmaps)", methods, index=methods.index(METHOD), key="explore_method",
+                      help="mrtpo = MRTPO over GDPO; mrtpo+dara / mrtpo+gd2po stack MRTPO on those estimators; "
+                           "the others are response-level (uniform over tokens).")
+with guard("advantages"):
+    rows = group_table(g, run.replay, method)
+for row in rows:
+    row["response"] = short(row["response"], 80)
+table = st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", on_select="rerun",
+                     selection_mode="single-row", key=f"explore_table_{run.settings['id']}",
+                     column_config={"response": st.column_config.TextColumn(width="large"),
+                                    "#": st.column_config.NumberColumn(width="small")})
+S.follow_table(st.session_state, table.selection.rows, E.response_key(run), "explore_table_seen")
+st.caption("Select a row to show that response below. Â k = GDPO's per-reward group z-score; GDPO A = their sum, "
+           "batch-normalized (spread uniformly over the response's tokens).")
+
+# ---------------------------------------------------------------------------------------------- informative groups
+E.constant_warning(inp, run)
+tried = st.session_state.get("explore_tries")
+if tried and tried["run"] == run.settings["id"]:
+    with st.expander("Groups tried by **Sample until the rewards vary**"
+                     + ("" if tried["kept"] else " — none had more varying rewards; this group stays"),
+                     expanded=True):
+        st.dataframe(pd.DataFrame([{"seed": t["seed"], "kept": t["kept"] and tried["kept"],
+                                    "varies": ", ".join(t["varied"]) or "none",
+                                    **{f"mean {k}": round(v, 3) for k, v in t["means"].items()}}
+                                   for t in tried["tries"]]), hide_index=True, width="stretch")
+
+# ---------------------------------------------------------------------------------------------- heatmaps
+E.heatmaps(run, method)

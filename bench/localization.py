@@ -30,10 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mrtpo.faithfulness import agreement, pair_metrics, summarize
+from mrtpo.core.faithfulness import agreement, pair_metrics, summarize_pairs
+from mrtpo.core.measures import measure_names
+from mrtpo.groups import template_for
 from mrtpo.model import load_model
-from mrtpo.pipeline import faithfulness_report, template_for
-from mrtpo.relevance import measure_names, replay_group
+from mrtpo.replay import replay_group
+from mrtpo.replay.faithfulness import faithfulness_report
 from mrtpo.tasks import get_family
 from mrtpo.tasks.base import sample_data
 from mrtpo.templates import Template
@@ -91,8 +93,8 @@ def hand_marked(lm, family: str, measures: list[str], template: Template | None 
             for k, spans in r["spans"].items():
                 agree.setdefault(reward_key(family, k), []).append(
                     agreement(sc[k].evidence, spans, rr.offsets, r["response"]))
-    return {"measures": {m: {"all": summarize(p for ps in per.values() for p in ps),
-                             "rewards": {k: summarize(v) for k, v in per.items()}} for m, per in pairs.items()},
+    return {"measures": {m: {"all": summarize_pairs(p for ps in per.values() for p in ps),
+                             "rewards": {k: summarize_pairs(v) for k, v in per.items()}} for m, per in pairs.items()},
             "agreement": {k: _agreement_summary(v) for k, v in agree.items()}}
 
 
@@ -118,12 +120,12 @@ def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, m
             grouped.setdefault(reward_key(family, k), []).extend(ps)
         everything = [x for ps in grouped.values() for x in ps]
         out["measures"][m] = {
-            "all": summarize(p for _, p in everything),
-            "choose": summarize(p for n, p in everything if n % 2 == 0),
-            "report": summarize(p for n, p in everything if n % 2 == 1),
-            "rewards": {k: summarize(p for _, p in ps) for k, ps in grouped.items()},
-            "rewards_choose": {k: summarize(p for n, p in ps if n % 2 == 0) for k, ps in grouped.items()},
-            "rewards_report": {k: summarize(p for n, p in ps if n % 2 == 1) for k, ps in grouped.items()}}
+            "all": summarize_pairs(p for _, p in everything),
+            "choose": summarize_pairs(p for n, p in everything if n % 2 == 0),
+            "report": summarize_pairs(p for n, p in everything if n % 2 == 1),
+            "rewards": {k: summarize_pairs(p for _, p in ps) for k, ps in grouped.items()},
+            "rewards_choose": {k: summarize_pairs(p for n, p in ps if n % 2 == 0) for k, ps in grouped.items()},
+            "rewards_report": {k: summarize_pairs(p for n, p in ps if n % 2 == 1) for k, ps in grouped.items()}}
     return out
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
+from mrtpo.groups import score_group, template_for
 from mrtpo.model import fast_bf16_cpu, load_model, sample
-from mrtpo.pipeline import score_group, template_for
-from mrtpo.relevance import ReplayConfig, naive_replay_group, replay_group
+from mrtpo.replay import ReplayConfig, naive_replay_group, replay_group
 from mrtpo.tasks import get_family
 
 

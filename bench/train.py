@@ -22,9 +22,9 @@ from mrtpo.train import TrainConfig, Trainer
 
 
 def config(method: str, seed: int, a) -> TrainConfig:
-    return TrainConfig(model=a.model, device=a.device, task=a.task, method=method, seed=seed, group_size=a.group,
-                       prompts_per_step=a.prompts, max_new_tokens=a.max_new_tokens, lr=a.lr, beta=0.5,
-                       warmup=a.warmup, probe_size=0)
+    return TrainConfig.from_dict(dict(model=a.model, device=a.device, task=a.task, method=method, seed=seed,
+                                      group_size=a.group, prompts_per_step=a.prompts, max_new_tokens=a.max_new_tokens,
+                                      lr=a.lr, warmup=a.warmup, probe_size=0))  # β: the default
 
 
 def overhead(a) -> None:

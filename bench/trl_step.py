@@ -29,10 +29,10 @@ import torch
 def mrtpo_trainers(a) -> dict:
     from mrtpo.train import TrainConfig, Trainer
 
-    def cfg(method):
-        return TrainConfig(model=a.model, device="cpu", task=a.task, method=method, seed=a.seed, group_size=a.group,
-                           prompts_per_step=a.prompts, max_new_tokens=a.max_new_tokens, lr=a.lr, beta=0.5,
-                           warmup=10, probe_size=0)
+    def cfg(method):  # β and its warmup: the defaults
+        return TrainConfig.from_dict(dict(model=a.model, device="cpu", task=a.task, method=method, seed=a.seed,
+                                          group_size=a.group, prompts_per_step=a.prompts,
+                                          max_new_tokens=a.max_new_tokens, lr=a.lr, probe_size=0))
 
     return {"gdpo": Trainer(cfg("gdpo")), "mrtpo": Trainer(cfg("mrtpo"))}
 

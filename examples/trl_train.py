@@ -18,6 +18,8 @@ import argparse
 import json
 import sys
 
+from mrtpo.cli.common import credit_args
+
 LETTERS = "abcdefghilmnoprst"
 
 
@@ -58,9 +60,9 @@ def verifier_info(prompt, completion, example) -> dict[str, str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny-random", help="tiny-random | default | local folder | HF id")
-    ap.add_argument("--method", default="mrtpo", help="mrtpo | mrtpo+dara | mrtpo+gd2po | gdpo | dara | ...")
-    ap.add_argument("--beta", type=float, default=0.5)
-    ap.add_argument("--warmup", type=int, default=0, help="β warmup steps (METHOD default 10)")
+    credit_args(ap, "method", "beta")  # MRTPOConfig's own flags: the defaults, limits and help are mrtpo's
+    ap.add_argument("--warmup", type=int, default=0, help="β warmup steps (mrtpo's default: 10; 0 here so that the "
+                                                          "2-step demo reallocates at once)")
     ap.add_argument("--max-steps", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=4, help="per-device train batch size (completions)")
     ap.add_argument("--num-generations", type=int, default=4)

@@ -1,6 +1,6 @@
 """Checks of user input: CLI flag types and values inside JSON documents, each failure saying where.
 
-Flags: :func:`int_flag`, :func:`float_flag` and :func:`device_flag` are argparse ``type=`` functions; argparse
+Flags: :func:`int_flag` and :func:`float_flag` are argparse ``type=`` functions; argparse
 prints ``argument --beta: must be a number in [0, 1], got '1.5'`` and exits with code 2.
 
 Values: each check takes the value and its ``field`` (a path such as ``rewards[2][1]``) and raises
@@ -182,17 +182,3 @@ def float_flag(lo: float | None = None, hi: float | None = None, lo_open: bool =
 
     parse.__name__ = "number"
     return parse
-
-
-def device_flag(s: str) -> str:
-    """argparse type: a device :func:`mrtpo.model.resolve_device` accepts here (auto, cpu, cuda, cuda:N, mps)."""
-    from mrtpo.model import resolve_device
-
-    try:
-        resolve_device(s)
-    except MrtpoError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return s
-
-
-device_flag.__name__ = "device"

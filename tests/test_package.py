@@ -51,7 +51,7 @@ def test_wheel_contents(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for f in ("mrtpo/sample_data/sql/shop.sql", "mrtpo/sample_data/sql/questions.jsonl",
               "mrtpo/sample_data/instructions/prompts.jsonl", "mrtpo/sample_data/tools/examples.jsonl",
-              "mrtpo/sample_data/tools/NOTICE", "mrtpo_app/app.py", "mrtpo_app/pages/explore.py",
+              "mrtpo/sample_data/tools/NOTICE", "mrtpo_app/app.py", "mrtpo_app/pages/training.py", "mrtpo_app/state.py",
               "mrtpo_app/.streamlit/config.toml"):
         assert f in names, f
     assert not any(n.startswith(("tests/", "bench/", "mrtpo_app/tests", "mrtpo_app/bench")) for n in names)
@@ -76,13 +76,13 @@ def test_app_folder_found_in_the_wheel(installed, tmp_path):
     r = _run(installed, tmp_path, "-c", "from mrtpo.cli.app import app_dir; print(app_dir())")
     assert r.returncode == 0, r.stderr
     folder = Path(r.stdout.strip())
-    assert folder == installed / "mrtpo_app" and (folder / "pages" / "train.py").is_file()
+    assert folder == installed / "mrtpo_app" and (folder / "pages" / "training.py").is_file()
 
 
 def test_import_changes_no_environment_and_never_imports_streamlit():
     code = ("import os, sys; before = dict(os.environ)\n"
-            "import mrtpo, mrtpo.cli, mrtpo.model, mrtpo.relevance, mrtpo.pipeline, mrtpo.render, mrtpo.train, "
-            "mrtpo.store, mrtpo.tasks, mrtpo.integrations.rollouts\n"
+            "import mrtpo, mrtpo.cli, mrtpo.model, mrtpo.replay, mrtpo.groups, mrtpo.views, mrtpo.train, "
+            "mrtpo.store, mrtpo.experiment, mrtpo.tasks, mrtpo.integrations.rollouts\n"
             "from mrtpo.cli import build_parser; build_parser()\n"
             "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
             "assert 'streamlit' not in sys.modules\n")

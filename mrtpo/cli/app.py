@@ -1,14 +1,9 @@
-"""``mrtpo app [--port P]``: start the Streamlit workbench shipped with the package.
+"""``mrtpo app [--port P]``: start the Streamlit workbench shipped with the package: ``streamlit run app.py``.
 
-The app (``app.py`` and ``pages/`` at the top of the repository) is installed as the package ``mrtpo_app``; from a
-checkout it is found next to ``mrtpo/``. Streamlit settings come from the app's ``.streamlit/config.toml``, passed
-as flags so that they hold whatever the current folder is (the run store stays relative to where you start it).
-
-Streamlit is started through :data:`LAUNCH` rather than ``python -m streamlit``: a server's first script run treats
-a ``pages/`` folder beside the entry script as an old-style ("v1") multipage app until ``st.navigation`` is called,
-and a link straight to a page (``/training``) then finds no such page in that folder and shows a "Page not found"
-dialog once, before app.py's navigation runs the right page anyway. The launcher says beforehand that the app
-navigates with ``st.navigation`` (the flag ``st.navigation`` itself sets on its first call).
+The app is Streamlit's documented multipage layout (``app.py`` the home page, ``pages/`` the other pages), at the
+top of the repository; an installed wheel ships it inside the package ``mrtpo_app``. Streamlit settings come from
+the app's ``.streamlit/config.toml``, passed as flags so that they hold whatever the current folder is (the run
+store stays relative to where you start it); ``streamlit run app.py`` from the repository reads the same file.
 """
 from __future__ import annotations
 
@@ -24,10 +19,11 @@ from mrtpo.errors import MrtpoError
 
 
 def app_dir() -> Path:
-    """The folder holding the app's ``app.py``: the installed ``mrtpo_app`` package, or the checkout's top level."""
+    """The folder holding the app's ``app.py``: the checkout's top level (app.py beside mrtpo/), or the installed
+    ``mrtpo_app`` package."""
+    folders = [str(Path(__file__).resolve().parents[2])]
     spec = importlib.util.find_spec("mrtpo_app")
-    folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    folders.append(str(Path(__file__).resolve().parents[2]))  # a checkout: app.py beside mrtpo/
+    folders += list(spec.submodule_search_locations or []) if spec is not None else []
     for folder in folders:
         if (Path(folder) / "app.py").is_file():
             return Path(folder)
@@ -46,20 +42,11 @@ def config_flags(folder: Path) -> list[str]:
     return flags
 
 
-#: the program ``mrtpo app`` execs: Streamlit's own command line, told first that the app does not use v1 pages
-LAUNCH = ("import sys\n"
-          "from streamlit.runtime.pages_manager import PagesManager\n"
-          "PagesManager.uses_pages_directory = False  # app.py calls st.navigation, which sets the same\n"
-          "from streamlit.web.cli import main\n"
-          "sys.argv[0] = 'streamlit'\n"
-          "sys.exit(main())\n")
-
-
 def cmd_app(a) -> NoReturn:
     if importlib.util.find_spec("streamlit") is None:
         raise MrtpoError("the app needs Streamlit: pip install 'mrtpo[app]'")
     folder = app_dir()
-    cmd = [sys.executable, "-c", LAUNCH, "run", str(folder / "app.py"), *config_flags(folder),
+    cmd = [sys.executable, "-m", "streamlit", "run", str(folder / "app.py"), *config_flags(folder),
            "--server.port", str(a.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     print(f"mrtpo app: http://localhost:{a.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
     # this process becomes the server (no child left running when whoever started `mrtpo app` stops it)

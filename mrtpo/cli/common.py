@@ -17,23 +17,41 @@ BETA = V.float_flag(0.0, 1.0)
 TEMPERATURE = V.float_flag(0.0)
 
 
+def device_flag(s: str) -> str:
+    """argparse type: a device :func:`mrtpo.model.resolve_device` accepts here (auto, cpu, cuda, cuda:N, mps)."""
+    from mrtpo.model import resolve_device
+
+    try:
+        resolve_device(s)
+    except MrtpoError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return s
+
+
+device_flag.__name__ = "device"
+
+
 def sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--group", type=POSITIVE, default=8, help="responses to sample (>= 1)")
-    p.add_argument("--max-new-tokens", type=POSITIVE, default=96, help="(>= 1)")
+    from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
+
+    p.add_argument("--group", type=POSITIVE, default=GROUP_SIZE,
+                   help=f"responses to sample (>= 1; default {GROUP_SIZE})")
+    p.add_argument("--max-new-tokens", type=POSITIVE, default=MAX_NEW_TOKENS,
+                   help=f"(>= 1; default {MAX_NEW_TOKENS})")
     p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
     p.add_argument("--seed", type=SEED, default=0)
 
 
 def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="default | tiny-random | HF id | local folder")
-    p.add_argument("--device", default="auto", type=V.device_flag,
+    p.add_argument("--device", default="auto", type=device_flag,
                    help="auto (CUDA bf16 if available, else CPU) | cpu | cuda | cuda:N | mps")
     p.add_argument("--template", default=None,
                    help="verifier-info template file (JSON {prompt,item,separator} or text)")
 
 
 def load_template(path, family=None):
-    from mrtpo.pipeline import template_for
+    from mrtpo.groups import template_for
     from mrtpo.templates import Template
 
     if not path:
@@ -109,3 +127,50 @@ def load_model_arg(a, prog: Progress):
 def quiet_arg(p: argparse.ArgumentParser, what: str = "progress lines") -> None:
     p.add_argument("--quiet", action="store_true",
                    help=f"no {what} on stderr (errors still go there; the output is unchanged)")
+
+
+def names(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"give comma-separated names, got {text!r}")
+    return names
+
+
+def field_flag(p: argparse.ArgumentParser, f, default=None) -> None:
+    """The flag of one configuration field (see :func:`add_config_flags`); ``default``: the flag's own default."""
+    from mrtpo.config import field_kind
+
+    flags = ["--" + f.name.replace("_", "-")]
+    if f.metadata.get("alias"):
+        flags.append("--" + f.metadata["alias"].replace("_", "-"))
+    meta, kind = f.metadata, field_kind(f)
+    shown = f.default if default is None else default
+    help = meta.get("help", "") + ("" if shown is None else f" (default {shown})")
+    kw = {"dest": f.name, "default": default}
+    if kind == "bool":
+        p.add_argument(*flags, action="store_true", help=meta.get("help", ""), **kw)
+    elif kind == "int":
+        p.add_argument(*flags, type=V.int_flag(meta.get("lo"), meta.get("hi")), help=help, **kw)
+    elif kind == "float":
+        p.add_argument(*flags, type=V.float_flag(meta.get("lo"), meta.get("hi"), lo_open=meta.get("lo_open", False)),
+                       help=help, **kw)
+    elif kind == "list":
+        p.add_argument(*flags, type=names, help=help + "; comma-separated", **kw)
+    elif kind == "dict":
+        p.add_argument(*flags, metavar="FILE", help=help + ": a JSON file", **kw)
+    elif f.name == "device":
+        p.add_argument(*flags, type=device_flag, help=help, **kw)
+    else:
+        p.add_argument(*flags, choices=meta.get("choices"), help=help, **kw)
+
+
+def credit_args(p: argparse.ArgumentParser, *fields: str) -> None:
+    """Flags for these fields of :class:`mrtpo.core.credit.CreditConfig` (``method``, ``beta``, ``warmup``, ``cap``,
+    ``measure``), with the field's default, limits and help: the one place those defaults are defined."""
+    import dataclasses
+
+    from mrtpo.core.credit import CreditConfig
+
+    by_name = {f.name: f for f in dataclasses.fields(CreditConfig)}
+    for name in fields:
+        field_flag(p, by_name[name], default=by_name[name].default)

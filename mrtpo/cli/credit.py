@@ -8,11 +8,11 @@ import sys
 
 from mrtpo import validate as V
 from mrtpo.cli.common import (
-    BETA,
     LINES_EPILOG,
     NONNEG,
     POSITIVE,
     Progress,
+    credit_args,
     error_text,
     find_example,
     lines_summary,
@@ -49,7 +49,8 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 
 def cmd_relevance(a) -> int:
-    from mrtpo.relevance import get_measure, replay_group
+    from mrtpo.core.measures import get_measure
+    from mrtpo.replay import replay_group
 
     get_measure(a.measure)  # an unknown measure fails before anything is read
     prog = Progress(a.quiet)
@@ -121,7 +122,7 @@ def _relevance_input(rel, names: list[str], N: int):
     """``relevance``: N objects {reward: list of finite numbers >= 0}, the lists of one object of equal length.
 
     Returns rho (N, K, T) (ones for a reward not given: uniform) and mask (N, T)."""
-    from mrtpo.relevance import relevance_tensor
+    from mrtpo.core.credit import relevance_tensor
 
     if not isinstance(rel, list):
         raise V.BadValue("relevance", f"must be a list of {N} objects {{reward: [numbers]}}, got {V._shown(rel)}")
@@ -146,9 +147,10 @@ def _relevance_input(rel, names: list[str], N: int):
 def cmd_advantages(a) -> int:
     import torch
 
-    from mrtpo import advantages as A
+    from mrtpo.core.credit import CreditConfig, assign_credit
 
-    method = A.parse_method(a.method)  # a bad method fails before reading anything
+    cfg = CreditConfig(method=a.method, beta=a.beta, warmup=a.warmup)  # a bad method fails before reading anything
+    method = cfg.parsed
     data = load_json(a.input)
     if isinstance(data, list):
         data = {"rewards": data}
@@ -172,7 +174,10 @@ def cmd_advantages(a) -> int:
     if N % a.group_size:
         raise MrtpoError(f"{a.input}: {N} responses do not split into groups of --group-size {a.group_size}")
     R = torch.tensor(rows, dtype=torch.float32)
-    adv = A.compute(a.method, R, a.group_size, weights)
+    if mask is None:  # no relevance: one (uniform) token per response
+        mask = torch.ones(N, 1, dtype=torch.bool)
+    credit = assign_credit(R, rho, mask, cfg, a.group_size, step=a.step, weights=weights)
+    adv = credit.adv
     out = {
         "method": method.name, "group_size": a.group_size, "reward_names": names,
         "advantages": [round(float(x), 6) for x in adv.final],
@@ -182,7 +187,7 @@ def cmd_advantages(a) -> int:
     }
     checked = [adv.final, adv.per_reward]
     if method.tokens and rho is not None:
-        tok = A.token_advantages(adv, rho, mask, beta=a.beta, step=a.step, warmup=a.warmup)
+        tok = credit.tokens
         out["token_advantages"] = [[round(float(x), 6) for x in tok[i, : int(mask[i].sum())]] for i in range(N)]
         checked.append(tok)
     if not all(bool(torch.isfinite(t).all()) for t in checked):
@@ -199,8 +204,8 @@ def _explain_input(path: str):
     verifier_info: {reward: text} for the whole group, or one such object per response (same rewards);
     rewards: G rows × K numbers (null / NaN = not scored) in reward_names' order (default: verifier_info's).
     The samples carry text only; the caller tokenizes them with the model."""
+    from mrtpo.groups import ScoredGroup
     from mrtpo.model import Sample
-    from mrtpo.pipeline import ScoredGroup
     from mrtpo.tasks.base import Example
     from mrtpo.templates import ALL
 
@@ -273,12 +278,13 @@ def _responses_file(path: str) -> list[str]:
 
 
 def cmd_explain(a) -> int:
-    from mrtpo import render
-    from mrtpo.advantages import parse_method
+    from mrtpo.core.advantages import parse_method
+    from mrtpo.core.measures import get_measure
+    from mrtpo.groups import sample_until_varied, score_group, varied_rewards
     from mrtpo.model import Sample, tokenize_response
-    from mrtpo.pipeline import replay_scored, sample_until_varied, score_group, token_view, varied_rewards, view_to_json
-    from mrtpo.relevance import get_measure
+    from mrtpo.replay import replay_scored
     from mrtpo.tasks import get_family
+    from mrtpo.views import render, token_view, view_to_json
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any model work
@@ -343,14 +349,14 @@ def cmd_explain(a) -> int:
 
 
 def register(sub) -> None:
-    from mrtpo.advantages import method_names
+    from mrtpo.core.advantages import method_names
 
     p = sub.add_parser("relevance", help="per-token JS distance and relevance for cases in a JSONL file",
                        epilog=LINES_EPILOG)
     p.add_argument("--input", required=True,
                    help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
-    _measure_arg(p)
+    credit_args(p, "measure")
     model_args(p)
     quiet_arg(p)
     p.set_defaults(fn=cmd_relevance)
@@ -363,9 +369,8 @@ def register(sub) -> None:
                         "rewards finite (null = not scored: advantage 0), weights K finite numbers, relevance N "
                         "objects {reward: [numbers >= 0], one per token}")
     p.add_argument("--output", default=None)
-    p.add_argument("--beta", type=BETA, default=0.5, help="MRTPO's share of relevance-weighted credit, in [0, 1]")
+    credit_args(p, "beta", "warmup")
     p.add_argument("--step", type=NONNEG, default=None, help="training step for the β warmup (default: none)")
-    p.add_argument("--warmup", type=NONNEG, default=10)
     p.set_defaults(fn=cmd_advantages)
 
     p = sub.add_parser("explain", help="self-contained HTML heatmaps for one prompt and its responses")
@@ -376,23 +381,14 @@ def register(sub) -> None:
     p.add_argument("--input", default=None,
                    help='group JSON {"prompt", "verifier_info", "responses", "rewards", "reward_names"?}')
     sampling_args(p)
-    p.add_argument("--method", default="mrtpo")
-    p.add_argument("--beta", type=BETA, default=0.5, help="in [0, 1]")
+    credit_args(p, "method", "beta")
     p.add_argument("--html", required=True)
     p.add_argument("--json", default=None, help="also write every number shown as JSON")
     p.add_argument("--until-varied", type=POSITIVE, default=None, metavar="N",
                    help="sample with --seed, --seed + 1, ... (at most N tries, each reported) until at least one "
                         "reward varies within the group (a reward constant in the group gives advantage 0 "
                         "everywhere); the JSON records the seed used and the tries")
-    _measure_arg(p)
+    credit_args(p, "measure")
     model_args(p)
     quiet_arg(p)
     p.set_defaults(fn=cmd_explain)
-
-
-def _measure_arg(p) -> None:
-    from mrtpo.relevance import MEASURE_HELP
-
-    p.add_argument("--measure", default="js", metavar="NAME",
-                   help="relevance measure (default js, the paper's per-token JS distance): "
-                        + "; ".join(f"{k} = {v}" for k, v in MEASURE_HELP.items()))

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from mrtpo import validate as V
-from mrtpo.cli.train import _names, add_config_flags, config_from_args, step_progress
+from mrtpo.cli.common import names
+from mrtpo.cli.train import add_config_flags, config_from_args, step_progress
 from mrtpo.errors import MrtpoError
 
 PER_RUN = ("method", "seed", "schedule_seed")
@@ -26,7 +27,7 @@ def register(sub) -> None:
     p = sub.add_parser("experiment", help="paired, seeded comparison of methods: every method × seed as runs, then "
                                           "summary.json, curves.png, report.html",
                        allow_abbrev=False)  # --seed / --method are not abbreviations of --seeds / --methods
-    p.add_argument("--methods", type=_names, required=True,
+    p.add_argument("--methods", type=names, required=True,
                    help="comma-separated methods, the first is the baseline (e.g. gdpo,mrtpo)")
     p.add_argument("--seeds", type=V.int_flag(1), required=True, help="number of seeds (0 .. N-1)")
     p.add_argument("--steps", type=V.int_flag(1), required=True, help="steps per run")
@@ -59,8 +60,8 @@ def headline(summary: dict) -> dict:
 
 
 def cmd_experiment(a) -> int:
-    from mrtpo.advantages import parse_method
-    from mrtpo.experiment import read_experiment, run_experiment, summarize, write_outputs
+    from mrtpo.core.advantages import parse_method
+    from mrtpo.experiment import experiment_summary, read_experiment, run_experiment, write_outputs
     from mrtpo.jsonl import dumps
     from mrtpo.store import Store
 
@@ -87,7 +88,7 @@ def cmd_experiment(a) -> int:
     finally:
         for close in closers:
             close()
-    summary = summarize(read_experiment(store, exp), threshold=a.threshold, n_boot=a.bootstrap)
+    summary = experiment_summary(read_experiment(store, exp), threshold=a.threshold, n_boot=a.bootstrap)
     paths = write_outputs(summary, out)
     log("wrote " + ", ".join(str(p) for p in paths.values()))
     print(dumps(headline(summary)))

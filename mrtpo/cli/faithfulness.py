@@ -17,9 +17,9 @@ from mrtpo.errors import MrtpoError
 
 
 def cmd_faithfulness(a) -> int:
+    from mrtpo.core.measures import get_measure
     from mrtpo.model import load_model
-    from mrtpo.pipeline import faithfulness_report
-    from mrtpo.relevance import get_measure
+    from mrtpo.replay.faithfulness import faithfulness_report
     from mrtpo.tasks import get_family
 
     measures = list(dict.fromkeys(a.measure or ["js"]))
@@ -47,14 +47,17 @@ def cmd_faithfulness(a) -> int:
 
 
 def register(sub) -> None:
-    from mrtpo.relevance import measure_names
+    from mrtpo.core.measures import measure_names
+    from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
 
     p = sub.add_parser("faithfulness", help="token AUROC / lift of relevance against the verifiers' evidence spans")
     p.add_argument("--task", required=True, help="sql | instructions | tools")
     p.add_argument("--examples", default=None, help="your own examples file (JSONL, the family's format)")
     p.add_argument("--limit", type=POSITIVE, default=20, help="the first N examples (default 20)")
-    p.add_argument("--group", type=POSITIVE, default=4, help="responses sampled per example (default 4)")
-    p.add_argument("--max-new-tokens", type=POSITIVE, default=96, help="(>= 1)")
+    p.add_argument("--group", type=POSITIVE, default=GROUP_SIZE,
+                   help=f"responses sampled per example (default {GROUP_SIZE})")
+    p.add_argument("--max-new-tokens", type=POSITIVE, default=MAX_NEW_TOKENS,
+                   help=f"(>= 1; default {MAX_NEW_TOKENS})")
     p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--measure", nargs="+", default=None, metavar="NAME",

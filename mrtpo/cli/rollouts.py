@@ -11,23 +11,24 @@ import argparse
 import sys
 from pathlib import Path
 
-from mrtpo.cli.common import BETA, NONNEG, POSITIVE, Progress, load_model_arg, model_args, quiet_arg
+from mrtpo.cli.common import NONNEG, POSITIVE, Progress, credit_args, load_model_arg, model_args, quiet_arg
 from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, write_text
 
 
 def cmd_rollouts(a) -> int:
-    from mrtpo.advantages import parse_method
+    from mrtpo.core.advantages import parse_method
+    from mrtpo.integrations import rollout_explain as rx
     from mrtpo.integrations import rollouts as ro
     from mrtpo.templates import Template
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any work
-    vt = ro.VerifierTemplate.from_file(a.verifier_template)
+    vt = rx.RolloutVerifierInfo.from_file(a.verifier_template)
     template = Template.from_file(a.template) if a.template else None
     rows = ro.read_rollouts(a.input, a.format)
     groups = [g for g in ro.group_rows(rows) if a.step is None or g.step == a.step]
-    if not groups:  # as ro.explain_rollouts
+    if not groups:  # as rx.explain_rollouts
         raise MrtpoError(f"no rows at step {a.step}" if a.step is not None else "no rows to explain")
     for g in groups:  # validate every row before loading the model
         for r in g.rows:
@@ -35,18 +36,18 @@ def cmd_rollouts(a) -> int:
     lm = load_model_arg(a, prog)
     todo = groups[:a.max_groups]
     items = []
-    for j, g in enumerate(todo, start=1):  # ro.explain_rollouts, one group at a time with progress
+    for j, g in enumerate(todo, start=1):  # rx.explain_rollouts, one group at a time with progress
         step = f"step {g.step}, " if g.step is not None else ""
         prog.stage(f"replaying group {j}/{len(todo)} ({step}{len(g.rows)} rows)")
-        items.append(ro.explain_group(lm, g, vt, template, a.method, a.beta))
-    text = "".join(dumps(ro.group_json(eg)) + "\n" for eg in items)
+        items.append(rx.explain_group(lm, g, vt, template, a.method, a.beta))
+    text = "".join(dumps(rx.group_json(eg)) + "\n" for eg in items)
     prog.stage(f"writing {a.output}" + (f" and {a.html}" if a.html else ""))
     if a.output == "-":
         sys.stdout.write(text)
     else:
         write_text(a.output, text)
     if a.html:
-        write_text(a.html, ro.page_html(items, title=f"mrtpo rollouts — {Path(a.input).name}"))
+        write_text(a.html, rx.page_html(items, title=f"mrtpo rollouts — {Path(a.input).name}"))
     n_rows = sum(len(eg.group.rows) for eg in items)
     more = f" (of {len(groups)}; raise --max-groups for more)" if len(groups) > len(items) else ""
     print(f"{len(items)} groups{more}, {n_rows} rows explained → {a.output}" + (f", {a.html}" if a.html else ""),
@@ -62,8 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help='JSON {reward column: text template over the row fields, e.g. "expected: {reference}"}')
     p.add_argument("--output", required=True, help="JSONL out, one line per group ('-' for stdout)")
     p.add_argument("--html", default=None, help="also write a self-contained HTML page of heatmaps")
-    p.add_argument("--method", default="mrtpo", help="advantage method, e.g. mrtpo, mrtpo+dara, gdpo")
-    p.add_argument("--beta", type=BETA, default=0.5, help="in [0, 1]")
+    credit_args(p, "method", "beta")
     p.add_argument("--step", type=NONNEG, default=None, help="only rows of this training step (>= 0)")
     p.add_argument("--max-groups", type=POSITIVE, default=20, help="explain at most this many groups (default 20)")
     model_args(p)

@@ -11,8 +11,8 @@ from mrtpo.jsonl import dumps, json_lines
 
 
 def cmd_sample(a) -> int:
+    from mrtpo.groups import sample_group
     from mrtpo.model import load_model
-    from mrtpo.pipeline import sample_group
     from mrtpo.tasks import get_family
 
     fam = get_family(a.task)

@@ -11,64 +11,42 @@ The run store is ``--db`` or ``$MRTPO_RUNS`` or ``runs/mrtpo.db``. Run names are
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
 import time
 
 from mrtpo import validate as V
+from mrtpo.cli.common import field_flag
 from mrtpo.errors import MrtpoError
 
 
 def add_config_flags(p: argparse.ArgumentParser, exclude: tuple[str, ...] = ()) -> None:
-    """One flag per TrainConfig field (but those in ``exclude``), generated from the dataclass: ``--group-size N``
-    for ``group_size``; numbers are range-checked by the field's metadata (the same limits TrainConfig checks),
-    ``--lora`` is a switch, ``--example-ids a,b`` a list, ``--template FILE`` a verifier-info template file.
+    """One flag per TrainConfig field, its parts' included (but those in ``exclude``), generated from the fields'
+    metadata (:mod:`mrtpo.config`): ``--group-size N`` for ``group_size``; numbers are range-checked by the same
+    limits TrainConfig checks, ``--lora`` is a switch, ``--example-ids a,b`` a list, ``--template FILE`` a
+    verifier-info template file; a field's older name is a second flag (``--relevance-measure`` for ``--measure``).
     Defaults are None: a flag not given leaves the field to TrainConfig's default (or to a resumed run's stored
     config)."""
-    from mrtpo.train import TrainConfig, field_kind
+    from mrtpo.config import leaf_fields
+    from mrtpo.train import TrainConfig
 
-    for f in dataclasses.fields(TrainConfig):
-        if f.name in exclude:
-            continue
-        flag, meta, kind = "--" + f.name.replace("_", "-"), f.metadata, field_kind(f)
-        default = "" if f.default is None else f" (default {f.default})"
-        help = meta.get("help", "") + default
-        if kind == "bool":
-            p.add_argument(flag, action="store_true", default=None, help=meta.get("help", ""))
-        elif kind == "int":
-            p.add_argument(flag, type=V.int_flag(meta.get("lo"), meta.get("hi")), default=None, help=help)
-        elif kind == "float":
-            p.add_argument(flag, type=V.float_flag(meta.get("lo"), meta.get("hi"), lo_open=meta.get("lo_open", False)),
-                           default=None, help=help)
-        elif kind == "list":
-            p.add_argument(flag, type=_names, default=None, help=help + "; comma-separated")
-        elif kind == "dict":
-            p.add_argument(flag, default=None, metavar="FILE", help=help + ": a JSON file")
-        elif f.name == "device":
-            p.add_argument(flag, type=V.device_flag, default=None, help=help)
-        else:
-            p.add_argument(flag, default=None, choices=meta.get("choices"), help=help)
-
-
-def _names(text: str) -> list[str]:
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"give comma-separated names, got {text!r}")
-    return names
+    for f, _ in leaf_fields(TrainConfig):
+        if f.name not in exclude:
+            field_flag(p, f)
 
 
 def config_from_args(a, exclude: tuple[str, ...] = ()):
     """The TrainConfig the flags ask for, and the fields given explicitly (to compare with a stored run)."""
+    from mrtpo.config import leaf_fields
     from mrtpo.templates import Template
     from mrtpo.train import TrainConfig
 
-    given = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)
+    given = {f.name: getattr(a, f.name) for f, _ in leaf_fields(TrainConfig)
              if f.name not in exclude and getattr(a, f.name) is not None}
     if "template" in given:
         given["template"] = Template.from_file(given["template"]).to_dict()
-    return TrainConfig(**given), given
+    return TrainConfig.from_dict(given), given
 
 
 def register(sub) -> None:
@@ -148,17 +126,17 @@ def step_progress(total: int, quiet: bool, desc: str, start: int, tokens: bool =
 
 def cmd_train(a) -> int:
     from mrtpo.store import Store, validate_run_name
-    from mrtpo.train import Trainer
+    from mrtpo.train import TrainConfig, Trainer
 
     if a.steps < 0:
         raise MrtpoError("--steps must be >= 0")
     cfg, given = config_from_args(a)
-    name = validate_run_name(a.run if a.run is not None else f"{cfg.task}-{cfg.method}-s{cfg.seed}")
+    name = validate_run_name(a.run if a.run is not None else f"{cfg.task}-{cfg.credit.method}-s{cfg.seed}")
     store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     existing = store.get_run(name)
     if existing is not None:
-        stored = existing.config
+        stored = TrainConfig.from_dict(existing.config).to_dict()  # defaults filled in, older names read
         diff = [k for k, v in given.items() if stored.get(k) != v]
         if diff:
             flags = ", ".join("--" + d.replace("_", "-") for d in diff)

@@ -4,15 +4,16 @@ What it changes, and nothing else: after TRL has generated and scored a batch
 (``_generate_and_score_completions``), the advantages are recomputed with mrtpo's estimator registry from TRL's
 gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over the tokens by relevance:
 
-1. ``adv = mrtpo.advantages.compute(method, rewards (N, K), num_generations, reward_weights)`` on every process
-   (rewards are gathered over processes, as TRL does), then sliced to this process' rows;
-2. for ``mrtpo`` / ``mrtpo+<estimator>``: each local completion is replayed with the policy being trained
-   (:func:`mrtpo.relevance.replay_group`, no gradient) under P_all / P_\\k built from a user callback
+1. for ``mrtpo`` / ``mrtpo+<estimator>`` (when β_s > 0): each local completion is replayed with the policy being
+   trained (:func:`mrtpo.replay.replay_group`, no gradient) under P_all / P_\\k built from a user callback
    ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``, giving ρ (B, K, T) from the
-   relevance measure ``MRTPOConfig.measure`` (:data:`mrtpo.relevance.MEASURES`; default ``"js"``, the paper's);
-3. ``inputs["advantages"]`` becomes the (B, T) token advantages of
-   :func:`mrtpo.advantages.token_advantages`, which TRL's ``_compute_loss`` accepts as is (it only unsqueezes
-   1-D advantages). Response-level methods (``gdpo``, ``dara``, ...) keep TRL's (B,) shape.
+   relevance measure ``MRTPOConfig.measure`` (:data:`mrtpo.core.measures.MEASURES`; default ``"js"``, the paper's);
+2. the credit step, :func:`mrtpo.core.credit.assign_credit`: the estimator of ``method`` on TRL's gathered rewards
+   (N, K) (every process' rows, as TRL does), with ``reward_weights``, and the token advantages of this process'
+   rows at β_s = β · smoothstep(global_step / warmup);
+3. ``inputs["advantages"]`` becomes those (B, T) token advantages, which TRL's ``_compute_loss`` accepts as is (it
+   only unsqueezes 1-D advantages). Response-level methods (``gdpo``, ``dara``, ...), and MRTPO while β_s = 0,
+   keep TRL's (B,) shape.
 
 β = 0 (or ``method="gdpo"``) reproduces TRL's ``multi_objective_aggregation="normalize_then_sum"``; the token mean
 of MRTPO's advantages always equals GDPO's response advantage. Rewards the callback leaves out get uniform credit.
@@ -31,9 +32,10 @@ from typing import Any, Callable
 
 import torch
 
-from mrtpo import advantages as A
+from mrtpo.core.advantages import active_rewards
+from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
 from mrtpo.errors import MrtpoError
-from mrtpo.relevance import ReplayConfig, active_rewards, get_measure, relevance_tensor, replay_group
+from mrtpo.replay import ReplayConfig, replay_group
 from mrtpo.templates import Template
 
 try:
@@ -47,22 +49,16 @@ VerifierInfoFn = Callable[[Any, Any, dict], dict[str, str]]
 
 
 @dataclass
-class MRTPOConfig:
-    """How the trainer computes advantages (see METHOD.md)."""
+class MRTPOConfig(CreditConfig):
+    """How the trainer computes advantages (METHOD.md): the credit fields of :class:`mrtpo.core.credit.CreditConfig`
+    (``method``, ``beta``, ``warmup``, ``cap``, ``measure``: the same names, defaults and checks as everywhere), plus
+    the verifier-information ``template`` and the replay's budgets."""
 
-    method: str = "mrtpo"  # any of mrtpo.advantages.method_names(): mrtpo, mrtpo+dara, gdpo, gd2po, ...
-    beta: float = 0.5  # reallocation strength β (0 = the response-level estimator)
-    warmup: int | None = 10  # smoothstep warmup of β over this many optimizer steps (None/0: none)
-    cap: float | None = None  # optional cap on mean_t ρ² (>= 1)
     template: Template | dict | None = None  # verifier-information template for P_all / P_\k
     replay: ReplayConfig = field(default_factory=ReplayConfig)
-    measure: str = "js"  # relevance measure (mrtpo.relevance.MEASURES); js = the paper's per-token JS distance
 
     def __post_init__(self):
-        self.parsed = A.parse_method(self.method)  # MrtpoError for an unknown method
-        get_measure(self.measure)  # MrtpoError for an unknown measure
-        if self.beta < 0 or self.beta > 1:
-            raise MrtpoError(f"beta must be in [0, 1], got {self.beta}")
+        super().__post_init__()  # MrtpoError for an unknown method or measure, β outside [0, 1], ...
         if not isinstance(self.template, Template):
             self.template = Template.from_dict(self.template)
 
@@ -104,7 +100,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, verifier_info_fn: VerifierInfoFn | None = None,
                  mrtpo_config: MRTPOConfig | None = None, **kwargs):
         self.mrtpo_config = mrtpo_config or MRTPOConfig()
-        if self.mrtpo_config.parsed.tokens and verifier_info_fn is None:
+        if self.mrtpo_config.tokens and verifier_info_fn is None:
             raise MrtpoError(f"method '{self.mrtpo_config.method}' reallocates over tokens and needs "
                              "verifier_info_fn(prompt, completion, example) -> {reward: text}")
         self.verifier_info_fn = verifier_info_fn
@@ -125,21 +121,19 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         G = self.num_generations if mode == "train" else self.num_generations_eval
         cfg = self.mrtpo_config
-        adv = A.compute(cfg.method, rewards, G, self.reward_weights.to(rewards.device))  # all processes' rows
         B = len(prompts)
         lo = self.accelerator.process_index * B
-        local = adv.rows(slice(lo, lo + B))  # this process' rows (GRPO's per-group divisors too)
         mask = out["completion_mask"].bool()
         if "tool_mask" in out:
             mask = mask & out["tool_mask"].bool()
-        beta_s = A.smoothstep_beta(cfg.beta, self.state.global_step, cfg.warmup)
-        stats = {"beta": beta_s, "replay_seconds": 0.0, "replay_forward_tokens": 0}
-        if cfg.parsed.tokens and beta_s > 0:
+        step = self.state.global_step
+        stats = {"beta": cfg.beta_at(step), "replay_seconds": 0.0, "replay_forward_tokens": 0}
+        rho = None
+        if stats["beta"] > 0:
             rho = self._relevance(local_inputs, prompts, completions, ids_list, rewards, lo, G, mask.shape[1], stats)
-            token_adv = A.token_advantages(local, rho.to(mask.device), mask, beta=beta_s, cap=cfg.cap)
-        else:
-            token_adv = None
-        new = local.final.to(out["advantages"].dtype) if token_adv is None else token_adv.to(out["advantages"].dtype)
+        credit = assign_credit(rewards, None if rho is None else rho.to(mask.device), mask, cfg, G, step=step,
+                               weights=self.reward_weights.to(rewards.device), rows=slice(lo, lo + B))
+        new = (credit.final if rho is None else credit.tokens).to(out["advantages"].dtype)
         self.mrtpo_last = {"trl_advantages": out["advantages"].detach().clone(), "advantages": new.detach(),
                            "mask": mask, **stats}
         out["advantages"] = new

@@ -34,7 +34,7 @@ Deliberate differences from the reference (tests exclude exactly these from the 
   cannot be downloaded here. We count with IFEval's own regex splitter (``split_into_sentences`` in
   ``instructions_util``); the two agree on ordinary prose and differ on abbreviations punkt knows.
 * ``change_case:capital_word_frequency``: IFEval tokenizes with ``nltk.word_tokenize`` (punkt again).
-  We use the regex tokens of :func:`_capital_tokens` (``\\w+`` joined by ``-``, ``'`` or ``.``, so
+  We use the regex tokens of :func:`capital_tokens` (``\\w+`` joined by ``-``, ``'`` or ``.``, so
   hyphenated words count once, as IFEval's comment says; ``I'M`` is one token where NLTK gives two).
 * Keywords, forbidden words, section splitters and custom postscript markers are matched as *literal* text
   (``re.escape``); IFEval passes them to ``re`` unescaped, so a keyword with regex metacharacters
@@ -53,10 +53,10 @@ from __future__ import annotations
 import collections
 import json
 import re
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Iterable
 
 from mrtpo.tasks.base import Score, Span, clean_spans
+from mrtpo.tasks.ifeval_text import count_words, detect_language, split_sentences
 
 RELATIONS = ("less than", "at least")
 
@@ -71,91 +71,6 @@ LANGUAGES = {
 }
 
 CONSTRAINED_OPTIONS = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
-
-
-# ---------------------------------------------------------------------------------------------
-# text helpers
-# ---------------------------------------------------------------------------------------------
-def count_words(text: str) -> int:
-    """IFEval's word count: tokens of ``\\w+`` (nltk ``RegexpTokenizer(r"\\w+")``)."""
-    return len(re.findall(r"\w+", text))
-
-
-_ALPHA = "([A-Za-z])"
-_PREFIXES = "(Mr|St|Mrs|Ms|Dr)[.]"
-_SUFFIXES = "(Inc|Ltd|Jr|Sr|Co)"
-_STARTERS = (r"(Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s"
-             r"|This\s|Wherever)")
-_ACRONYMS = "([A-Z][.][A-Z][.](?:[A-Z][.])?)"
-_WEBSITES = "[.](com|net|org|io|gov|edu|me)"
-_DIGITS = "([0-9])"
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text``: IFEval's regex splitter (``instructions_util.split_into_sentences``)."""
-    text = " " + text + "  "
-    text = text.replace("\n", " ")
-    text = re.sub(_PREFIXES, "\\1<prd>", text)
-    text = re.sub(_WEBSITES, "<prd>\\1", text)
-    text = re.sub(_DIGITS + "[.]" + _DIGITS, "\\1<prd>\\2", text)
-    text = re.sub(r"\.{2,}", lambda m: "<prd>" * len(m.group(0)) + "<stop>", text)
-    text = text.replace("Ph.D.", "Ph<prd>D<prd>")
-    text = re.sub(r"\s" + _ALPHA + "[.] ", " \\1<prd> ", text)
-    text = re.sub(_ACRONYMS + " " + _STARTERS, "\\1<stop> \\2", text)
-    text = re.sub(_ALPHA + "[.]" + _ALPHA + "[.]" + _ALPHA + "[.]", "\\1<prd>\\2<prd>\\3<prd>", text)
-    text = re.sub(_ALPHA + "[.]" + _ALPHA + "[.]", "\\1<prd>\\2<prd>", text)
-    text = re.sub(" " + _SUFFIXES + "[.] " + _STARTERS, " \\1<stop> \\2", text)
-    text = re.sub(" " + _SUFFIXES + "[.]", " \\1<prd>", text)
-    text = re.sub(" " + _ALPHA + "[.]", " \\1<prd>", text)
-    text = text.replace(".\u201d", "\u201d.").replace('."', '".').replace('!"', '"!').replace('?"', '"?')
-    text = text.replace(".", ".<stop>").replace("?", "?<stop>").replace("!", "!<stop>")
-    text = text.replace("<prd>", ".")
-    sentences = [s.strip() for s in text.split("<stop>")]
-    if sentences and not sentences[-1]:
-        sentences = sentences[:-1]
-    return sentences
-
-
-def _capital_tokens(text: str) -> list[str]:
-    """Word tokens (hyphen/apostrophe joined) standing in for ``nltk.word_tokenize``."""
-    return re.findall(r"\w+(?:[-'.]\w+)*", text)
-
-
-_STOPWORDS = {
-    "en": "the and is are of to in that it with for you this be on not have was",
-    "es": "el la los las de que y en un una es por con para no se del",
-    "fr": "le la les de des et est un une que en pour pas dans du avec",
-    "de": "der die das und ist nicht ein eine zu mit den von auf sich des",
-    "it": "il la di che e un una per non sono con del della gli le",
-    "pt": "o a os as de que e um uma para com não do da em no",
-    "nl": "de het een en van is niet dat op te zijn met voor",
-}
-
-
-def detect_language(text: str) -> str | None:
-    """ISO 639-1 code of ``text``'s language, or None when it cannot be detected.
-
-    Uses ``langdetect`` (offline profiles) with a fixed seed; falls back to a stopword vote.
-    """
-    try:
-        from langdetect import LangDetectException, detector_factory
-    except ImportError:  # pragma: no cover - exercised only without langdetect
-        return _stopword_language(text)
-    try:
-        detector_factory.init_factory()
-        detector = detector_factory._factory.create()
-        detector.seed = 0
-        detector.append(text)
-        return detector.detect()
-    except LangDetectException:
-        return None
-
-
-def _stopword_language(text: str) -> str | None:
-    words = re.findall(r"\w+", text.lower())
-    votes = {lang: sum(w in set(sw.split()) for w in words) for lang, sw in _STOPWORDS.items()}
-    best = max(votes, key=votes.get)
-    return best if votes[best] > 0 else None
 
 
 def _compare(actual: int, relation: str, n: int) -> bool:
@@ -446,184 +361,3 @@ def check_quotation(r: str, kw: dict) -> Score:
     # evidence: the first and the last character after stripping whitespace (the ones compared with '"')
     spans = [(s, s + 1), (s + len(v) - 1, s + len(v))] if v else []
     return _ok(len(v) > 1 and v[0] == '"' and v[-1] == '"', "not wrapped in double quotation marks", r, spans)
-
-
-# ---------------------------------------------------------------------------------------------
-# wordings (IFEval's description patterns)
-# ---------------------------------------------------------------------------------------------
-def _bullets_wording(kw: dict) -> str:
-    return (f"Your answer must contain exactly {kw['num_bullets']} bullet points. "
-            "Use the markdown bullet points such as:\n"
-            "* This is point 1. \n* This is point 2")
-
-
-def _sections_wording(kw: dict) -> str:
-    s = kw["section_spliter"].strip()
-    return (f"Your response must have {kw['num_sections']} sections. "
-            f"Mark the beginning of each section with {s} X, such as:\n"
-            f"{s} 1\n[content of section 1]\n{s} 2\n[content of section 2]")
-
-
-# ---------------------------------------------------------------------------------------------
-# registry
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Instruction:
-    """One instruction type: id, argument kinds, wording and checker."""
-
-    id: str
-    args: dict[str, str]
-    wording: Callable[[dict], str]
-    check: Callable[[str, dict], Score]
-
-
-def _i(iid: str, args: dict[str, str], wording: Callable[[dict], str],
-       check: Callable[[str, dict], Score]) -> Instruction:
-    return Instruction(iid, args, wording, check)
-
-
-INSTRUCTIONS: dict[str, Instruction] = {ins.id: ins for ins in [
-    _i("keywords:existence", {"keywords": "words"},
-       lambda k: f"Include keywords {sorted(k['keywords'])} in the response.", check_keywords_existence),
-    _i("keywords:frequency", {"keyword": "text", "frequency": "count", "relation": "relation"},
-       lambda k: (f"In your response, the word {k['keyword'].strip()} should appear "
-                  f"{k['relation']} {k['frequency']} times."),
-       check_keywords_frequency),
-    _i("keywords:forbidden_words", {"forbidden_words": "words"},
-       lambda k: f"Do not include keywords {sorted(set(k['forbidden_words']))} in the response.",
-       check_forbidden_words),
-    _i("keywords:letter_frequency", {"letter": "letter", "let_frequency": "count", "let_relation": "relation"},
-       lambda k: (f"In your response, the letter {k['letter'].lower()} should appear "
-                  f"{k['let_relation']} {k['let_frequency']} times."),
-       check_letter_frequency),
-    _i("language:response_language", {"language": "language"},
-       lambda k: (f"Your ENTIRE response should be in {LANGUAGES[k['language']]} language, "
-                  "no other language is allowed."),
-       check_response_language),
-    _i("length_constraints:number_sentences", {"num_sentences": "count", "relation": "relation"},
-       lambda k: f"Your response should contain {k['relation']} {k['num_sentences']} sentences.",
-       check_number_sentences),
-    _i("length_constraints:number_paragraphs", {"num_paragraphs": "positive"},
-       lambda k: (f"There should be {k['num_paragraphs']} paragraphs. "
-                  "Paragraphs are separated with the markdown divider: ***"),
-       check_number_paragraphs),
-    _i("length_constraints:number_words", {"num_words": "count", "relation": "relation"},
-       lambda k: f"Answer with {k['relation']} {k['num_words']} words.", check_number_words),
-    _i("length_constraints:nth_paragraph_first_word",
-       {"num_paragraphs": "positive", "nth_paragraph": "positive", "first_word": "text"},
-       lambda k: (f"There should be {k['num_paragraphs']} paragraphs. Paragraphs and only paragraphs are separated "
-                  "with each other by two new lines as if it was '\\n\\n' in python. "
-                  f"Paragraph {k['nth_paragraph']} must start with word {k['first_word'].lower()}."),
-       check_nth_paragraph_first_word),
-    _i("detectable_content:number_placeholders", {"num_placeholders": "count"},
-       lambda k: (f"The response must contain at least {k['num_placeholders']} placeholders "
-                  "represented by square brackets, such as [address]."),
-       check_placeholders),
-    _i("detectable_content:postscript", {"postscript_marker": "text"},
-       lambda k: ("At the end of your response, please explicitly add a postscript starting with "
-                  f"{k['postscript_marker'].strip()}"),
-       check_postscript),
-    _i("detectable_format:number_bullet_lists", {"num_bullets": "count"}, _bullets_wording, check_bullet_lists),
-    _i("detectable_format:constrained_response", {},
-       lambda k: f"Answer with one of the following options: {CONSTRAINED_OPTIONS}", check_constrained_response),
-    _i("detectable_format:number_highlighted_sections", {"num_highlights": "count"},
-       lambda k: (f"Highlight at least {k['num_highlights']} sections in your answer with markdown, "
-                  "i.e. *highlighted section*."),
-       check_highlighted_sections),
-    _i("detectable_format:multiple_sections", {"section_spliter": "text", "num_sections": "positive"},
-       _sections_wording, check_multiple_sections),
-    _i("detectable_format:json_format", {},
-       lambda k: "Entire output should be wrapped in JSON format. You can use markdown ticks such as ```.",
-       check_json_format),
-    _i("detectable_format:title", {},
-       lambda k: "Your answer must contain a title, wrapped in double angular brackets, such as <<poem of joy>>.",
-       check_title),
-    _i("combination:two_responses", {},
-       lambda k: ("Give two different responses. "
-                  "Responses and only responses should be separated by 6 asterisk symbols: ******."),
-       check_two_responses),
-    _i("combination:repeat_prompt", {"prompt_to_repeat": "text"},
-       lambda k: ("First repeat the request word for word without change, then give your answer "
-                  "(1. do not say any words or characters before repeating the request; "
-                  "2. the request you need to repeat does not include this sentence)"),
-       check_repeat_prompt),
-    _i("startend:end_checker", {"end_phrase": "text"},
-       lambda k: (f"Finish your response with this exact phrase {k['end_phrase'].strip()}. "
-                  "No other words should follow this phrase."),
-       check_end_phrase),
-    _i("change_case:capital_word_frequency", {"capital_frequency": "count", "capital_relation": "relation"},
-       lambda k: ("In your response, words with all capital letters should appear "
-                  f"{k['capital_relation']} {k['capital_frequency']} times."),
-       check_capital_word_frequency),
-    _i("change_case:english_capital", {},
-       lambda k: "Your entire response should be in English, and in all capital letters.", check_english_capital),
-    _i("change_case:english_lowercase", {},
-       lambda k: ("Your entire response should be in English, and in all lowercase letters. "
-                  "No capital letters are allowed."),
-       check_english_lowercase),
-    _i("punctuation:no_comma", {},
-       lambda k: "In your entire response, refrain from the use of any commas.", check_no_comma),
-    _i("startend:quotation", {},
-       lambda k: "Wrap your entire response with double quotation marks.", check_quotation),
-]}
-
-
-# ---------------------------------------------------------------------------------------------
-# argument validation
-# ---------------------------------------------------------------------------------------------
-def _check_arg(kind: str, value: Any, where: str) -> Any:
-    if kind in ("count", "positive"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where}: must be an integer, got {value!r}")
-        if value < (1 if kind == "positive" else 0):
-            raise ValueError(f"{where}: must be {'>= 1' if kind == 'positive' else '>= 0'}, got {value}")
-        return value
-    if kind == "relation":
-        if value not in RELATIONS:
-            raise ValueError(f"{where}: must be 'less than' or 'at least', got {value!r}")
-        return value
-    if kind == "text":
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{where}: must be a non-empty string, got {value!r}")
-        return value
-    if kind == "words":
-        if not isinstance(value, list) or not value or not all(isinstance(w, str) and w.strip() for w in value):
-            raise ValueError(f"{where}: must be a non-empty list of non-empty strings, got {value!r}")
-        return list(value)
-    if kind == "letter":
-        if not isinstance(value, str) or len(value) != 1 or not ("a" <= value.lower() <= "z"):
-            raise ValueError(f"{where}: must be one letter a-z, got {value!r}")
-        return value
-    if kind == "language":
-        if value not in LANGUAGES:
-            raise ValueError(f"{where}: unknown language code {value!r} (use one of: {', '.join(LANGUAGES)})")
-        return value
-    raise AssertionError(kind)  # pragma: no cover
-
-
-def validate(instruction_id: Any, kwargs: Any, where: str = "constraint") -> tuple[Instruction, dict]:
-    """The instruction and its checked kwargs; ``ValueError("<where>.id: ...")`` etc. when bad.
-
-    ``None``-valued kwargs are dropped first (IFEval's data files list every argument, mostly null).
-    """
-    if not isinstance(instruction_id, str) or instruction_id not in INSTRUCTIONS:
-        raise ValueError(f"{where}.id: unknown instruction id {instruction_id!r}")
-    ins = INSTRUCTIONS[instruction_id]
-    if kwargs is None:
-        kwargs = {}
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"{where}.kwargs: must be an object, got {type(kwargs).__name__}")
-    given = {k: v for k, v in kwargs.items() if v is not None}
-    for name in given:
-        if name not in ins.args:
-            expected = ", ".join(ins.args) or "none"
-            raise ValueError(f"{where}.kwargs.{name}: unknown argument for '{ins.id}' (expected: {expected})")
-    out = {}
-    for name, kind in ins.args.items():
-        if name not in given:
-            raise ValueError(f"{where}.kwargs.{name}: missing (required by '{ins.id}')")
-        out[name] = _check_arg(kind, given[name], f"{where}.kwargs.{name}")
-    if "nth_paragraph" in out and out["nth_paragraph"] > out["num_paragraphs"]:
-        raise ValueError(f"{where}.kwargs.nth_paragraph: {out['nth_paragraph']} is more than "
-                         f"num_paragraphs ({out['num_paragraphs']})")
-    return ins, out

@@ -24,7 +24,7 @@ from typing import Any
 
 from mrtpo.errors import MrtpoError
 from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
-from mrtpo.tasks.ifeval_checks import INSTRUCTIONS, validate
+from mrtpo.tasks.ifeval_registry import INSTRUCTIONS, validate
 
 PROMPTS_PATH = sample_data("instructions", "prompts.jsonl")
 

@@ -47,18 +47,18 @@ import functools
 import logging
 import re
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.dialects.sqlite import SQLite
-from sqlglot.tokens import TokenType as _T
 
 from mrtpo.errors import MrtpoError
 from mrtpo.tasks.base import Example, Score, Span, TaskFamily, clean_spans, sample_data
+from mrtpo.tasks.sql_compare import compare_results, has_order_by, plural, show_row, unwrap
+from mrtpo.tasks.sql_evidence import ABLATION_AFTER_S, correct_evidence
 from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError, text_problem
+from mrtpo.tasks.text import quoted, stripped
 
 # sqlglot warns on stderr for every unparsable model output; the reason is in the Score instead
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
@@ -125,25 +125,15 @@ def sql_span(response: str) -> Span:
     blocks = list(_BLOCK.finditer(response))
     m = next((b for b in blocks if b.group(1).lower() == "sql"), blocks[0] if blocks else None)
     if m is not None:
-        return _stripped(response, *m.span(2))
+        return stripped(response, *m.span(2))
     m = _ONE_LINE_BLOCK.search(response)
     if m:
-        return _stripped(response, *m.span(1))
-    return _stripped(response, 0, len(response))
+        return stripped(response, *m.span(1))
+    return stripped(response, 0, len(response))
 
 
-def _stripped(text: str, s: int, e: int) -> Span:
-    """``(s, e)`` narrowed to ``text[s:e].strip()``."""
-    part = text[s:e]
-    lead = len(part) - len(part.lstrip())
-    if lead == len(part):
-        return s, s
-    return s + lead, s + len(part.rstrip())
 
 
-def _short(text: str, n: int = 60) -> str:
-    text = " ".join(text.split())
-    return repr(text if len(text) <= n else text[: n - 3] + "...")
 
 
 def fence_spans(response: str) -> list[Span]:
@@ -173,7 +163,7 @@ def check_format(response: str) -> Score:
         return Score(value, reason, clean_spans([*fences, *extra], len(response)))
 
     if n == 0:
-        return score(0.0, "no ```sql fenced block", [_stripped(response, 0, len(response))])
+        return score(0.0, "no ```sql fenced block", [stripped(response, 0, len(response))])
     if n == 1:
         return score(0.0, "the ``` fence is not closed")
     if n > 2:
@@ -181,8 +171,8 @@ def check_format(response: str) -> Score:
     start, end = text.index("```"), text.rindex("```") + 3
     outside = (text[:start] + " " + text[end:]).strip()
     if outside:
-        out = [_stripped(response, 0, lead + start), _stripped(response, lead + end, len(response))]
-        return score(0.0, f"text outside the block: {_short(outside, 50)}", out)
+        out = [stripped(response, 0, lead + start), stripped(response, lead + end, len(response))]
+        return score(0.0, f"text outside the block: {quoted(outside, 50)}", out)
     inner = text[3:-3]
     header, newline, body = inner.partition("\n")
     if not newline:
@@ -219,7 +209,7 @@ def parse_select(sql: str) -> str:
         return "no SQL statement found"
     if len(trees) > 1:
         return f"{len(trees)} statements; exactly one SELECT is wanted"
-    tree = _unwrap(trees[0])
+    tree = unwrap(trees[0])
     if not isinstance(tree, (exp.Select, exp.SetOperation)):
         return f"the statement is {tree.key.upper()}, not a SELECT"
     return ""
@@ -229,244 +219,10 @@ def _strip_ansi(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
-def _unwrap(tree: exp.Expression) -> exp.Expression:
-    while isinstance(tree, (exp.Subquery, exp.Paren)) and isinstance(tree.this, exp.Expression):
-        tree = tree.this
-    return tree
-
-
-@functools.lru_cache(maxsize=1024)
-def has_order_by(sql: str) -> bool:
-    """Whether the query's outermost SELECT (or set operation) has an ORDER BY (sqlglot, sqlite)."""
-    try:
-        tree = sqlglot.parse_one(sql, read="sqlite")
-    except Exception:
-        return False
-    return bool(_unwrap(tree).args.get("order"))
-
-
-# -- comparing results --------------------------------------------------------------------------------
-def normalize_value(v: Any) -> Any:
-    """Numbers as floats rounded to 6 decimals (3 == 3.0); everything else unchanged."""
-    if isinstance(v, bool):
-        v = int(v)
-    if isinstance(v, (int, float)):
-        r = round(float(v), 6)
-        return 0.0 if r == 0 else r
-    return v
-
-
-def normalize_rows(rows: list[tuple]) -> list[tuple]:
-    return [tuple(normalize_value(v) for v in row) for row in rows]
-
-
-def compare_results(got: list[tuple], expected: list[tuple], ordered: bool) -> str:
-    """'' when the results are equal (multisets, or sequences when ``ordered``), else the difference."""
-    g, e = normalize_rows(got), normalize_rows(expected)
-    if len(g) != len(e):
-        return f"returned {_count(len(g), 'row')}; expected {len(e)}"
-    if g and e and len(g[0]) != len(e[0]):
-        return f"returned {_count(len(g[0]), 'column')}; expected {len(e[0])}"
-    if ordered:
-        if g == e:
-            return ""
-        if sorted(map(_sort_key, g)) == sorted(map(_sort_key, e)):
-            return "right rows in the wrong order (the question asks for an order)"
-        i = next(i for i, (a, b) in enumerate(zip(g, e)) if a != b)
-        return f"row {i + 1} is {_row(got[i])}; expected {_row(expected[i])}"
-    missing = Counter(e) - Counter(g)
-    if not missing:
-        return ""
-    extra = next(iter(Counter(g) - Counter(e)))
-    first_missing = next(iter(missing))
-    shown_extra = got[g.index(extra)]
-    shown_missing = expected[e.index(first_missing)]
-    return f"row {_row(shown_extra)} is not in the expected result (expected e.g. {_row(shown_missing)})"
-
-
-def _sort_key(row: tuple) -> tuple:
-    return tuple((type(v).__name__, v) if v is not None else ("", 0) for v in row)
-
-
-def _row(row: tuple | None) -> str:
-    if row is None:
-        return "-"
-    text = repr(tuple(row)) if len(row) != 1 else f"({row[0]!r})"
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def summarize(result: Result) -> str:
+def describe_rows(result: Result) -> str:
     """'3 rows (first: (...))' for a verifier-information text."""
-    first = f" (first: {_row(result.rows[0])})" if result.rows else ""
-    return _count(len(result.rows), "row") + first
-
-
-# -- evidence of `correct`: the clauses whose removal changes the result ---------------------------------
-MAX_ABLATIONS = 16  # clause removals run per reply (more clauses: the whole query is the evidence)
-ABLATION_TIME_LIMIT_S = 0.25  # per removal; a query that took longer than ABLATION_AFTER_S is not taken apart
-ABLATION_AFTER_S = 0.1
-_CLAUSE_KEYWORDS = {_T.FROM, _T.WHERE, _T.GROUP_BY, _T.HAVING, _T.ORDER_BY, _T.LIMIT, _T.WINDOW}
-_SET_OPERATIONS = {_T.UNION, _T.INTERSECT, _T.EXCEPT}
-
-
-@dataclass(frozen=True)
-class Clause:
-    """A part of a query: its span in the query, and the query without it (None: removing it cannot leave a query,
-    e.g. the FROM list or the only select item, so it always counts)."""
-
-    span: Span
-    without: str | None
-
-
-_JOIN_WORDS = {_T.COMMA, _T.JOIN, _T.LEFT, _T.RIGHT, _T.INNER, _T.OUTER, _T.CROSS, _T.NATURAL, _T.FULL, _T.ON,
-               _T.USING}
-_NAMES = {_T.VAR, _T.IDENTIFIER}
-
-
-def _without_alias(ts: list) -> list:
-    """A table reference's tokens without its alias (``customers c``, ``customers AS c`` → ``customers``)."""
-    top = [i for i, (d, t) in enumerate(ts) if d == 0]
-    for i in top:
-        if ts[i][1].token_type == _T.ALIAS:
-            return ts[:i]
-    if len(top) >= 2 and ts[top[-1]][1].token_type in _NAMES and ts[top[-2]][1].token_type in _NAMES | {_T.R_PAREN}:
-        return ts[: top[-1]]
-    return ts
-
-
-def _drop(sql: str, a: int, b: int) -> str:
-    return sql[:a] + " " + sql[b:]
-
-
-def _split_at(tokens: list, kinds: set) -> list[list]:
-    """``tokens`` (all at depth 0 of one clause, with their nested tokens) split at tokens of ``kinds``."""
-    parts, cur = [], []
-    for depth, t in tokens:
-        if depth == 0 and t.token_type in kinds:
-            parts.append((cur, t))
-            cur = []
-        else:
-            cur.append((depth, t))
-    parts.append((cur, None))
-    return parts
-
-
-def clauses(sql: str) -> list[Clause] | None:
-    """The clauses of a plain ``SELECT`` whose removal is tried (sqlglot's SQLite tokenizer, by character offsets):
-
-    - ``DISTINCT``; each select item (top-level commas); the FROM list (with its joins) as one part, always counted;
-    - each top-level ``AND`` conjunct of WHERE (the conjunct alone; removing the only one removes ``WHERE`` too);
-    - ``GROUP BY …``, ``HAVING …``, ``ORDER BY …``, ``LIMIT … [OFFSET …]`` each whole, keyword included.
-
-    None for anything else (WITH, UNION / INTERSECT / EXCEPT at the top level, text the tokenizer refuses): the
-    whole query is then the evidence.
-    """
-    try:
-        toks = list(SQLite().tokenize(sql))
-    except Exception:  # noqa: BLE001 - a tokenizer error: no clause structure
-        return None
-    flat, depth = [], 0
-    for t in toks:
-        if t.token_type == _T.SEMICOLON and depth == 0:
-            break
-        if t.token_type == _T.R_PAREN:
-            depth -= 1
-        flat.append((depth, t))
-        if t.token_type == _T.L_PAREN:
-            depth += 1
-    if not flat or flat[0][1].token_type != _T.SELECT or depth != 0:
-        return None
-    if any(d == 0 and t.token_type in _SET_OPERATIONS for d, t in flat):
-        return None
-    span = lambda ts: (ts[0][1].start, ts[-1][1].end + 1)  # noqa: E731 - (start, end) of a token run
-    # segments: [keyword token, tokens after it] at depth 0
-    segments: list[tuple[Any, list]] = []
-    for d, t in flat:
-        if d == 0 and (t.token_type in _CLAUSE_KEYWORDS or not segments):
-            segments.append((t, []))
-        else:
-            segments[-1][1].append((d, t))
-    out: list[Clause] = []
-    for kw, body in segments:
-        kind = kw.token_type
-        if kind == _T.SELECT:
-            if body and body[0][1].token_type in (_T.DISTINCT, _T.ALL):
-                t = body[0][1]
-                if t.token_type == _T.DISTINCT:
-                    out.append(Clause((t.start, t.end + 1), _drop(sql, t.start, t.end + 1)))
-                body = body[1:]
-            items = [(ts, sep) for ts, sep in _split_at(body, {_T.COMMA}) if ts]
-            for n, (ts, sep) in enumerate(items):
-                a, b = span(ts)
-                if len(items) == 1:
-                    out.append(Clause((a, b), None))
-                elif sep is not None:  # the item and the comma after it
-                    out.append(Clause((a, b), _drop(sql, a, sep.end + 1)))
-                else:  # the last item and the comma before it
-                    prev = items[n - 1][1]
-                    out.append(Clause((a, b), _drop(sql, prev.start, b)))
-        elif kind == _T.FROM:  # each table (its alias left out) and each join condition; never removed
-            before = None  # the separator before each piece: after ON / USING comes a condition, else a table
-            for ts, sep in _split_at(body, _JOIN_WORDS):
-                if ts and not (before is not None and before.token_type in (_T.ON, _T.USING)):
-                    ts = _without_alias(ts)
-                if ts:
-                    out.append(Clause(span(ts), None))
-                before = sep
-        elif kind == _T.WHERE:
-            parts, pending_between = [], 0
-            cur: list = []
-            for d, t in body:  # split at top-level AND, except the AND of BETWEEN x AND y
-                if d == 0 and t.token_type == _T.BETWEEN:
-                    pending_between += 1
-                if d == 0 and t.token_type == _T.AND:
-                    if pending_between:
-                        pending_between -= 1
-                    else:
-                        parts.append((cur, t))
-                        cur = []
-                        continue
-                cur.append((d, t))
-            parts.append((cur, None))
-            parts = [(ts, sep) for ts, sep in parts if ts]
-            for n, (ts, sep) in enumerate(parts):
-                a, b = span(ts)
-                if len(parts) == 1:
-                    out.append(Clause((a, b), _drop(sql, kw.start, b)))
-                elif sep is not None:
-                    out.append(Clause((a, b), _drop(sql, a, sep.end + 1)))
-                else:
-                    out.append(Clause((a, b), _drop(sql, parts[n - 1][1].start, b)))
-        else:  # GROUP BY, HAVING, ORDER BY, LIMIT, WINDOW: the whole clause
-            b = span(body)[1] if body else kw.end + 1
-            out.append(Clause((kw.start, b), _drop(sql, kw.start, b)))
-    return out
-
-
-def correct_evidence(db: Database, sql: str, rows: list[tuple], ordered: bool) -> list[Span]:
-    """Spans of ``sql`` that `correct` read: the clauses (:func:`clauses`) whose removal changes the result as the
-    checker compares it (other rows, or an error), plus those that cannot be removed; the whole query when it has
-    no plain clause structure or more than ``MAX_ABLATIONS`` removable clauses."""
-    parts = clauses(sql)
-    whole = [(0, len(sql))] if sql else []
-    if parts is None or sum(c.without is not None for c in parts) > MAX_ABLATIONS:
-        return whole
-    spans = []
-    for c in parts:
-        if c.without is not None:
-            try:
-                got = db.run(c.without, time_limit=ABLATION_TIME_LIMIT_S)
-            except SqlRunError:
-                spans.append(c.span)
-                continue
-            if not compare_results(got.rows, rows, ordered):
-                continue
-        spans.append(c.span)
-    return spans or whole
+    first = f" (first: {show_row(result.rows[0])})" if result.rows else ""
+    return plural(len(result.rows), "row") + first
 
 
 # -- the family -------------------------------------------------------------------------------------
@@ -576,10 +332,10 @@ class SqlTask(TaskFamily):
             outcome = f"your query failed: {c.run_error}"
         else:
             assert c.result is not None
-            outcome = f"your query returned {summarize(c.result)}"
+            outcome = f"your query returned {describe_rows(c.result)}"
         order = " in this order" if example.data.get("ordered") else ""
         correct = (f"The result must equal that of the reference query {ref}{order}; {outcome}; "
-                   f"expected {summarize(c.expected)}.")
+                   f"expected {describe_rows(c.expected)}.")
         return {"format": FORMAT_RULE, "valid": valid, "correct": correct}
 
 

@@ -1,0 +1,245 @@
+"""MRTPO's credit step, in one place: from the rewards (N, K) and the relevance ρ (N, K, T) to token advantages.
+
+The trainer, the TRL integration, the app's views and the CLI call :func:`assign_credit` and nothing else::
+
+    Â_ik  = estimator(R)_ik                     per-reward, response-level (mrtpo.core.advantages: GDPO, DARA, ...)
+    β_s   = β · smoothstep(min(1, s / S_warm)),  smoothstep(x) = 3x² − 2x³    (no step, or no warmup: β)
+    ρ'    = ρ, or capped so that mean_t ρ'² ≤ c  (optional)
+    A'_ikt = keep_i · [ Â_ik / scale + f_i · Â_ik β_s (ρ'_ikt − 1) ]          each reward's token row
+    A_it   = Σ_k A'_ikt − center / scale = keep_i · [ final_i + f_i · Σ_k Â_ik β_s (ρ'_ikt − 1) ]   the update's
+
+on valid tokens (0 elsewhere), with f_i = 1 / max(scale, s_floor) (:func:`token_advantages`).  The token mean of
+A_i· is the estimator's response advantage final_i; β_s = 0 (or uniform ρ) gives it exactly, on every token.
+Shapes: N responses stored group by group, K rewards, T tokens (padded).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from mrtpo.config import check_fields, opt
+from mrtpo.core import advantages as A
+from mrtpo.core.advantages import Advantages
+from mrtpo.core.measures import measure_names
+from mrtpo.errors import MrtpoError
+
+# ---------------------------------------------------------------------------------------------- defaults
+METHOD = "mrtpo"  # MRTPO over GDPO
+BETA = 0.5  # the share of each reward's advantage reallocated by relevance
+WARMUP = 10  # β's smoothstep warmup, in training steps
+MEASURE = "js"  # the paper's per-token JS distance
+
+
+@dataclass
+class CreditConfig:
+    """How advantages are computed and spread over tokens (METHOD.md): the estimator, MRTPO's β, its warmup and cap,
+    and the relevance measure ρ comes from."""
+
+    method: str = opt(METHOD, "mrtpo | gdpo | grpo | dara | gd2po | mrtpo+dara | ... (mrtpo.core.advantages."
+                              "method_names())")
+    beta: float = opt(BETA, "MRTPO reallocation strength β (0: the response-level estimator)", lo=0.0, hi=1.0)
+    warmup: int | None = opt(WARMUP, "β smoothstep warmup in steps (0 or None: none)", lo=0)
+    cap: float | None = opt(None, "optional cap on mean ρ² (>= 1)", lo=1.0)
+    measure: str = opt(MEASURE, "relevance measure ρ comes from (mrtpo.core.measures; js = the paper's per-token JS "
+                                "distance)", choices=tuple(measure_names()), alias="relevance_measure")
+
+    def __post_init__(self):
+        check_fields(self, "credit config")
+        self.parsed = A.parse_method(self.method)  # a clear MrtpoError for an unknown method
+
+    @property
+    def tokens(self) -> bool:
+        """Whether the method reallocates over tokens (MRTPO over some estimator)."""
+        return self.parsed.tokens
+
+    def beta_at(self, step: int | None = None) -> float:
+        """β_s at training ``step`` (steps done before this update; None: no warmup, β itself); 0 for a
+        response-level method."""
+        return smoothstep_beta(self.beta, step, self.warmup) if self.tokens else 0.0
+
+
+@dataclass
+class TokenCredit:
+    """What :func:`assign_credit` gives: the estimator's response-level result and the token advantages."""
+
+    adv: Advantages  # the estimator's (per_reward (N, K), final (N,), center, scale, keep, diagnostics)
+    beta: float  # β_s used (0 for a response-level method)
+    rho: torch.Tensor | None  # (N, K, T) the relevance used, capped; None: uniform
+    mask: torch.Tensor  # (N, T) valid tokens
+    per_reward: torch.Tensor  # (N, K, T) each reward's token row A'_ikt
+    tokens: torch.Tensor  # (N, T) the combined token advantages A_it (what the update uses)
+
+    @property
+    def uniform(self) -> torch.Tensor:
+        """(N, K) each reward's response-level share Â_ik / scale (its uniform, GDPO-style row)."""
+        return self.adv.per_reward / self.adv.scale
+
+    @property
+    def final(self) -> torch.Tensor:
+        """(N,) the response-level advantage (the token mean of ``tokens``)."""
+        return self.adv.final
+
+
+def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.Tensor, cfg: CreditConfig,
+                  group_size: int, step: int | None = None, weights=None, rows: slice | None = None) -> TokenCredit:
+    """The credit step (module docstring): the estimator of ``cfg.method`` on ``rewards`` (N, K), then MRTPO's
+    reallocation by ``rho`` (M, K, T) at β_s = ``cfg.beta_at(step)`` over ``mask`` (M, T).
+
+    rho None: uniform credit.  ``rows``: the estimator runs on all N responses (its batch statistics), the tokens
+    are computed for ``rewards[rows]`` only (M of them: one process' share of a gathered batch); default all.
+    weights: (K,) reward weights (default ones).
+    """
+    adv = A.compute(cfg.method, rewards, group_size, weights)
+    if rows is not None:
+        adv = adv.rows(rows)
+    mask = mask.bool()
+    b = cfg.beta_at(step)
+    if rho is not None and cfg.cap is not None:
+        rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cfg.cap)
+    tokens = token_advantages(adv, rho, mask, beta=b)
+    per_reward = token_advantages_per_reward(adv, rho, mask, beta=b)
+    return TokenCredit(adv, b, rho, mask, per_reward, tokens)
+
+
+def reward_matrix(rows: Sequence[Mapping[str, float | None]]) -> tuple[list[str], torch.Tensor]:
+    """Per-response {reward: value} as the reward names (the union, in order of appearance) and the (N, K) matrix,
+    NaN where a response has no value for a reward (it does not apply to its prompt, or None: not scored)."""
+    names: list[str] = []
+    for r in rows:
+        names += [k for k in r if k not in names]
+    R = torch.full((len(rows), len(names)), float("nan"))
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            R[i, names.index(k)] = float("nan") if v is None else float(v)
+    return names, R
+
+
+# ---------------------------------------------------------------------------------------------- the reallocation
+def smoothstep_beta(beta: float, step: int | None = None, warmup: int | None = WARMUP) -> float:
+    """β_s = β · smoothstep(min(1, s / S_warm)), smoothstep(x) = 3x² − 2x³; no step or no warmup → β."""
+    if step is None or not warmup:
+        return float(beta)
+    x = min(1.0, max(0.0, step / warmup))
+    return float(beta) * (3 * x * x - 2 * x ** 3)
+
+
+def cap_second_moment(rho: torch.Tensor, mask: torch.Tensor, cap: float) -> torch.Tensor:
+    """Rescale ρ − 1 toward 0 so that mean_t ρ² ≤ cap (cap ≥ 1); sums and signs are kept.
+
+    rho: (..., T) with mean 1 over valid tokens; mask: (..., T).  ρ' = 1 + α(ρ − 1),
+    α = sqrt((cap − 1) / mean_t (ρ − 1)²) where mean_t ρ² > cap, else 1.
+    """
+    if cap < 1:
+        raise MrtpoError("the second-moment cap must be >= 1 (mean relevance is 1)")
+    m = mask.float()
+    n = m.sum(-1, keepdim=True).clamp_min(1)
+    u = (rho - 1) * m
+    var = (u ** 2).sum(-1, keepdim=True) / n  # mean (ρ − 1)² = mean ρ² − 1
+    alpha = torch.where(1 + var > cap, ((cap - 1) / var.clamp_min(1e-30)).sqrt(), torch.ones_like(var))
+    return (1 + alpha * u) * m
+
+
+def reallocate(per_reward: torch.Tensor, rho: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:
+    """Per-reward token advantages A_ikt = Â_ik · ((1 − β) + β · ρ_ikt).
+
+    per_reward: (N, K); rho: (N, K, T) relevance (mean 1 over valid tokens); mask: (N, T).  Returns (N, K, T),
+    0 on padding.  Σ_t A_ikt = T_i · Â_ik and sign(A_ikt) = sign(Â_ik).
+    """
+    share = (1 - beta) + beta * rho
+    return per_reward.unsqueeze(-1) * share * mask.unsqueeze(1).float()
+
+
+SCALE_FLOOR = 1.0  # the unit scale of a per-reward group z-score (METHOD.md, MRTPO step 5)
+
+
+def _deviation(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float) -> torch.Tensor:
+    """The reallocated part A_ikt − Â_ik = Â_ik · β_s · (ρ_ikt − 1) on valid tokens, (N, K, T); zero token mean.
+
+    Exactly 0 when β_s = 0 or rho is None (uniform credit)."""
+    N, K, T = mask.shape[0], adv.per_reward.shape[1], mask.shape[1]
+    if rho is None or beta == 0:
+        return adv.per_reward.new_zeros(N, K, T)
+    return adv.per_reward.unsqueeze(-1) * (beta * (rho - 1)) * mask.bool().unsqueeze(1)
+
+
+def _reallocation_factor(adv: Advantages, scale_floor: float) -> torch.Tensor:
+    """(N, 1) f_i: what the reallocated part is multiplied by, its divisor floored at ``scale_floor``:
+
+        f_i = 1 / max(scale, s_floor)                        (the GDPO family: Â are unit-scale z-scores), or
+        f_i = divisor_i / max(divisor_i, s_floor) / scale    (GRPO: Â already divided by its group's std + eps).
+    """
+    N = adv.per_reward.shape[0]
+    if adv.divisor is None:
+        f = 1 / adv.scale.clamp_min(scale_floor)
+    else:
+        d = adv.divisor.to(adv.per_reward.dtype)
+        f = torch.where(d > 0, d / d.clamp_min(scale_floor), torch.ones_like(d)) / adv.scale
+    return f.to(adv.per_reward.dtype).expand(N).unsqueeze(-1)
+
+
+def token_advantages(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
+                     scale_floor: float = SCALE_FLOOR) -> torch.Tensor:
+    """MRTPO token advantages (N, T) over any response-level estimator's ``adv``: its response advantage plus the
+    reallocated part, which has token mean 0 and whose divisor is floored at ``scale_floor`` (s_floor):
+
+        A_it = keep_i · [ final_i + f_i · Σ_k Â_ik β_s (ρ_ikt − 1) ]       on valid tokens, 0 elsewhere,
+        f_i  = 1 / max(scale, s_floor)       (GRPO: divisor_i / max(divisor_i, s_floor), see ``Advantages.divisor``)
+
+    with Â = adv.per_reward, final_i = (Σ_k Â_ik − center) / scale and β_s = ``beta`` (the effective one:
+    :meth:`CreditConfig.beta_at`).  Where scale ≥ s_floor this equals (Σ_k A_ikt − center) / scale,
+    A_ikt = Â_ik ((1 − β_s) + β_s ρ_ikt).  The floor keeps a batch whose sums are (nearly) all equal (scale → eps)
+    from amplifying the reallocation by 1/eps: |A_it − final_i| ≤ Σ_k |Â_ik| β_s |ρ_ikt − 1|.  The token mean of
+    A_i· is final_i; β_s = 0 or rho None gives final_i exactly.
+    rho: (N, K, T) relevance with mean 1 over valid tokens, or None.  s_floor = 0 turns the floor off.
+    """
+    mask = mask.bool()
+    dev = _deviation(adv, rho, mask, beta).sum(1)  # (N, T)
+    out = adv.final.unsqueeze(-1) + dev * _reallocation_factor(adv, scale_floor)
+    return torch.where(mask & adv.keep.unsqueeze(-1), out, torch.zeros_like(out))
+
+
+def token_advantages_per_reward(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
+                                scale_floor: float = SCALE_FLOOR) -> torch.Tensor:
+    """Each reward's row of :func:`token_advantages`, (N, K, T), for display:
+
+        A'_ikt = keep_i · [ Â_ik / scale + f_i · Â_ik β_s (ρ_ikt − 1) ]       on valid tokens, 0 elsewhere,
+
+    so Σ_k A'_ikt − center / scale = A_it and the token mean of A'_ik· is Â_ik / scale (the response-level share).
+    """
+    mask = mask.bool()
+    dev = _deviation(adv, rho, mask, beta)  # (N, K, T)
+    out = (adv.per_reward / adv.scale).unsqueeze(-1) + dev * _reallocation_factor(adv, scale_floor).unsqueeze(1)
+    valid = (mask & adv.keep.unsqueeze(-1)).unsqueeze(1)
+    return torch.where(valid, out, torch.zeros_like(out))
+
+
+def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
+                     lengths: Sequence[int], T: int | None = None, pad: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-response relevance {reward: (T_i,)} as the (N, K, T) ρ tensor and the (N, T) mask of valid tokens.
+
+    relevance: N dicts (a reward a response lacks, e.g. one not replayed because it is constant in its group, is
+    uniform: ρ = 1); reward_names: the K columns; lengths: T_i per response; T: padded length (default max T_i).
+    ``pad``: a relevance may be shorter than T_i and covers the first tokens, the rest get ρ = 1 (the EOS that ends
+    a response is trained but not replayed); otherwise its length must be T_i.  ρ is 1 on padding too (the
+    reallocation multiplies by the mask).  The one place where relevance from a replay, a file or a store becomes
+    the tensor :func:`assign_credit` takes.
+    """
+    N, K = len(lengths), len(reward_names)
+    T = max(lengths, default=0) if T is None else T
+    mask = torch.zeros(N, T, dtype=torch.bool)
+    rho = torch.ones(N, K, T)
+    col = {k: j for j, k in enumerate(reward_names)}
+    for i, (rel, n) in enumerate(zip(relevance, lengths)):
+        mask[i, :n] = True
+        for k, v in rel.items():
+            if k in col:
+                v = torch.as_tensor(np.asarray(v, dtype=np.float32))
+                if v.ndim != 1 or v.shape[0] > n or (v.shape[0] < n and not pad):
+                    raise MrtpoError(f"relevance of reward '{k}' for response {i} has {v.numel()} values "
+                                     f"for {n} tokens")
+                rho[i, col[k], :v.shape[0]] = v
+    return rho, mask

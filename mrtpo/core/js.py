@@ -1,0 +1,58 @@
+"""The Jensen-Shannon distance between next-token distributions and its normalization into relevance
+(METHOD.md step 3): pure functions on tensors.
+
+    d_t = JS(p_t, q_t) = sqrt(½ KL(p_t‖m_t) + ½ KL(q_t‖m_t)),   m_t = ½(p_t + q_t),  natural log,
+    ρ_t = T · d_t / Σ_t d_t        (mean 1 over the response; ρ = 1 when Σ_t d = 0).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+LN2 = math.log(2.0)
+
+
+def js_distance(logp: torch.Tensor, logq: torch.Tensor, p: torch.Tensor | None = None) -> torch.Tensor:
+    """Jensen-Shannon distance between distributions given as log-probabilities.
+
+    logp, logq: (..., V) log-probabilities (e.g. log_softmax outputs); p: optional exp(logp), to reuse it.
+    Returns (...).  Per vocabulary entry, with a = |log q − log p| and m = ½(p + q):
+
+        p log(p/m) + q log(q/m) = −min(p, q)·a − (p + q)·log1p(expm1(−a) / 2)     (symmetric in p, q)
+
+    d = sqrt(½ Σ_v of that).  Every term is ≥ 0 and exactly 0 where p = q, so nothing cancels across the
+    vocabulary: identical distributions give exactly 0 and close ones keep their relative accuracy.  A zero
+    probability (log = −inf) contributes (p + q)·ln 2.  Natural log, so d ∈ [0, sqrt(ln 2)]; equals
+    ``scipy.spatial.distance.jensenshannon(p, q)``.
+    """
+    logp, logq = logp.float(), logq.float()
+    p = logp.exp() if p is None else p
+    q = logq.exp()
+    a = torch.sub(logq, logp).abs_()
+    f = torch.neg(a).expm1_().mul_(0.5).log1p_()  # log(m / max(p, q)) ∈ [−ln 2, 0]
+    s = torch.add(p, q)
+    t = torch.minimum(p, q).mul_(a).add_(s.mul_(f))
+    total = t.sum(-1).neg_()
+    bad = ~torch.isfinite(total)
+    if bad.any():  # zero probabilities (−inf log-probs): those terms are (p + q)·ln 2
+        lp, lq = logp[bad], logq[bad]
+        pp, qq = lp.exp(), lq.exp()
+        aa = (lq - lp).abs()
+        tt = -(torch.minimum(pp, qq) * aa + (pp + qq) * torch.log1p(torch.expm1(-aa) / 2))
+        total[bad] = torch.where(torch.isfinite(tt), tt, (pp + qq) * LN2).sum(-1)
+    return total.mul_(0.5).clamp_min_(0.0).sqrt_()
+
+
+def normalize_relevance(d: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """ρ_t = T · d_t / Σ_t d_t over valid tokens (mean 1); ρ = 1 where Σ_t d = 0.
+
+    d: (..., T) distances; mask: (..., T) bool of valid tokens (default all).  Returns (..., T), 0 on padding.
+    """
+    d = d.float()
+    mask = torch.ones_like(d, dtype=torch.bool) if mask is None else mask.bool()
+    d = torch.where(mask, d, torch.zeros_like(d))
+    total = d.sum(-1, keepdim=True)
+    n = mask.sum(-1, keepdim=True).float()
+    rho = torch.where(total > 0, n * d / total.clamp_min(1e-30), torch.ones_like(d))
+    return torch.where(mask, rho, torch.zeros_like(rho))

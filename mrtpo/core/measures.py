@@ -1,0 +1,191 @@
+"""Relevance measures: one registry by name (like the estimators), each a pure function of what a replay gives one
+(response, reward) pair (:class:`MeasureInput`) returning per-token scores ≥ 0, normalized to ρ (mean 1) by
+:func:`measure_relevance`.  ``js`` is the paper's; docs/METHOD.md says what each other one adds.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from mrtpo.core.js import normalize_relevance
+from mrtpo.errors import MrtpoError
+
+
+@dataclass
+class MeasureInput:
+    """What the replay gives a relevance measure, for one response and one reward k (arrays (T,), float32)."""
+
+    js: np.ndarray  # d_kt: the JS distance between π(·|P_all, y<t) and π(·|P_\\k, y<t)
+    logp_all: np.ndarray  # log π(y_t | P_all, y<t): the sampled token under P_all
+    logp_without: np.ndarray  # log π(y_t | P_\\k, y<t): the sampled token under P_\\k
+    offsets: Sequence[tuple[int, int]]  # each token's characters [start, end) in ``text``
+    text: str
+    js_others: np.ndarray | None = None  # (K', T): d of the other rewards replayed for this response (K' may be 0)
+
+
+#: a relevance measure: MeasureInput -> (T,) scores ≥ 0; :func:`measure_relevance` normalizes them to ρ (mean 1)
+Measure = Callable[[MeasureInput], np.ndarray]
+
+
+MEASURES: dict[str, Measure] = {}
+
+
+MEASURE_HELP: dict[str, str] = {}
+
+
+def register_measure(name: str, help: str):
+    """Decorator: add a measure to :data:`MEASURES` under ``name`` (the CLI, app, trainer and TRL take the name)."""
+    def add(fn: Measure) -> Measure:
+        MEASURES[name], MEASURE_HELP[name] = fn, help
+        return fn
+    return add
+
+
+def measure_names() -> list[str]:
+    return list(MEASURES)
+
+
+def get_measure(name: str) -> Measure:
+    """The measure called ``name``; an MrtpoError naming the choices for an unknown one."""
+    if name not in MEASURES:
+        raise MrtpoError(f"unknown relevance measure {name!r}; choose one of: {', '.join(MEASURES)}")
+    return MEASURES[name]
+
+
+def measure_relevance(name: str, inp: MeasureInput) -> np.ndarray:
+    """ρ (T,) float32 of measure ``name``: its scores normalized by :func:`normalize_relevance` (mean 1)."""
+    scores = np.asarray(get_measure(name)(inp), dtype=np.float32)
+    if not np.isfinite(scores).all():  # a zero probability (log = −inf): NaN → 0, +inf → the largest finite score
+        finite = scores[np.isfinite(scores)]
+        scores = np.nan_to_num(scores, nan=0.0, posinf=float(finite.max()) if finite.size else 1.0, neginf=0.0)
+    return normalize_relevance(torch.from_numpy(np.ascontiguousarray(scores))).numpy()
+
+
+def word_max(values: np.ndarray, offsets: Sequence[tuple[int, int]], text: str) -> np.ndarray:
+    """Each token's value replaced by the largest value among the tokens of its word.
+
+    values: (T,). Words are the maximal runs of non-space characters of ``text`` (``\\S+``). A token belongs to every
+    word its characters [start, end) overlap; m_w = max over the tokens of word w, and a token gets the max of m_w
+    over its words. A token in no word (whitespace only, or no characters) keeps its own value.
+    """
+    v = np.asarray(values, dtype=np.float32)
+    words = [m.span() for m in re.finditer(r"\S+", text)]
+    T = len(offsets)
+    member: list[list[int]] = [[] for _ in range(T)]  # token -> words it overlaps
+    w = 0
+    for t, (s, e) in enumerate(offsets):  # offsets and words are both in text order: one sweep
+        while w < len(words) and words[w][1] <= s:
+            w += 1
+        j = w
+        while j < len(words) and words[j][0] < e:
+            if e > s:
+                member[t].append(j)
+            j += 1
+    best = np.full(len(words), -np.inf, dtype=np.float32)
+    for t, ws in enumerate(member):
+        for j in ws:
+            best[j] = max(best[j], v[t])
+    return np.array([max((best[j] for j in ws), default=v[t]) for t, ws in enumerate(member)], dtype=np.float32)
+
+
+@register_measure("js", "the paper's: d_kt = JS distance between π(·|P_all, y<t) and π(·|P_\\k, y<t)")
+def _js(inp: MeasureInput) -> np.ndarray:
+    return inp.js
+
+
+@register_measure("js-word", "d_kt, each token getting the max over the tokens of its word (words = runs of "
+                             "non-space characters)")
+def _js_word(inp: MeasureInput) -> np.ndarray:
+    return word_max(inp.js, inp.offsets, inp.text)
+
+
+@register_measure("logratio", "|log π(y_t|P_all, y<t) − log π(y_t|P_\\k, y<t)|: how much v_k moved the sampled "
+                              "token's probability")
+def _logratio(inp: MeasureInput) -> np.ndarray:
+    return np.abs(inp.logp_all - inp.logp_without)
+
+
+#: carry_forward's threshold: a token the policy gave at least this probability under P_all counts as fixed
+CARRY_MIN_PROB = 0.5
+
+
+def carry_forward(values: np.ndarray, logp: np.ndarray, min_prob: float = CARRY_MIN_PROB) -> np.ndarray:
+    """Relevance carried to the tokens a decision fixes: v_0 = x_0, v_t = max(x_t, v_{t−1}) when
+    π(y_t | P_all, y<t) = exp(logp_t) ≥ ``min_prob``, else x_t.
+
+    values: (T,) scores x; logp: (T,) the sampled tokens' log-probabilities.  Once "calculate_tri" is written,
+    "angle" is near certain under both prompts and its own JS is ≈ 0, although the decision that wrote it was
+    reward k's; the run of near-certain tokens after a decision inherits its score.
+    """
+    x = np.asarray(values, dtype=np.float32)
+    out = x.copy()
+    sure = np.exp(np.asarray(logp, dtype=np.float64)) >= min_prob
+    for t in range(1, len(out)):
+        if sure[t]:
+            out[t] = max(out[t], out[t - 1])
+    return out
+
+
+@register_measure("js-word-carry", "js-word, then carried forward over the following tokens the policy was sure "
+                                   f"of (π(y_t|P_all) ≥ {CARRY_MIN_PROB:g})")
+def _js_word_carry(inp: MeasureInput) -> np.ndarray:
+    return carry_forward(word_max(inp.js, inp.offsets, inp.text), inp.logp_all)
+
+
+def contrast(js: np.ndarray, others: np.ndarray | None) -> np.ndarray:
+    """The part of reward k's JS not shared with the other rewards' removals: max(0, d_kt − mean_{j≠k} d_jt).
+
+    js: (T,); others: (K', T) (K' = 0: d itself).  Removing any item of the prompt moves every token's distribution
+    a little; what removing v_k moves more than removing the others is specific to k."""
+    d = np.asarray(js, dtype=np.float32)
+    if others is None or not len(others):
+        return d
+    return np.maximum(0.0, d - np.asarray(others, dtype=np.float32).mean(0))
+
+
+@register_measure("js-contrast", "max(0, d_kt − mean over the other replayed rewards of d_jt), then word max and "
+                                 "carried forward as in js-word-carry")
+def _js_contrast(inp: MeasureInput) -> np.ndarray:
+    return carry_forward(word_max(contrast(inp.js, inp.js_others), inp.offsets, inp.text), inp.logp_all)
+
+
+#: js-support's share of the other rewards' mean JS that is taken off d_kt
+SUPPORT_OTHERS = 0.5
+
+
+def support(js: np.ndarray, others: np.ndarray | None, logp_all: np.ndarray, logp_without: np.ndarray,
+            share: float = SUPPORT_OTHERS) -> np.ndarray:
+    """The JS of reward k where v_k *supports* the written token: s_t = max(0, d_kt − share · mean_{j≠k} d_jt)
+    when log π(y_t | P_all, y<t) > log π(y_t | P_\\k, y<t), else 0.
+
+    js, logp_all, logp_without: (T,); others: (K', T) (K' = 0: nothing taken off).  A token that v_k made more likely
+    is one its text calls for (a quoted word of the reply, a keyword, a fence); one it made less likely is one the
+    rest of the prompt calls for, and removing v_k moved it only as any prompt change does."""
+    d = np.asarray(js, dtype=np.float32)
+    if others is not None and len(others):
+        d = np.maximum(0.0, d - share * np.asarray(others, dtype=np.float32).mean(0))
+    return np.where(np.asarray(logp_all) > np.asarray(logp_without), d, np.float32(0.0)).astype(np.float32)
+
+
+def lead(values: np.ndarray) -> np.ndarray:
+    """Each token's score joined by the next one's: v_t = max(x_t, x_{t+1}), v_{T−1} = x_{T−1}.
+
+    values: (T,).  x_{t+1} is what v_k does to the prediction *after* y_t, so y_t is the token that made v_k matter
+    there: the policy recognises a quoted span of the reply only once it has read the span's first token (the copy
+    shows at the second), and the fence "```" is what the rule's "sql" follows."""
+    x = np.asarray(values, dtype=np.float32)
+    out = x.copy()
+    out[:-1] = np.maximum(x[:-1], x[1:])
+    return out
+
+
+@register_measure("js-support", f"max(0, d_kt − {SUPPORT_OTHERS:g} · mean over the other replayed rewards of "
+                                "d_jt), kept where v_k raised the written token's probability (else 0); each token "
+                                "also takes the next one's; then word max and carried forward as in js-word-carry")
+def _js_support(inp: MeasureInput) -> np.ndarray:
+    s = lead(support(inp.js, inp.js_others, inp.logp_all, inp.logp_without))
+    return carry_forward(word_max(s, inp.offsets, inp.text), inp.logp_all)

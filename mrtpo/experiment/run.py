@@ -1,0 +1,326 @@
+"""Paired, seeded comparisons of methods: does one estimator learn faster than another?
+
+An **experiment** trains every method × seed as an ordinary run of the run store, named
+``<experiment>.<method>.s<seed>``. The runs of one seed share the seed and the schedule seed
+(:class:`mrtpo.train.TrainConfig` ``schedule_seed``) and start from the same weights, so they see the same prompts
+in the same order and sample from the same random streams: at step 1 every method samples identical groups, later
+they differ only through their policies. The methods then differ only in the estimator, and a *paired* difference
+removes the prompt-draw noise that separate runs suffer from.
+
+Running (:func:`run_experiment`) is resumable: runs that have the experiment's steps are skipped, a killed run
+resumes from its checkpoint (the trainer does that), and re-running with a different configuration is refused
+with a message naming the difference (the number of steps may change: runs are trained up to it; the number of seeds
+may grow: the new seeds' runs are added, the others stay as they are). The experiment
+is recorded in the store's ``experiments`` table (name, configuration, runs), where the app lists it.
+
+**Statistics** (pure functions in :mod:`mrtpo.core.stats`; :func:`experiment_summary` applies them to the stored
+runs). Units: a *unit* is one prompt slot of one step of one seed, ``(seed j, step s, slot b)``, b = 1..B; the
+runs of seed j saw the same example in it. Its value for method m is u_m(j, s, b) = mean over the G responses of
+that group of the response's mean reward (mean over the example's rewards), read from the stored samples.
+
+- mean-reward curve of a run: c_m,j(s) = mean_b u_m(j, s, b); of a method: c̄_m(s) = mean_j c_m,j(s) over the
+  seeds whose runs (every method's) have step s; the band over seeds is their min–max.
+- AUC (:func:`auc`): the step mean of the curve, AUC_m = (1/S) Σ_{s=1..S} c̄_m(s) — the area under the curve as a
+  step function over steps 1..S, divided by S (so it is on the reward's scale, [0, 1]).
+- final (:func:`final_value`): the mean of c̄_m over the last min(5, S) steps.
+- paired difference of m against the first method 0: d(j, s, b) = u_m(j, s, b) − u_0(j, s, b) over the n units
+  both have; auc_diff = mean of d (= AUC_m − AUC_0 when every run is complete). Its 95 % interval is a seeded
+  percentile **cluster bootstrap** (:func:`cluster_bootstrap_ci`): resample seeds with replacement, then each drawn
+  seed's units with replacement, and take the 2.5th and 97.5th percentiles of the resampled means. Seeds are the
+  clusters because a run's steps are correlated through its policy.
+- steps to threshold (:func:`steps_to_threshold`): the first step where c̄_m, smoothed by a trailing mean over
+  3 steps, reaches the threshold (None if never). Default threshold: halfway from the step-1 value (shared by
+  the paired methods) to the best method's final value, when that is above it.
+
+Outputs (:func:`mrtpo.experiment.report.write_outputs`): ``summary.json`` ``{"task", "steps", "seeds", "methods":
+{name: {"auc", "final", ...}}, "paired": {name: {"auc_diff", "ci95": [lo, hi], "n", ...}}, ...}`` (strict JSON),
+``curves.png`` (matplotlib) and ``report.html`` (self-contained: the PNG inlined as base64, the tables, the
+definitions).
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from mrtpo.core import advantages as A
+from mrtpo.core.stats import (
+    FINAL_WINDOW,
+    N_BOOT,
+    SMOOTH_WINDOW,
+    auc,
+    cluster_bootstrap_ci,
+    default_threshold,
+    final_value,
+    steps_to_threshold,
+    unit_values,
+)
+from mrtpo.errors import MrtpoError
+from mrtpo.store import Store, validate_run_name
+from mrtpo.train import TrainConfig, Trainer
+
+PER_RUN_FIELDS = ("method", "seed", "schedule_seed")  # set per run; every other TrainConfig field is shared
+
+
+@dataclass
+class ExperimentConfig:
+    """An experiment: its name, methods (the first is the baseline), seeds 0..seeds−1, steps, and the TrainConfig
+    fields its runs share (``base``: every field but method, seed and schedule_seed)."""
+
+    name: str
+    methods: list[str]
+    seeds: int
+    steps: int
+    base: dict
+
+    def __post_init__(self):
+        if not isinstance(self.methods, list) or len(self.methods) < 2:
+            raise MrtpoError("an experiment compares at least two methods (e.g. --methods gdpo,mrtpo)")
+        dup = sorted({m for m in self.methods if self.methods.count(m) > 1})
+        if dup:
+            raise MrtpoError(f"method(s) {', '.join(dup)} given twice in --methods")
+        for m in self.methods:
+            A.parse_method(m)  # a clear message for an unknown method
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
+            raise MrtpoError(f"an experiment needs --seeds >= 1, not {self.seeds!r}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise MrtpoError(f"an experiment needs --steps >= 1, not {self.steps!r}")
+        extra = sorted(set(self.base) & set(PER_RUN_FIELDS))
+        if extra:
+            raise MrtpoError(f"an experiment sets {', '.join(extra)} per run; leave them out of its shared config")
+        longest = max(len(self.run_name(m, self.seeds - 1)) - len(self.name) for m in self.methods)
+        validate_run_name(self.name, "experiment", 100 - longest)
+        for m in self.methods:
+            validate_run_name(self.run_name(m, 0))
+        if not isinstance(self.base, dict):
+            raise MrtpoError("an experiment's shared config must be an object of TrainConfig fields")
+        self.base = {k: v for k, v in TrainConfig.from_dict(self.base).to_dict().items() if k not in PER_RUN_FIELDS}
+
+    def run_name(self, method: str, seed: int) -> str:
+        return f"{self.name}.{method}.s{seed}"
+
+    def run_config(self, method: str, seed: int):
+        """The TrainConfig of one run: the shared fields, the method, and seed = schedule seed = ``seed``."""
+        return TrainConfig.from_dict({**self.base, "method": method, "seed": seed, "schedule_seed": seed})
+
+    def runs(self) -> list[tuple[str, int, str]]:
+        """(method, seed, run name) in training order: seed by seed, every method of a seed before the next seed
+        (so that a partly run experiment has complete pairs)."""
+        return [(m, s, self.run_name(m, s)) for s in range(self.seeds) for m in self.methods]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExperimentConfig":
+        return cls(name=d["name"], methods=list(d["methods"]), seeds=d["seeds"], steps=d["steps"], base=d["base"])
+
+    def differences(self, other: "ExperimentConfig") -> list[str]:
+        """What differs from ``other`` besides the number of steps and more seeds, as ``field: other → self`` lines.
+
+        Seeds 0 .. N−1 of an experiment are the same runs whatever N is, so more seeds only add runs; fewer would
+        leave stored runs outside the experiment and are refused."""
+        out = []
+        if self.methods != other.methods:
+            out.append(f"methods: {','.join(other.methods)} → {','.join(self.methods)}")
+        if self.seeds < other.seeds:
+            out.append(f"seeds: {other.seeds} → {self.seeds} (seeds can be added, not taken away)")
+        for k in sorted(set(self.base) | set(other.base)):
+            if self.base.get(k) != other.base.get(k):
+                out.append(f"{k}: {other.base.get(k)!r} → {self.base.get(k)!r}")
+        return out
+
+
+def load_experiment(store: Store, name: str) -> ExperimentConfig:
+    """The configuration of experiment ``name`` recorded in ``store`` (MrtpoError naming the ones there if none)."""
+    info = store.get_experiment(name)
+    if info is None:
+        names = store.experiment_names()
+        raise MrtpoError(f"no experiment named '{name}' in {store.path}" +
+                         (f" (experiments: {', '.join(names)})" if names else " (it has none)"))
+    return ExperimentConfig.from_dict(info.config)
+
+
+def _run_differences(stored: dict, want: dict) -> list[str]:
+    return [f"{k}: {stored.get(k)!r} (stored) vs {v!r}" for k, v in want.items() if stored.get(k) != v]
+
+
+def prepare(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = lambda m: None) -> None:
+    """Check ``cfg`` against what the store holds and record it (before any training).
+
+    Refused (MrtpoError naming the differences, nothing changed): an experiment of that name with other methods,
+    fewer seeds or another shared config; a run of the experiment's name whose stored config is not the one the
+    experiment asks.
+    """
+    info = store.get_experiment(cfg.name)
+    if info is not None:
+        old = ExperimentConfig.from_dict(info.config)
+        diff = cfg.differences(old)
+        if diff:
+            raise MrtpoError(f"experiment '{cfg.name}' exists in {store.path} with a different configuration ("
+                             + "; ".join(diff) + "); give the same flags to resume it, or another --name / --out")
+        if old.steps != cfg.steps:
+            log(f"experiment '{cfg.name}': steps {old.steps} → {cfg.steps}")
+        if old.seeds != cfg.seeds:
+            log(f"experiment '{cfg.name}': seeds {old.seeds} → {cfg.seeds} (the runs of seeds {old.seeds} .. "
+                f"{cfg.seeds - 1} are added)")
+    for m, s, name in cfg.runs():
+        run = store.get_run(name)
+        if run is None:
+            continue
+        stored = TrainConfig.from_dict(run.config).to_dict()  # defaults filled in (older runs)
+        diff = _run_differences(stored, cfg.run_config(m, s).to_dict())
+        if diff:
+            raise MrtpoError(f"run '{name}' exists in {store.path} with another config ({'; '.join(diff)}); it is not "
+                             f"a run of experiment '{cfg.name}' as asked: pick another --name")
+    store.put_experiment(cfg.name, cfg.to_dict(), [name for _, _, name in cfg.runs()])
+
+
+def run_experiment(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = lambda m: None,
+                   on_run: Callable[[str, int, int], Callable[[int, dict], None] | None] | None = None,
+                   family=None) -> None:
+    """Train every run of the experiment up to ``cfg.steps`` (see module docstring: resumable, checked).
+
+    ``on_run(run name, steps stored at the start, steps)`` is called before a run trains and may return a per-step
+    callback ``(step, metrics)``. Each run's last step is checkpointed, so a finished run never recomputes.
+    ``family`` overrides the task family named by the config (as for :class:`mrtpo.train.Trainer`).
+    """
+    prepare(store, cfg, log)
+    for m, s, name in cfg.runs():
+        run = store.get_run(name)
+        if run is not None and run.steps_done >= cfg.steps:
+            continue
+        tr = Trainer(cfg.run_config(m, s) if run is None else None, store, name, log=log, family=family)
+        try:
+            cb = on_run(name, tr.steps_done, cfg.steps) if on_run else None
+            tr.train(cfg.steps - tr.steps_done, callback=cb, checkpoint_last=True)
+        finally:
+            tr.close()
+        del tr
+
+
+@dataclass
+class ExperimentData:
+    """What the statistics need, read from the store.
+
+    units[m]: (J, S, B) unit values (NaN where the run has no such step); examples[m]: (J, S) lists of B example ids
+    (None where missing); rewards[m][key]: (J, S) per-step values of the stored metric ``reward/<name>``;
+    steps_done[m]: (J,) steps each run has stored.
+    """
+
+    config: ExperimentConfig
+    units: dict[str, np.ndarray]
+    examples: dict[str, list[list[list[str] | None]]]
+    rewards: dict[str, dict[str, np.ndarray]]
+    steps_done: dict[str, list[int]]
+
+
+def read_experiment(store: Store, cfg: ExperimentConfig, steps: int | None = None) -> ExperimentData:
+    """Read every run of ``cfg`` from ``store`` over steps 1..``steps`` (default ``cfg.steps``); missing runs and
+    steps are NaN."""
+    S = steps or cfg.steps
+    J, G, B = cfg.seeds, cfg.base["group_size"], cfg.base["prompts_per_step"]
+    units, examples, rewards, done = {}, {}, {}, {}
+    for m in cfg.methods:
+        units[m] = np.full((J, S, B), np.nan)
+        examples[m] = [[None] * S for _ in range(J)]
+        rewards[m], done[m] = {}, []
+        for j in range(J):
+            run = store.get_run(cfg.run_name(m, j))
+            done[m].append(run.steps_done if run else 0)
+            if run is None:
+                continue
+            for key, series in store.metrics(run.id).items():
+                if key.startswith("reward/"):
+                    arr = rewards[m].setdefault(key, np.full((J, S), np.nan))
+                    for s, v in series.items():
+                        if 1 <= s <= S and v is not None:
+                            arr[j, s - 1] = v
+            for s in range(1, min(run.steps_done, S) + 1):
+                ids, vals = unit_values(store.samples(run.id, s), G)
+                units[m][j, s - 1, :len(vals)] = vals[:B]
+                examples[m][j][s - 1] = ids
+    return ExperimentData(cfg, units, examples, rewards, done)
+
+
+def _band(arr: np.ndarray) -> dict[str, list]:
+    """{"mean", "lo", "hi"} over axis 0 (seeds) of a (J, S) array: the mean and the min–max band (None: no value)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a step no seed has: NaN, written as None
+        mean, lo, hi = np.nanmean(arr, 0), np.nanmin(arr, 0), np.nanmax(arr, 0)
+    return {k: [None if not np.isfinite(x) else float(x) for x in v] for k, v in
+            (("mean", mean), ("lo", lo), ("hi", hi))}
+
+
+def experiment_summary(data: ExperimentData, threshold: float | None = None, n_boot: int = N_BOOT,
+              boot_seed: int = 0) -> dict:
+    """The experiment's statistics (module docstring) as a JSON-ready dict; ``threshold`` None = the default rule.
+
+    A seed's step counts for the curves and the paired units only when every method's run of that seed has it, so
+    a partly run experiment compares like with like. MrtpoError if two runs of one seed saw different examples at
+    the same step (then they are not paired).
+    """
+    cfg = data.config
+    base, J = cfg.methods[0], cfg.seeds
+    S = next(iter(data.units.values())).shape[1]
+    # (J, S): the (seed, step) cells every method has
+    have = np.all([np.all(np.isfinite(data.units[m]), axis=2) for m in cfg.methods], axis=0)
+    for j in range(J):
+        for s in range(S):
+            if not have[j, s]:
+                continue
+            ids = {m: data.examples[m][j][s] for m in cfg.methods}
+            if any(v != ids[base] for v in ids.values()):
+                raise MrtpoError(f"the runs of seed {j} are not paired: at step {s + 1} they saw examples "
+                                 + "; ".join(f"{m}: {','.join(v)}" for m, v in ids.items()))
+    curves: dict[str, dict[str, dict]] = {}
+    run_curve = {}
+    for m in cfg.methods:
+        c = np.where(have, data.units[m].mean(axis=2), np.nan)  # (J, S): c_m,j(s) where every method has it
+        run_curve[m] = c
+        curves[m] = {"mean": _band(c)}
+        for key, arr in sorted(data.rewards[m].items()):
+            if key != "reward/mean":
+                curves[m][key] = _band(np.where(have, arr, np.nan))
+    mean_curve = {m: np.array([np.nan if v is None else v for v in curves[m]["mean"]["mean"]]) for m in cfg.methods}
+    finals = {m: final_value(mean_curve[m]) for m in cfg.methods}
+    start = float(mean_curve[base][0]) if S and np.isfinite(mean_curve[base][0]) else float("nan")
+    if threshold is None:
+        threshold = default_threshold(start, list(finals.values()))
+    methods = {m: {"auc": auc(mean_curve[m]), "final": finals[m],
+                   "steps_to_threshold": steps_to_threshold(mean_curve[m], threshold),
+                   "runs": [cfg.run_name(m, j) for j in range(J)], "steps_done": data.steps_done[m]}
+               for m in cfg.methods}
+    paired = {}
+    for m in cfg.methods[1:]:
+        diffs = [(data.units[m][j] - data.units[base][j])[have[j]].ravel() for j in range(J)]
+        diffs = [d for d in diffs if d.size]
+        n = int(sum(d.size for d in diffs))
+        ci = cluster_bootstrap_ci(diffs, n_boot, boot_seed) if n else (float("nan"), float("nan"))
+        paired[m] = {"auc_diff": float(np.mean(np.concatenate(diffs))) if n else float("nan"), "ci95": list(ci),
+                     "n": n, "n_seeds": len(diffs), "against": base,
+                     "seed_diffs": [auc(run_curve[m][j]) - auc(run_curve[base][j]) for j in range(J)]}
+    steps_common = int(have.all(axis=0).sum()) if J else 0
+    return {
+        "experiment": cfg.name, "task": cfg.base["task"], "model": cfg.base["model"], "steps": cfg.steps,
+        "seeds": J, "methods": methods, "paired": paired, "threshold": threshold, "start": start,
+        "complete": bool(have.all()) and S >= cfg.steps, "steps_all_seeds": steps_common,
+        "units": {"per_step": cfg.base["prompts_per_step"], "group_size": cfg.base["group_size"]},
+        "definitions": {
+            "unit": "one prompt slot of one step of one seed; value: the mean over its G responses of each "
+                    "response's mean reward",
+            "auc": "(1/S) Σ_{s=1..S} c̄(s): the step mean of the seed-mean mean-reward curve",
+            "final": f"mean of the seed-mean curve over the last min({FINAL_WINDOW}, S) steps",
+            "auc_diff": f"mean over the n paired units of (method − {base}); = AUC difference when complete",
+            "ci95": f"percentile cluster bootstrap ({n_boot} resamples, seed {boot_seed}): seeds with replacement, "
+                    f"then units within each drawn seed",
+            "steps_to_threshold": f"first step where the seed-mean curve, trailing mean over {SMOOTH_WINDOW} "
+                                  f"steps, reaches the threshold",
+            "band": "min–max over seeds",
+        },
+        "config": cfg.to_dict(),
+        "curves": curves,
+    }

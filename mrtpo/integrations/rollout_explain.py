@@ -1,0 +1,172 @@
+"""Your rollouts explained: which columns of a rollout file are rewards and what each reward's checker reads
+(:class:`RolloutVerifierInfo`, from a JSON object {reward column: text over the row's fields}), then each group's
+scored responses, replay and token view, as JSON and a self-contained HTML page.  The rows come from
+:mod:`mrtpo.integrations.rollouts`."""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from mrtpo.core.credit import BETA, METHOD
+from mrtpo.errors import MrtpoError
+from mrtpo.groups import ScoredGroup
+from mrtpo.integrations.rollouts import RolloutFileError, RolloutGroup, RolloutRow, _number, _plain, group_rows
+from mrtpo.jsonl import InputFileError, parse_json, read_text
+from mrtpo.tasks.base import Example
+from mrtpo.templates import Template, TemplateError, fill_fields, template_fields
+from mrtpo.views import TokenView, token_view, view_to_json
+
+
+# ---------------------------------------------------------------------------------------------- verifier template
+@dataclass(frozen=True)
+class RolloutVerifierInfo:
+    """{reward column: text template over the row's fields}: which columns are rewards, what each checker reads."""
+
+    texts: dict[str, str]
+
+    def __post_init__(self):
+        if not self.texts:
+            raise TemplateError("the verifier template names no reward: give a JSON object {reward column: text}")
+        for k, t in self.texts.items():
+            if not isinstance(t, str):
+                raise TemplateError(f"verifier template of reward '{k}' must be a string")
+            template_fields(t, f"reward {k}")
+
+    @property
+    def rewards(self) -> list[str]:
+        return list(self.texts)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "RolloutVerifierInfo":
+        if not isinstance(d, dict):
+            raise TemplateError("a verifier template must be a JSON object {reward column: text template}")
+        return cls({str(k): v for k, v in d.items()})
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "verifier template") -> "RolloutVerifierInfo":
+        try:
+            obj = parse_json(text)
+        except ValueError as e:
+            raise TemplateError(f"{where}: {e}") from None
+        return cls.from_dict(obj)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "RolloutVerifierInfo":
+        try:
+            text = read_text(path)
+        except InputFileError as e:
+            raise TemplateError(f"verifier template {e}") from None
+        return cls.from_json(text, str(path))
+
+    def info(self, row: RolloutRow) -> dict[str, str]:
+        """{reward: verifier information} for ``row``; a field the template uses but the row lacks is an error."""
+        out = {}
+        for k, t in self.texts.items():
+            for name in template_fields(t, f"reward {k}"):
+                if name not in row.fields:
+                    raise RolloutFileError(row.source, row.row, name,
+                                           f"missing, but the verifier template of reward '{k}' uses {{{name}}}")
+            out[k] = fill_fields(t, row.fields, f"reward {k}")
+        return out
+
+    def rewards_of(self, row: RolloutRow) -> list[float]:
+        vals = []
+        for k in self.texts:
+            if k not in row.values:
+                numeric = [c for c, v in row.values.items()
+                           if isinstance(_plain(v), (int, float)) and c not in ("step", "advantage")]
+                raise RolloutFileError(row.source, row.row, k, "missing: the verifier template names this reward "
+                                       "column, but the row has none "
+                                       f"(numeric columns: {', '.join(numeric) or 'none'})")
+            vals.append(_number(row.values[k], row.source, row.row, k, "a number (reward value)"))
+        return vals
+
+
+def scored_group(group: RolloutGroup, vt: RolloutVerifierInfo, lm=None) -> ScoredGroup:
+    """A :class:`ScoredGroup` for the explorer: rewards from the template's columns, verifier info filled per row.
+
+    With ``lm`` the samples carry token ids (needed by token-id based replays such as the app's cache).
+    """
+    from mrtpo.model import Sample, tokenize_response
+
+    samples = [Sample(tokenize_response(lm, r.completion)[0] if lm is not None else [], r.completion)
+               for r in group.rows]
+    R = np.array([vt.rewards_of(r) for r in group.rows], dtype=float).reshape(len(group.rows), len(vt.rewards))
+    return ScoredGroup.unscored(Example(group.id, group.prompt, {"step": group.step}), samples, vt.rewards,
+                                [vt.info(r) for r in group.rows], R)
+
+
+# ---------------------------------------------------------------------------------------------- explain
+@dataclass
+class ExplainedGroup:
+    group: RolloutGroup
+    scored: ScoredGroup
+    view: TokenView
+    replay_seconds: float = 0.0
+
+
+def explain_group(lm, group: RolloutGroup, vt: RolloutVerifierInfo, template: Template | None = None,
+                  method: str = METHOD, beta: float = BETA, config=None) -> ExplainedGroup:
+    """Replay one group with ``lm`` (constant rewards skipped) and compute its token view under ``method``."""
+    from mrtpo.replay import replay_group
+
+    sg = scored_group(group, vt)
+    keep = [i for i, r in enumerate(group.rows) if r.completion]
+    if len(keep) < len(group.rows):  # an empty completion has no tokens to explain
+        sg = sg.subset(keep)
+        group = RolloutGroup(group.step, group.prompt, [group.rows[i] for i in keep])
+    if not keep:
+        raise RolloutFileError(group.rows[0].source if group.rows else "-", None, "completion",
+                               "every completion of this group is empty")
+    replay = replay_group(lm, sg.prompt, sg.verifier_info, [s.text for s in sg.samples], template,
+                          rewards=sg.rewards, config=config)
+    return ExplainedGroup(group, sg, token_view(sg, replay, method, beta), replay.seconds)
+
+
+def explain_rollouts(lm, rows: Sequence[RolloutRow], vt: RolloutVerifierInfo, template: Template | None = None,
+                     method: str = METHOD, beta: float = BETA, step: int | None = None,
+                     max_groups: int | None = None) -> list[ExplainedGroup]:
+    """Group ``rows`` (optionally one ``step``), explain the first ``max_groups`` groups."""
+    groups = [g for g in group_rows(rows) if step is None or g.step == step]
+    if not groups:
+        raise MrtpoError(f"no rows at step {step}" if step is not None else "no rows to explain")
+    for g in groups:  # check every row before any model work, so a bad row fails fast
+        for r in g.rows:
+            vt.rewards_of(r), vt.info(r)
+    return [explain_group(lm, g, vt, template, method, beta) for g in groups[:max_groups]]
+
+
+def group_json(eg: ExplainedGroup) -> dict:
+    """Everything shown for one group as JSON: :func:`view_to_json` plus where the rows came from."""
+    out = view_to_json(eg.view, eg.scored)
+    out["step"] = eg.group.step
+    out["source"] = eg.group.rows[0].source
+    out["rows"] = [r.row for r in eg.group.rows]
+    out["logged_advantage"] = [r.advantage for r in eg.group.rows]
+    return out
+
+
+def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") -> str:
+    """One self-contained page: per group its prompt, rewards table and every response's heatmaps."""
+    from mrtpo.views import render
+
+    body = [f"<h2>{html.escape(title)}</h2>"]
+    for eg in items:
+        v = eg.view
+        vm = render.scales(v)
+        step = f" — step {eg.group.step}" if eg.group.step is not None else ""
+        body.append(f"<h2>Group {html.escape(eg.group.id)}{step}</h2>"
+                    "<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>"
+                    f"{html.escape(eg.group.prompt)}</pre>")
+        body.append(render.rewards_table(v, eg.scored))
+        for i, r in enumerate(eg.group.rows):
+            logged = f" (logged {r.advantage:+.3f})" if r.advantage is not None and not math.isnan(r.advantage) else ""
+            body.append(f"<h3>Row {r.row} — advantage {v.final[i]:+.3f}{logged}</h3>")
+            body.append(render.response_html(v, i, vmax=vm))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{render.CSS}</style></head><body class='mrtpo'>{''.join(body)}</body></html>")

@@ -1,0 +1,119 @@
+"""The decoder stack as the sampler, the replay and the trainer's log-probs call it: in a chosen precision
+(bf16 weight copies where that is fast), one pass at a time per module, with grouped-query attention as it is.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+
+import torch
+
+from mrtpo.errors import MrtpoError
+from mrtpo.model.load import LoadedModel
+
+# Model plumbing shared by the replay (mrtpo.relevance), the sampler and the trainer's log-probs.
+PRECISIONS = ("auto", "model", "bfloat16")
+
+
+def decoder_stack(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder stack (final norm included) under a causal-LM head, also through peft wrappers: it maps token ids
+    to final hidden states (N, L, H), so callers project only the positions they need onto the vocabulary."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder()
+
+
+def fast_bf16_cpu() -> bool:
+    """Whether this CPU has AMX-BF16 or AVX512-BF16 (bfloat16 matrix products about 3x faster than float32)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return " amx_bf16" in flags or " avx512_bf16" in flags
+
+
+def compute_dtype(lm: LoadedModel, precision: str) -> torch.dtype:
+    """The dtype decoder passes run in: ``"model"`` = the model's own; ``"auto"`` = bfloat16 for a float32 model on
+    CUDA (a trainer's float32 master weights) or on a CPU with fast bf16, else the model's; ``"bfloat16"`` = bfloat16
+    everywhere."""
+    if precision not in PRECISIONS:
+        raise MrtpoError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    fast = lm.device.type == "cuda" or (lm.device.type == "cpu" and fast_bf16_cpu())
+    if precision == "bfloat16" or (precision == "auto" and lm.dtype == torch.float32 and fast):
+        return torch.bfloat16
+    return lm.dtype
+
+
+class Decoder:
+    """The decoder stack, called with its parameters cast to ``dtype`` (``torch.func.functional_call``).
+
+    The model's own weights are untouched; the cast copies live as long as this object (make one per replay or per
+    sampled group: a trainer changes the weights between them). ``functional_call`` swaps the copies into the shared
+    module for the duration of a pass, so the passes of all Decoders over one module take turns (a lock per module:
+    the app's sessions share one model)."""
+
+    def __init__(self, backbone: torch.nn.Module, dtype: torch.dtype):
+        self.module, self.dtype = backbone, dtype
+        self.params = None
+        self._turn = _module_lock(backbone)
+        with self._turn:  # not while another Decoder's pass has its copies swapped in
+            if any(p.dtype != dtype and p.is_floating_point() for p in backbone.parameters()):
+                self.params = {n: p.detach().to(dtype) for n, p in backbone.named_parameters()}
+        self.cache_kwarg = cache_kwarg(backbone)
+
+    def weight(self, p: torch.Tensor) -> torch.Tensor:
+        """``p`` (a parameter of the model) in this decoder's dtype: its cast copy if ``p`` is one of the stack's
+        parameters (e.g. input embeddings tied to the LM head), else ``p`` itself or a new cast copy."""
+        if self.params is None or p.dtype == self.dtype:
+            return p.detach()
+        with self._turn:
+            name = next((n for n, q in self.module.named_parameters() if q is p), None)
+        return self.params[name] if name is not None else p.detach().to(self.dtype)
+
+    def __call__(self, **kwargs):
+        with self._turn, sdpa_gqa(kwargs["input_ids"].device):
+            if self.params is None:
+                return self.module(**kwargs)
+            from torch.func import functional_call
+
+            return functional_call(self.module, self.params, (), kwargs)
+
+
+_module_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+_module_locks_guard = threading.Lock()
+
+
+def _module_lock(module: torch.nn.Module) -> threading.RLock:
+    with _module_locks_guard:
+        lock = _module_locks.get(module)
+        if lock is None:
+            lock = _module_locks[module] = threading.RLock()
+        return lock
+
+
+@contextlib.contextmanager
+def sdpa_gqa(device: torch.device):
+    """On a CPU, let transformers' SDPA attention use grouped-query heads as they are (``enable_gqa``) instead of
+    copying the keys and values for every query head: rows with long cached pasts spend more on those copies than on
+    the attention itself (2-3x on SmolLM2's 9 query / 3 KV heads).  Results are the same.  The switch is an
+    environment variable transformers reads per call; it is set only for the duration of the block."""
+    name = "TRANSFORMERS_SDPA_FORCE_GQA"
+    if device.type != "cpu" or os.environ.get(name):
+        yield
+        return
+    os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
+def cache_kwarg(backbone: torch.nn.Module) -> str:
+    """transformers >= 5.2x calls the KV-cache argument ``cache``; older versions ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(backbone.forward).parameters else "past_key_values"

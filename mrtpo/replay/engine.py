@@ -1,0 +1,264 @@
+"""The leave-one-out replay (METHOD.md steps 1-3): teacher-force each response under P_all and every P_\\k.
+
+For reward k the policy teacher-forces its own response y under P_all (the task prompt with every reward's
+verifier information) and under P_\\k (the same with v_k left out); d_kt = JS(p_t, q_t) (:mod:`mrtpo.core.js`)
+and ρ_kt from the chosen measure (:mod:`mrtpo.core.measures`).
+
+:func:`replay_group` does this for a whole group at once:
+
+- **prefix shared**: the token prefix common to every variant prompt (system prompt + task prompt) runs once;
+  its KV cache is reused by every (variant, response) pair (:mod:`mrtpo.replay.kvtrie`);
+- **batched**: pairs are sorted by length and packed into right-padded forward passes under a token budget;
+- **memory-bounded**: the forward passes keep only final hidden states of response positions (T, H); the
+  vocabulary projection, log-softmax and JS run in token chunks, so no (variants × responses × T × V) tensor
+  ever exists and a 150k vocabulary works;
+- rewards with no variance in the group are skipped when rewards are given (their advantage is 0 anyway).
+
+:func:`naive_replay_group` is the one-sequence-at-a-time reference (full prompt, no cache, full logits).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import torch
+
+from mrtpo.core.advantages import active_rewards
+from mrtpo.core.js import js_distance
+from mrtpo.core.measures import get_measure, measure_relevance
+from mrtpo.model import (
+    Decoder,
+    LoadedModel,
+    Sample,
+    check_length,
+    compute_dtype,
+    decode,
+    decoder_stack,
+    token_offsets,
+    tokenize_response,
+)
+from mrtpo.replay.kvtrie import shared_hidden
+from mrtpo.replay.results import ReplayResult, ResponseRelevance
+from mrtpo.templates import ALL, Template, TemplateError
+
+if TYPE_CHECKING:
+    from mrtpo.groups import ScoredGroup
+
+
+@dataclass
+class ReplayConfig:
+    token_budget: int = 2048  # max batch × padded new tokens per forward pass (small batches pad less)
+    kv_budget: int = 4096  # max batch × padded (cached + new) tokens per forward pass: bounds the KV copies
+    logits_budget: int = 1 << 22  # max (1 + K) × tokens × vocab logits per chunk (16 MiB in float32)
+    # KV reuse over a trie of the group's sequences: every shared prefix (the task prompt; the items before the
+    # one left out; verifier text that is the same for several responses) runs once and its KV cache serves
+    # every sequence through it.  False: every (response, variant) sequence runs in full (still batched).
+    share_prefix: bool = True
+    # "auto": on a CPU with AMX / AVX512-BF16 the decoder runs on bfloat16 copies of the weights (what a GPU run
+    # does; about 3x faster than float32), else in the model's dtype; "model": always the model's dtype (exact;
+    # what tests compare); "bfloat16": bf16 copies on any device.  Log-softmax and JS always run in float32; with
+    # bf16 weights the vocabulary projection
+    # runs in bf16 on P_all and on the difference h(P_\k) − h(P_all), which keeps the JS close to float32.
+    precision: str = "auto"
+
+
+Response = str | Sample | Sequence[int]
+
+
+def _response_tokens(lm: LoadedModel, r: Response) -> tuple[str, list[int], list[tuple[int, int]]]:
+    if isinstance(r, str):
+        ids, offs = tokenize_response(lm, r)
+        return r, ids, offs
+    ids = list(r.token_ids) if isinstance(r, Sample) else [int(t) for t in r]
+    return decode(lm, ids), ids, token_offsets(lm, ids)
+
+
+@dataclass
+class _Plan:
+    """Everything both replays need: per response, the token ids of every variant prompt and of the response."""
+
+    texts: list[str]
+    resp_ids: list[list[int]]
+    offsets: list[list[tuple[int, int]]]
+    prompt_texts: list[dict[str, str]]
+    prompt_ids: list[dict[str, list[int]]]
+    rewards: list[str]
+    skipped: list[str]
+
+
+def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
+    template = template or Template()
+    G = len(responses)
+    infos = list(verifier_info) if isinstance(verifier_info, (list, tuple)) else [verifier_info] * G
+    if len(infos) != G:
+        raise ValueError(f"verifier_info has {len(infos)} entries for {G} responses")
+    names = list(infos[0]) if infos else []
+    act, skip = active_rewards(names, rewards)
+    texts, ids, offs, ptexts, pids = [], [], [], [], []
+    enc_cache: dict[str, list[int]] = {}
+    for i, (r, info) in enumerate(zip(responses, infos)):
+        text, rid, off = _response_tokens(lm, r)
+        try:  # each message's length is checked before it is built (at most MAX_FILLED_CHARS characters) ...
+            msgs = template.variants(prompt, info, act)
+        except TemplateError as e:
+            raise TemplateError(f"the prompts for response {i}: {e}") from None
+        full = {v: lm.chat_prompt(m) for v, m in msgs.items()}
+        toks = {}
+        for v, t in full.items():
+            if t not in enc_cache:
+                enc_cache[t] = lm.encode(t)
+            toks[v] = enc_cache[t]
+            # ... and in tokens against the model's context here, before any forward pass (P_all, the longest, first)
+            name = "P_all" if v == ALL else f"P_\\{v} (without reward '{v}')"
+            check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}")
+        texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
+    return _Plan(texts, ids, offs, ptexts, pids, act, skip)
+
+
+def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype, measure: str = "js"
+            ) -> ReplayResult:
+    """JS + normalization from final hidden states ``hidden_of(i, variant) -> (T, H)``, in vocab-bounded chunks.
+
+    Per chunk of a response's tokens, one matrix product projects every variant onto the vocabulary (in
+    ``dtype``).  Below float32 it projects P_all's states and the differences h(P_\\k) − h(P_all)
+    (logits_k = logits_all + W·(h_k − h_all)): both distributions then share the rounding of logits_all, and
+    their difference is as exact as the hidden states allow."""
+    head = lm.model.get_output_embeddings()
+    Wt = head.weight.detach().to(dtype).t().contiguous()  # (H, V)
+    bias = getattr(head, "bias", None)
+    bias = None if bias is None else bias.detach().float()
+    cap = getattr(lm.model.config, "final_logit_softcapping", None)
+    exact = dtype == torch.float32
+    chunk = max(1, stats.pop("logits_budget") // (Wt.shape[1] * (1 + len(plan.rewards))))
+
+    def logprobs(z: torch.Tensor) -> torch.Tensor:
+        if bias is not None:
+            z = z + bias
+        if cap:
+            z = torch.tanh(z / cap) * cap
+        return torch.log_softmax(z, dim=-1)
+
+    rows_max = min(chunk, max((len(r) for r in plan.resp_ids), default=1)) * (1 + len(plan.rewards))
+    z32 = torch.empty((rows_max, Wt.shape[1]), device=Wt.device)
+    zlow = None if exact else torch.empty((rows_max, Wt.shape[1]), dtype=dtype, device=Wt.device)
+    out = []
+    for i, rid in enumerate(plan.resp_ids):
+        T = len(rid)
+        js = {k: torch.zeros(T) for k in plan.rewards}
+        ids = torch.tensor(rid, dtype=torch.long, device=Wt.device).unsqueeze(1)  # (T, 1) the sampled tokens
+        lp_all = torch.zeros(T)
+        lp_k = {k: torch.zeros(T) for k in plan.rewards}
+        for s in range(0, T, chunk):
+            h_all = hidden_of(i, ALL)[s : s + chunk]  # (n, H)
+            n = h_all.shape[0]
+            # rewards whose P_\k state equals P_all's here (an empty item) have d = 0 and are not projected
+            todo = [k for k in plan.rewards if not torch.equal(hidden_of(i, k)[s : s + chunk], h_all)]
+            rows = [h_all] + [hidden_of(i, k)[s : s + chunk] if exact else
+                              hidden_of(i, k)[s : s + chunk].float() - h_all.float() for k in todo]
+            m = sum(r.shape[0] for r in rows)
+            if exact:
+                z = torch.matmul(torch.cat(rows), Wt, out=z32[:m])  # ((1 + |todo|) n, V)
+            else:  # project into a reused buffer: fresh 30 MB blocks cost page faults on every chunk
+                z = z32[:m].copy_(torch.matmul(torch.cat(rows).to(dtype), Wt, out=zlow[:m]))
+            z_all = z[:n]
+            lp = logprobs(z_all)
+            p = lp.exp()
+            y = ids[s : s + n]
+            lp_all[s : s + n] = lp.gather(1, y)[:, 0].cpu()
+            for k in plan.rewards:  # rewards not projected here have P_\k's distribution = P_all's
+                lp_k[k][s : s + n] = lp_all[s : s + n]
+            for j, k in enumerate(todo, start=1):
+                z_k = z[j * n : (j + 1) * n] if exact else z[j * n : (j + 1) * n].add_(z_all)
+                lq = logprobs(z_k)
+                js[k][s : s + chunk] = js_distance(lp, lq, p=p).cpu()
+                lp_k[k][s : s + n] = lq.gather(1, y)[:, 0].cpu()
+        rr = ResponseRelevance(
+            text=plan.texts[i], token_ids=rid, offsets=plan.offsets[i],
+            js={k: v.numpy() for k, v in js.items()}, relevance={}, skipped=list(plan.skipped),
+            logp_all=lp_all.numpy(), logp_without={k: v.numpy() for k, v in lp_k.items()}, measure=measure)
+        rr.relevance = {k: measure_relevance(measure, rr.measure_input(k)) for k in plan.rewards}
+        out.append(rr)
+    return ReplayResult(responses=out, prompts=plan.prompt_texts, rewards=plan.rewards, skipped=plan.skipped,
+                        seconds=time.perf_counter() - t0, **stats)
+
+
+@torch.no_grad()
+def replay_group(
+    lm: LoadedModel,
+    prompt: str,
+    verifier_info: dict[str, str] | Sequence[dict[str, str]],
+    responses: Sequence[Response],
+    template: Template | None = None,
+    rewards: np.ndarray | torch.Tensor | None = None,
+    config: ReplayConfig | None = None,
+    measure: str = "js",
+) -> ReplayResult:
+    """Batched leave-one-out replay of one group, with KV reuse across variants.
+
+    prompt:        the task prompt x (user message the responses were sampled under).
+    verifier_info: {reward: text}, shared by the group, or one such dict per response (v_k(x, y)).
+    responses:     G responses, as text (tokenized with offsets) or sampled token ids / Samples.
+    rewards:       optional (G, K) rewards in verifier_info's key order; constant columns are skipped.
+    measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's).
+    Returns per-response tokens, JS distances d (T,) and relevance ρ (T,) for every replayed reward.
+
+    The (1 + K') × G sequences P_all + y_i, P_\\k + y_i go through :func:`mrtpo.kvtrie.shared_hidden`: a trie of
+    their tokens, each shared prefix (the task prompt, the items before the one left out, response-independent
+    verifier text) computed once and reused as KV cache, the rest in padded batches under the token budgets.
+    """
+    cfg = config or ReplayConfig()
+    get_measure(measure)  # an unknown name fails before any model work
+    t0 = time.perf_counter()
+    plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
+    dtype = compute_dtype(lm, cfg.precision)
+    keys = [(i, v) for i in range(len(plan.resp_ids)) for v in [ALL] + plan.rewards]
+    seqs = [plan.prompt_ids[i][v] + plan.resp_ids[i] for i, v in keys]
+    # the state before response token t predicts it: positions S - 1 ... S + T - 2
+    want = [(len(plan.prompt_ids[i][v]) - 1, len(plan.prompt_ids[i][v]) - 1 + len(plan.resp_ids[i])) for i, v in keys]
+    pad = lm.tokenizer.pad_token_id
+    states, trie, passes = shared_hidden(
+        Decoder(decoder_stack(lm.model), dtype), 0 if pad is None else pad, lm.device, seqs, want,
+        cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix)
+    top = trie.segments[trie.paths[0][0]] if seqs else None
+    shared = len(top.tokens) if top is not None and all(p[0] == trie.paths[0][0] for p in trie.paths) else 0
+    stats = {"prefix_tokens": shared, "forward_tokens": passes.forward_tokens,
+             "forward_passes": passes.forward_passes, "logits_budget": cfg.logits_budget}
+    hidden = dict(zip(keys, states))
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype, measure)
+
+
+@torch.no_grad()
+def naive_replay_group(
+    lm: LoadedModel,
+    prompt: str,
+    verifier_info: dict[str, str] | Sequence[dict[str, str]],
+    responses: Sequence[Response],
+    template: Template | None = None,
+    rewards: np.ndarray | torch.Tensor | None = None,
+    measure: str = "js",
+) -> ReplayResult:
+    """Reference replay: every (variant, response) sequence alone, full prompt, full logits, no cache."""
+    t0 = time.perf_counter()
+    plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
+    stats = {"prefix_tokens": 0, "forward_tokens": 0, "forward_passes": 0, "logits_budget": 1 << 62}
+    backbone = decoder_stack(lm.model)
+    hidden = {}
+    for i, rid in enumerate(plan.resp_ids):
+        for v in [ALL] + plan.rewards:
+            p = plan.prompt_ids[i][v]
+            ids = torch.tensor([p + rid], device=lm.device)
+            h = backbone(input_ids=ids, use_cache=False).last_hidden_state[0]
+            hidden[(i, v)] = h[len(p) - 1 : len(p) - 1 + len(rid)]
+            stats["forward_tokens"] += ids.shape[1]
+            stats["forward_passes"] += 1
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, lm.dtype, measure)
+
+
+def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
+                  config: ReplayConfig | None = None, measure: str = "js") -> ReplayResult:
+    """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``; relevance from the
+    measure named ``measure`` (:data:`mrtpo.core.measures.MEASURES`)."""
+    return replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
+                        rewards=group.rewards if skip_constant else None, config=config, measure=measure)

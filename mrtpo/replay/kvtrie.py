@@ -1,0 +1,251 @@
+"""Final hidden states of many token sequences that share prefixes, each shared prefix computed once.
+
+The replay teacher-forces 1 + K variants of every response of a group: P_all + y_i and P_\\k + y_i.  Those
+sequences share a lot of their beginnings: the system and task prompt (every sequence), the verifier items
+before the one left out (P_all and P_\\k of a response), and response-independent verifier text (across
+responses).  :func:`shared_hidden` puts the sequences in a trie of token ids, cuts it into *segments* (maximal
+runs without a branch), and runs the segments level by level: every segment of a level is a row of a padded
+forward pass whose past is its ancestors' KV cache.  Every trie node runs exactly once.
+
+Row j of a pass holds [ancestors' keys (left-aligned, padded to the batch's longest past) | its own tokens
+(padded)]; the attention mask hides the padding and the positions are the tokens' positions in their
+sequences, so a cached key (already rotated) means the same as in a one-sequence pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mrtpo.model.kvcache import buffer_cache, cache_tensors
+
+
+@dataclass
+class Segment:
+    tokens: list[int]
+    start: int  # position of tokens[0] in every sequence through this segment
+    parent: int  # index of the parent segment, -1 at the top
+    level: int  # parent's level + 1; the passes run level by level
+    has_children: bool = False
+
+
+@dataclass
+class Trie:
+    segments: list[Segment]
+    paths: list[list[int]]  # per sequence: its segments, top to bottom
+
+
+def build_trie(seqs: list[list[int]], share: bool = True, min_saved: int = 64) -> Trie:
+    """Segments of the trie of ``seqs`` (share=False: one segment per sequence, nothing shared).
+
+    A branching segment whose sharing saves fewer than ``min_saved`` tokens is folded into its children."""
+    segs: list[Segment] = []
+    paths: list[list[int]] = [[] for _ in seqs]
+    if not share:
+        for n, s in enumerate(seqs):
+            segs.append(Segment(list(s), 0, -1, 0))
+            paths[n] = [n]
+        return Trie(segs, paths)
+    # (sequence indices sharing tokens [0, depth), depth, parent segment)
+    stack: list[tuple[list[int], int, int]] = [(list(range(len(seqs))), 0, -1)]
+    while stack:
+        members, depth, parent = stack.pop()
+        end = depth
+        longer = [n for n in members if len(seqs[n]) > end]
+        while len(longer) == len(members) and len({seqs[n][end] for n in members}) == 1:
+            end += 1
+            longer = [n for n in members if len(seqs[n]) > end]
+        node = parent
+        if end > depth:
+            level = segs[parent].level + 1 if parent >= 0 else 0
+            segs.append(Segment(list(seqs[members[0]][depth:end]), depth, parent, level))
+            node = len(segs) - 1
+            if parent >= 0:
+                segs[parent].has_children = True
+            for n in members:
+                paths[n].append(node)
+        groups: dict[int, list[int]] = {}
+        for n in longer:
+            groups.setdefault(seqs[n][end], []).append(n)
+        for g in groups.values():
+            stack.append((g, end, node))
+    return _merge_short(Trie(segs, paths), min_saved)
+
+
+def _merge_short(trie: Trie, min_saved: int) -> Trie:
+    """Fold every branching segment that saves fewer than ``min_saved`` tokens into its children.
+
+    Keeping a segment with c children shared saves (c − 1) × its length in tokens, but costs a level of passes,
+    and a pass has a fixed cost (about 40 ms on 2 CPU cores for SmolLM2, ~130 tokens' worth).  Parents come
+    before children in ``trie.segments``; a folded segment's children take its tokens and its parent."""
+    segs = [Segment(list(s.tokens), s.start, s.parent, s.level, s.has_children) for s in trie.segments]
+    children = [0] * len(segs)
+    for s in segs:
+        if s.parent >= 0:
+            children[s.parent] += 1
+    ends = {path[-1] for path in trie.paths if path}  # a sequence ending here needs the segment itself
+    dropped = set()
+    for i, s in enumerate(segs):
+        while s.parent in dropped:
+            p = segs[s.parent]
+            s.tokens, s.start, s.parent = p.tokens + s.tokens, p.start, p.parent
+        if s.has_children and i not in ends and (children[i] - 1) * len(s.tokens) < min_saved:
+            dropped.add(i)
+            if s.parent >= 0:
+                children[s.parent] += children[i] - 1
+    keep = [i for i in range(len(segs)) if i not in dropped]
+    new = {old: j for j, old in enumerate(keep)}
+    out = []
+    for i in keep:
+        s = segs[i]
+        parent = new[s.parent] if s.parent >= 0 else -1
+        out.append(Segment(s.tokens, s.start, parent, out[parent].level + 1 if parent >= 0 else 0))
+        if parent >= 0:
+            out[parent].has_children = True
+    return Trie(out, [[new[i] for i in path if i in new] for path in trie.paths])
+
+
+@dataclass
+class PassStats:
+    forward_tokens: int = 0  # padded new tokens over all passes
+    forward_passes: int = 0
+    levels: list[int] = field(default_factory=list)  # passes per stage (shared levels, then the leaves)
+
+
+def shared_hidden(
+    decoder,
+    pad_id: int,
+    device: torch.device,
+    seqs: list[list[int]],
+    want: list[tuple[int, int]],
+    token_budget: int,
+    kv_budget: int,
+    share: bool = True,
+) -> tuple[list[torch.Tensor], Trie, PassStats]:
+    """Final hidden states of positions [lo, hi) of every sequence (want[n] = (lo, hi)), each trie node run once.
+
+    decoder: callable like a transformers decoder stack (input_ids, attention_mask, position_ids, cache) with
+    ``cache_kwarg`` naming its cache argument.  A pass holds at most ``token_budget`` padded new tokens and
+    ``kv_budget`` padded (past + new) tokens.  Returns per sequence (hi − lo, H), the trie and pass counts.
+    """
+    trie = build_trie(seqs, share)
+    segs = trie.segments
+    # Shared (branching) segments level by level; then every leaf at once, whatever its depth, so that the
+    # long leaves (the responses) batch by length.
+    depth = max((s.level for s in segs if s.has_children), default=-1)
+    stages = [[i for i, s in enumerate(segs) if s.has_children and s.level == lv] for lv in range(depth + 1)]
+    stages.append([i for i, s in enumerate(segs) if not s.has_children])
+    stats = PassStats()
+    batches = []
+    for stage in stages:
+        split = _split(sorted(stage, key=lambda i: len(segs[i].tokens)), segs, token_budget, kv_budget)
+        batches += split
+        stats.levels.append(len(split))
+
+    hidden: dict[int, torch.Tensor] = {}  # segment -> (len, H)
+    kv: dict[int, torch.Tensor] = {}  # branching segment -> (layers, 2, kv_heads, len, d)
+    buffer = _KVBuffer(max((len(b) * _kv_len(segs, b) for b in batches if _past_len(segs, b) > 0), default=0))
+    for batch in batches:
+        _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats)
+    out = []
+    for path, (lo, hi) in zip(trie.paths, want):
+        if hi <= lo:
+            out.append(hidden[path[-1]][:0])
+            continue
+        parts = [hidden[i] for i in path if segs[i].start < hi and segs[i].start + len(segs[i].tokens) > lo]
+        first = next(i for i in path if segs[i].start + len(segs[i].tokens) > lo)
+        h = parts[0] if len(parts) == 1 else torch.cat(parts)
+        out.append(h[lo - segs[first].start : hi - segs[first].start])
+    return out, trie, stats
+
+
+def _past_len(segs, batch) -> int:
+    return max(segs[i].start for i in batch)
+
+
+def _kv_len(segs, batch) -> int:
+    return _past_len(segs, batch) + max(len(segs[i].tokens) for i in batch)
+
+
+PASS_COST = 128  # the fixed cost of a forward pass, in tokens' worth (about 40 ms on 2 CPU cores)
+
+
+def _split(rows: list[int], segs: list[Segment], token_budget: int, kv_budget: int) -> list[list[int]]:
+    """Cut ``rows`` (sorted by length) into consecutive batches within both budgets, minimizing padded tokens
+    plus PASS_COST per pass (dynamic programming over the cut points; a row alone always fits)."""
+    n = len(rows)
+    best = [0.0] + [float("inf")] * n  # best[j]: cost of rows[:j]
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        L = len(segs[rows[j - 1]].tokens)  # the longest of rows[i:j]
+        C = 0
+        for i in range(j - 1, -1, -1):
+            C = max(C, segs[rows[i]].start)
+            b = j - i
+            if b > 1 and (b * L > token_budget or b * (C + L) > kv_budget):
+                break
+            cost = best[i] + b * L + PASS_COST
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    out, j = [], n
+    while j > 0:
+        out.append(rows[cut[j] : j])
+        j = cut[j]
+    return out[::-1]
+
+
+class _KVBuffer:
+    """One allocation, reused by every pass, for the (layers, 2, batch, kv_heads, past + new, d) keys and values.
+
+    Fresh memory costs page faults on a CPU (more than the attention over it), so the passes share one."""
+
+    def __init__(self, tokens: int):
+        self.tokens, self.flat = tokens, None
+
+    def view(self, like: torch.Tensor, b: int, length: int) -> torch.Tensor:
+        n_layers, _, kv_heads, _, d = like.shape  # like: a segment's KV (layers, 2, kv_heads, len, d)
+        numel = n_layers * 2 * kv_heads * d * b * length
+        if self.flat is None or self.flat.numel() < numel or self.flat.dtype != like.dtype:
+            self.flat = like.new_empty(max(numel, n_layers * 2 * kv_heads * d * self.tokens))
+        return self.flat[:numel].view(n_layers, 2, b, kv_heads, length, d)
+
+
+def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer, stats) -> None:
+    b = len(batch)
+    L = max(len(segs[i].tokens) for i in batch)
+    C = _past_len(segs, batch)
+    input_ids = torch.full((b, L), pad_id, dtype=torch.long)
+    mask = torch.zeros((b, C + L), dtype=torch.long)
+    pos = torch.zeros((b, L), dtype=torch.long)
+    for j, i in enumerate(batch):
+        s = segs[i]
+        input_ids[j, : len(s.tokens)] = torch.tensor(s.tokens)
+        mask[j, : s.start] = 1
+        mask[j, C : C + len(s.tokens)] = 1
+        pos[j] = s.start + torch.arange(L)
+    keep = [j for j, i in enumerate(batch) if segs[i].has_children]
+    kwargs = {}
+    if C > 0:  # the rows' pasts and the new keys in one preallocated buffer (no concatenation per layer)
+        # rows with a past have a parent (start > 0); a top-level row (no past) may come first in the batch
+        buf = buffer.view(kv[next(segs[i].parent for i in batch if segs[i].parent >= 0)], b, C + L)
+        for j, i in enumerate(batch):
+            buf[:, :, j, :, segs[i].start : C] = 0  # masked, but must not be NaN
+            a = segs[i].parent
+            while a >= 0:
+                s = segs[a]
+                buf[:, :, j, :, s.start : s.start + len(s.tokens)] = kv[a]
+                a = s.parent
+        kwargs[decoder.cache_kwarg] = buffer_cache(buf, C)
+    out = decoder(input_ids=input_ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
+                  use_cache=bool(keep) or C > 0, **kwargs)
+    h = out.last_hidden_state
+    if keep:
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+        layers = cache_tensors(cache)
+        for j in keep:
+            n = len(segs[batch[j]].tokens)
+            kv[batch[j]] = torch.stack([torch.stack([K[j, :, C : C + n], V[j, :, C : C + n]]) for K, V in layers])
+    for j, i in enumerate(batch):
+        hidden[i] = h[j, : len(segs[i].tokens)]
+    stats.forward_tokens += b * L
+    stats.forward_passes += 1

@@ -1,0 +1,17 @@
+"""The run store: one SQLite file holding every training run (:mod:`.db`), with a lock that keeps one trainer per run
+(:mod:`.lock`) and the runs' checkpoint files (:mod:`.checkpoints`)."""
+from mrtpo.store.checkpoints import disk_problem
+from mrtpo.store.db import (
+    RUN_NAME_PATTERN,
+    SCHEMA_VERSION,
+    ExperimentInfo,
+    RunInfo,
+    Store,
+    default_path,
+    validate_run_name,
+)
+from mrtpo.store.lock import HEARTBEAT_S, STALE_LOCK_S
+
+__all__ = ["HEARTBEAT_S", "RUN_NAME_PATTERN", "SCHEMA_VERSION", "STALE_LOCK_S", "ExperimentInfo", "RunInfo", "Store",
+           "default_path",
+           "disk_problem", "validate_run_name"]

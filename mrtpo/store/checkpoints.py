@@ -1,0 +1,131 @@
+"""Checkpoint files of a store's runs: written atomically (temp file, fsync, rename), keyed by run id, the last one
+kept.  A checkpoint is the run's only when the store records it (:meth:`mrtpo.store.Store.write_step`)."""
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mrtpo.errors import MrtpoError
+
+if TYPE_CHECKING:
+    from mrtpo.store.db import RunInfo
+
+_DISK_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                errno.EPERM: "permission denied"}
+
+
+
+def disk_problem(e: OSError) -> str:
+    """A short phrase for a failed write (``the disk is full`` for ENOSPC, ...)."""
+    return _DISK_ERRNOS.get(e.errno, e.strerror or str(e))
+
+
+
+class Checkpoints:
+    """The checkpoint methods of :class:`mrtpo.store.Store` (they use its ``path``, ``_q``, ``get_run`` and
+    ``check_owner``)."""
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.path.parent / "checkpoints"
+
+    def checkpoint_dir(self, run_id: int) -> Path:
+        """``<db folder>/checkpoints/<run id>``: keyed by id, so a run's name never becomes a path."""
+        return self.checkpoint_root / str(int(run_id))
+
+    def checkpoint_file(self, run: RunInfo) -> Path | None:
+        """The file of the run's last checkpoint (None before the first one).
+
+        New stores record it relative to the store's folder; version-1 stores recorded it as written (absolute,
+        or relative to the working directory then), which is tried second.
+        """
+        if not run.checkpoint_path or run.last_checkpoint <= 0:
+            return None
+        rel = self.path.parent / run.checkpoint_path
+        return rel if rel.exists() or not Path(run.checkpoint_path).exists() else Path(run.checkpoint_path)
+
+    def save_checkpoint(self, run_id: int, step: int, state: dict, *, owner: str) -> Path:
+        """Write ``state`` (torch.save) to ``checkpoint_dir/step-NNNNNN.pt`` atomically; returns the path.
+
+        Temp file in the same folder → fsync → ``os.replace`` → fsync of the folder. On any failure the temp file
+        is removed and a write error (full disk, quota, read-only, permissions) is a MrtpoError naming the folder.
+        The file is not the run's checkpoint until :meth:`write_step` records it.
+        """
+        import torch
+
+        self.check_owner(run_id, owner)
+        d = self.checkpoint_dir(run_id)
+        path = d / f"step-{step:06d}.pt"
+        tmp = d / f".step-{step:06d}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            _fsync_dir(d)
+        except OSError as e:
+            raise MrtpoError(
+                f"cannot write the checkpoint of step {step} in {d}: {disk_problem(e)} ({e.strerror or e}). "
+                f"Step {step} was not stored; free space there (or set $MRTPO_RUNS to a store on another disk) "
+                f"and start the run again: it resumes from its last stored checkpoint") from None
+        finally:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        return path
+
+    def load_checkpoint(self, run: RunInfo) -> dict | None:
+        """The state of the run's last checkpoint (None before the first one); MrtpoError if the file is gone."""
+        import torch
+
+        if run.last_checkpoint <= 0:
+            return None
+        path = self.checkpoint_file(run)
+        if path is None:
+            raise MrtpoError(f"run '{run.name}': the store records a checkpoint at step {run.last_checkpoint} but "
+                             f"no file; delete the run")
+        try:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise MrtpoError(f"run '{run.name}': checkpoint {path} of step {run.last_checkpoint} is missing; "
+                             f"delete the run or restore the file") from None
+        except (OSError, RuntimeError, EOFError) as e:
+            raise MrtpoError(f"run '{run.name}': cannot read checkpoint {path} of step {run.last_checkpoint} "
+                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+    def prune_checkpoints(self, run_id: int, *, owner: str) -> None:
+        """Delete the run's checkpoint files other than its recorded last one (and leftover temp files)."""
+        self.check_owner(run_id, owner)
+        rows = self._q("SELECT name FROM runs WHERE id = ?", (run_id,))
+        run = self.get_run(rows[0][0]) if rows else None
+        keep = self.checkpoint_file(run) if run else None
+        d = self.checkpoint_dir(run_id)
+        for p in [*d.glob("step-*.pt"), *d.glob(".step-*.tmp")]:
+            if keep is None or p.resolve() != keep.resolve():
+                try:
+                    p.unlink(missing_ok=True)
+                except OSError:
+                    pass
+
+
+
+def _fsync_dir(d: Path) -> None:
+    """Make a rename in ``d`` durable (best effort: not every platform can open a folder)."""
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+

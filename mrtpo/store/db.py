@@ -1,0 +1,354 @@
+"""The run store: one SQLite file (WAL mode) holding every training run of mrtpo.
+
+Default path ``runs/mrtpo.db`` (ignored by git), or ``$MRTPO_RUNS``. Checkpoints live next to it, in a folder
+keyed by the run's id (never its name): ``<db folder>/checkpoints/<run id>/step-NNNNNN.pt``.
+
+Tables (schema version in ``schema_version``)::
+
+    runs             id, name, config (JSON), created, updated, steps_done, last_checkpoint, checkpoint_path
+    metrics          (run_id, step, key) -> value             per-step scalars: "reward/<name>", "loss", "kl", ...
+    samples          (run_id, step, idx) -> example, text, token ids, rewards, advantage, token data (JSON)
+    probe            (run_id, idx) -> the fixed probe responses (example, text, token ids, tokens, rewards, info)
+    probe_relevance  (run_id, step, idx, reward) -> js, relevance (JSON lists); step 0 = before training
+    locks            run_id -> owner, pid, host, heartbeat, started (one trainer per run; anyone may read)
+    experiments      name -> config (JSON), runs (JSON list of run names), created, updated  (mrtpo.experiment)
+
+A step's rows are written in one transaction after the step completes (:meth:`Store.write_step`), so a run
+killed mid-step has every completed step and nothing of the interrupted one. Steps are numbered from 1.
+
+**Run names** match :data:`RUN_NAME_PATTERN` (a letter or digit, then up to 99 letters, digits, ``.``, ``_``,
+``+``, ``-``): no path separators, never ``.`` or ``..`` (:func:`validate_run_name`).
+
+The lock that keeps one trainer per run is in :mod:`mrtpo.store.lock`, the checkpoint files in
+:mod:`mrtpo.store.checkpoints`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from mrtpo.errors import MrtpoError
+from mrtpo.store.checkpoints import Checkpoints, disk_problem
+from mrtpo.store.lock import RunLocks
+
+SCHEMA_VERSION = 3
+
+RUN_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}"
+
+_RUN_NAME = re.compile(RUN_NAME_PATTERN)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE,
+    config TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    steps_done INTEGER NOT NULL DEFAULT 0,
+    last_checkpoint INTEGER NOT NULL DEFAULT 0,
+    checkpoint_path TEXT
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_id INTEGER NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL,
+    PRIMARY KEY (run_id, step, key)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id INTEGER NOT NULL, step INTEGER NOT NULL, idx INTEGER NOT NULL,
+    example_id TEXT, prompt TEXT, text TEXT, data TEXT NOT NULL,
+    PRIMARY KEY (run_id, step, idx)
+);
+CREATE TABLE IF NOT EXISTS probe (
+    run_id INTEGER NOT NULL, idx INTEGER NOT NULL, example_id TEXT, prompt TEXT, text TEXT, data TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+);
+CREATE TABLE IF NOT EXISTS probe_relevance (
+    run_id INTEGER NOT NULL, step INTEGER NOT NULL, idx INTEGER NOT NULL, reward TEXT NOT NULL,
+    js TEXT NOT NULL, relevance TEXT NOT NULL,
+    PRIMARY KEY (run_id, step, idx, reward)
+);
+CREATE TABLE IF NOT EXISTS locks (
+    run_id INTEGER PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER, host TEXT, heartbeat REAL NOT NULL, started TEXT
+);
+CREATE TABLE IF NOT EXISTS experiments (
+    name TEXT PRIMARY KEY, config TEXT NOT NULL, runs TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL
+);
+"""
+
+
+
+def validate_run_name(name: Any, what: str = "run", longest: int = 100) -> str:
+    """``name`` if it is a valid run name (:data:`RUN_NAME_PATTERN`), else MrtpoError saying why.
+
+    Run names are labels, never paths: the CLI, the app and :meth:`Store.create_run` all check them here.
+    ``what`` names the thing in messages (experiment names follow the same rule, with ``longest`` shorter, since
+    their runs' names extend them).
+    """
+    if not isinstance(name, str) or not name:
+        raise MrtpoError(f"a {what} needs a name (letters, digits, '.', '_', '+', '-'; up to {longest} characters)")
+    if len(name) > longest:
+        raise MrtpoError(f"{what} name '{name[:40]}…' is {len(name)} characters long; at most {longest}")
+    if not _RUN_NAME.fullmatch(name):
+        bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._+-"))})
+        why = (f"it contains {', '.join(repr(c) for c in bad)}" if bad
+               else "it must start with a letter or digit")
+        raise MrtpoError(f"bad {what} name {name!r}: {why}. A {what} name is a letter or digit followed by up to "
+                         f"{longest - 1} letters, digits, '.', '_', '+' or '-' (no '/', no '..' paths)")
+    return name
+
+
+
+@dataclass
+class ExperimentInfo:
+    name: str
+    config: dict  # mrtpo.experiment.ExperimentConfig.to_dict()
+    runs: list[str]  # its runs' names
+    created: float
+    updated: float
+
+
+
+def default_path() -> Path:
+    """``$MRTPO_RUNS`` or ``runs/mrtpo.db``."""
+    return Path(os.environ.get("MRTPO_RUNS") or "runs/mrtpo.db")
+
+
+
+@dataclass
+class RunInfo:
+    id: int
+    name: str
+    config: dict
+    created: float
+    updated: float
+    steps_done: int
+    last_checkpoint: int
+    checkpoint_path: str | None  # relative to the store's folder (older stores: as it was written)
+
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, allow_nan=True)
+
+
+
+def _finite(v) -> float | None:
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+
+class Store(RunLocks, Checkpoints):
+    """A connection to the run store; safe to share between threads (one lock around the connection)."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path else default_path()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute("SELECT version FROM schema_version").fetchone()
+                if row is None:
+                    self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
+                elif row[0] in (1, 2):
+                    if row[0] == 1:  # version 1 had no lock start time; its checkpoint paths are still read
+                        self._conn.execute("ALTER TABLE locks ADD COLUMN started TEXT")
+                    # version 2 had no experiments table (created above, empty)
+                    self._conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
+                elif row[0] != SCHEMA_VERSION:
+                    raise MrtpoError(f"run store {self.path} has schema version {row[0]}, this mrtpo reads "
+                                     f"{SCHEMA_VERSION}")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            raise MrtpoError(f"cannot open run store {self.path}: {e}") from None
+        except OSError as e:
+            raise MrtpoError(f"cannot create the run store {self.path}: {disk_problem(e)}") from None
+        self._mu = threading.RLock()
+
+    def close(self) -> None:
+        with self._mu:
+            self._conn.close()
+
+
+    @contextmanager
+    def _tx(self, run_id: int | None = None, owner: str | None = None) -> Iterator[sqlite3.Connection]:
+        """One write transaction (BEGIN IMMEDIATE … COMMIT, rolled back on error).
+
+        With ``owner``: first checks that ``owner`` holds the lock of ``run_id`` (MrtpoError "lost the lock").
+        A failing write (full disk, busy store) is a MrtpoError naming the store.
+        """
+        with self._mu:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if owner is not None:
+                        self._check_owner(self._conn, run_id, owner)
+                    yield self._conn
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except sqlite3.OperationalError as e:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise MrtpoError(f"cannot write the run store {self.path}: {e}; nothing of this write was "
+                                 f"stored (free disk space, or wait for the other writer, and retry)") from None
+
+    def _q(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._mu:
+            return self._conn.execute(sql, args).fetchall()
+
+    # ------------------------------------------------------------------------------------------ runs
+    def create_run(self, name: str, config: dict) -> RunInfo:
+        validate_run_name(name)
+        now = time.time()
+        try:
+            with self._tx() as c:
+                c.execute("INSERT INTO runs (name, config, created, updated) VALUES (?, ?, ?, ?)",
+                          (name, _json(config), now, now))
+        except sqlite3.IntegrityError:
+            raise MrtpoError(f"a run named '{name}' already exists in {self.path}") from None
+        return self.get_run(name)
+
+    def get_run(self, name: str) -> RunInfo | None:
+        rows = self._q("SELECT id, name, config, created, updated, steps_done, last_checkpoint, checkpoint_path "
+                       "FROM runs WHERE name = ?", (name,))
+        if not rows:
+            return None
+        r = rows[0]
+        return RunInfo(r[0], r[1], json.loads(r[2]), r[3], r[4], r[5], r[6], r[7])
+
+    def require_run(self, name: str) -> RunInfo:
+        run = self.get_run(name)
+        if run is None:
+            names = self.run_names()
+            raise MrtpoError(f"no run named '{name}' in {self.path}" +
+                             (f" (runs: {', '.join(names)})" if names else " (the store is empty)"))
+        return run
+
+    def run_names(self) -> list[str]:
+        return [r[0] for r in self._q("SELECT name FROM runs ORDER BY id")]
+
+    def list_runs(self) -> list[RunInfo]:
+        return [self.get_run(n) for n in self.run_names()]
+
+    # ------------------------------------------------------------------------------------------ experiments
+    def put_experiment(self, name: str, config: dict, runs: list[str]) -> ExperimentInfo:
+        """Record experiment ``name`` (its config and its runs' names), or update an existing one's."""
+        now = time.time()
+        with self._tx() as c:
+            c.execute("INSERT INTO experiments VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                      "config = excluded.config, runs = excluded.runs, updated = excluded.updated",
+                      (name, _json(config), _json(list(runs)), now, now))
+        return self.get_experiment(name)
+
+    def get_experiment(self, name: str) -> ExperimentInfo | None:
+        rows = self._q("SELECT name, config, runs, created, updated FROM experiments WHERE name = ?", (name,))
+        if not rows:
+            return None
+        r = rows[0]
+        return ExperimentInfo(r[0], json.loads(r[1]), json.loads(r[2]), r[3], r[4])
+
+    def experiment_names(self) -> list[str]:
+        return [r[0] for r in self._q("SELECT name FROM experiments ORDER BY created, name")]
+
+    # ------------------------------------------------------------------------------------------ steps
+    def write_step(self, run_id: int, step: int, metrics: dict[str, float], samples: list[dict],
+                   probe: list[dict] | None = None, checkpoint: Path | None = None, *, owner: str) -> None:
+        """All rows of one completed step in one transaction, if ``owner`` still holds the run's lock.
+
+        samples: [{"example_id", "prompt", "text", ...token data}]; probe: [{"idx", "reward", "js", "relevance"}];
+        checkpoint: the file saved for this step (:meth:`save_checkpoint`), recorded as the run's last.
+        """
+        with self._tx(run_id, owner) as c:
+            c.executemany("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?, ?)",
+                          [(run_id, step, k, _finite(v)) for k, v in metrics.items()])
+            c.executemany("INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          [(run_id, step, i, s.get("example_id"), s.get("prompt"), s.get("text"), _json(s))
+                           for i, s in enumerate(samples)])
+            if probe:
+                self._write_probe_rel(c, run_id, step, probe)
+            c.execute("UPDATE runs SET steps_done = ?, updated = ? WHERE id = ?", (step, time.time(), run_id))
+            if checkpoint is not None:
+                rel = Path(checkpoint).relative_to(self.path.parent).as_posix()
+                c.execute("UPDATE runs SET last_checkpoint = ?, checkpoint_path = ? WHERE id = ?",
+                          (step, rel, run_id))
+
+    @staticmethod
+    def _write_probe_rel(c, run_id, step, probe):
+        c.executemany("INSERT OR REPLACE INTO probe_relevance VALUES (?, ?, ?, ?, ?, ?)",
+                      [(run_id, step, p["idx"], p["reward"], _json(p["js"]), _json(p["relevance"])) for p in probe])
+
+    def truncate(self, run_id: int, after_step: int, *, owner: str) -> None:
+        """Forget every step after ``after_step`` (used when resuming from an older checkpoint); lock holder only."""
+        with self._tx(run_id, owner) as c:
+            for t in ("metrics", "samples", "probe_relevance"):
+                c.execute(f"DELETE FROM {t} WHERE run_id = ? AND step > ?", (run_id, after_step))
+            c.execute("UPDATE runs SET steps_done = ?, updated = ? WHERE id = ?", (after_step, time.time(), run_id))
+
+
+
+
+
+
+    # ------------------------------------------------------------------------------------------ probe
+    def write_probe(self, run_id: int, items: list[dict], relevance: list[dict], *, owner: str) -> None:
+        """The fixed probe responses and their relevance under the initial policy (step 0), in one transaction."""
+        with self._tx(run_id, owner) as c:
+            c.execute("DELETE FROM probe WHERE run_id = ?", (run_id,))
+            c.executemany("INSERT INTO probe VALUES (?, ?, ?, ?, ?, ?)",
+                          [(run_id, i, p.get("example_id"), p.get("prompt"), p.get("text"), _json(p))
+                           for i, p in enumerate(items)])
+            self._write_probe_rel(c, run_id, 0, relevance)
+
+    def probe(self, run_id: int) -> list[dict]:
+        return [json.loads(r[0]) for r in self._q("SELECT data FROM probe WHERE run_id = ? ORDER BY idx", (run_id,))]
+
+    def probe_relevance(self, run_id: int, idx: int, reward: str) -> tuple[list[int], list[list[float]]]:
+        """(steps, relevance per step) of probe response ``idx`` for ``reward``: a (steps, T) heatmap."""
+        rows = self._q("SELECT step, relevance FROM probe_relevance WHERE run_id = ? AND idx = ? AND reward = ? "
+                       "ORDER BY step", (run_id, idx, reward))
+        return [r[0] for r in rows], [json.loads(r[1]) for r in rows]
+
+    # ------------------------------------------------------------------------------------------ reads
+    def metrics(self, run_id: int) -> dict[str, dict[int, float]]:
+        """{key: {step: value}} (None for NaN)."""
+        out: dict[str, dict[int, float]] = {}
+        for step, key, value in self._q("SELECT step, key, value FROM metrics WHERE run_id = ? ORDER BY step",
+                                        (run_id,)):
+            out.setdefault(key, {})[step] = value
+        return out
+
+    def samples(self, run_id: int, step: int) -> list[dict]:
+        return [json.loads(r[0]) for r in
+                self._q("SELECT data FROM samples WHERE run_id = ? AND step = ? ORDER BY idx", (run_id, step))]
+
+
+
+
+
+
+
+
+
+                #      processes see it free once this one exits
+

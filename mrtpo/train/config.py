@@ -1,0 +1,78 @@
+"""What a training run needs, in one dataclass composed of its parts: the credit (:class:`CreditConfig`: estimator,
+β, warmup, cap, relevance measure), the sampling (:class:`SamplingConfig`: group size, tokens, temperature) and the
+optimisation (:class:`OptimConfig`).  Stored with the run as one flat JSON object (:meth:`TrainConfig.to_dict`);
+the CLI's ``train`` flags and the Train page's form are generated from the fields' metadata (:mod:`mrtpo.config`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mrtpo.config import check_fields, from_flat, opt, part, to_flat
+from mrtpo.core.credit import CreditConfig
+from mrtpo.errors import MrtpoError
+from mrtpo.model import SamplingConfig
+from mrtpo.templates import Template
+from mrtpo.train.policy import AGGREGATIONS
+
+
+@dataclass
+class OptimConfig:
+    """The policy update (METHOD.md "The policy update"): AdamW on the clipped surrogate, LoRA or all weights."""
+
+    lr: float = opt(1e-5, "AdamW learning rate", lo=0.0, lo_open=True)
+    weight_decay: float = opt(0.0, "AdamW weight decay", lo=0.0)
+    clip_low: float = opt(0.2, "ε_low: ratio clipped below at 1 − ε_low", lo=0.0, hi=0.999)
+    clip_high: float = opt(0.2, "ε_high: ratio clipped above at 1 + ε_high", lo=0.0)
+    kl_coef: float = opt(0.0, "β_KL for the k3 KL to the reference (0: no reference)", lo=0.0)
+    aggregation: str = opt("token-mean", "token-mean (over all tokens) | seq-mean", choices=AGGREGATIONS)
+    ppo_epochs: int = opt(1, "passes over each batch", lo=1)
+    minibatches: int = opt(1, "optimizer steps per pass (<= B·G)", lo=1)
+    max_grad_norm: float = opt(1.0, "gradient clipping (0: none)", lo=0.0)
+    lora: bool = opt(False, "train a LoRA adapter (peft) instead of all weights")
+    lora_rank: int = opt(8, "LoRA rank", lo=1)
+    lora_alpha: int = opt(16, "LoRA alpha", lo=1)
+
+    def __post_init__(self):
+        check_fields(self, "training config")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs; stored with the run as one flat JSON object (:meth:`to_dict`)."""
+
+    model: str = opt("default", "default | tiny-random | HF id | local folder")
+    device: str = opt("auto", "auto | cpu | cuda | cuda:N")
+    task: str = opt("instructions", "task family: instructions | tools | sql")
+    examples: str | None = opt(None, "examples JSONL in the family's format (default: built-in)")
+    example_ids: list[str] | None = opt(None, "train on these example ids only")
+    credit: CreditConfig = part(CreditConfig)
+    sampling: SamplingConfig = part(SamplingConfig)
+    prompts_per_step: int = opt(2, "prompts per step B (N = B·G responses)", lo=1)
+    optim: OptimConfig = part(OptimConfig)
+    seed: int = opt(0, "seed of the initialization (LoRA) and minibatch order; of the schedule too unless "
+                       "schedule_seed is given", lo=0, hi=2 ** 31 - 1)
+    schedule_seed: int | None = opt(None, "seed of the prompt order and of every sampling stream (default: seed); runs "
+                                          "that share it see the same prompts and sample from the same streams",
+                                    lo=0, hi=2 ** 31 - 1)
+    template: dict | None = opt(None, "verifier-info template {prompt,item,separator}")
+    checkpoint_every: int = opt(10, "save a checkpoint every N steps (store only; the last one is kept)", lo=1)
+    probe_size: int = opt(4, "probe responses whose relevance is tracked (0: none)", lo=0)
+
+    def __post_init__(self):
+        check_fields(self, "training config")
+        n = self.sampling.group_size * self.prompts_per_step
+        if self.optim.minibatches > n:
+            raise MrtpoError(f"bad training config: minibatches ({self.optim.minibatches}) is more than the responses "
+                             f"of a step (group_size × prompts_per_step = {n})")
+        if self.template is not None:
+            Template.from_dict(self.template)  # TemplateError names the problem
+
+    def to_dict(self) -> dict:
+        """The flat form: every field of the config and its parts by name (what the store and the CLI use)."""
+        return to_flat(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        """From the flat form (older names accepted: ``relevance_measure`` for ``measure``); fields not given take
+        their defaults."""
+        return from_flat(cls, d, "training config")

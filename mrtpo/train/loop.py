@@ -1,0 +1,355 @@
+"""The embedded training loop: a :class:`Trainer` whose ``step()`` is one RL update.
+
+``step()``: sample a group per prompt with the current policy → score with the task's verifiers → for MRTPO methods,
+the leave-one-out replay with the current policy (:mod:`mrtpo.replay`, no grad) → the credit step
+(:func:`mrtpo.core.credit.assign_credit`: the estimator's per-reward advantages, reallocated over tokens) →
+clipped-surrogate update on the token advantages (:class:`mrtpo.train.policy.Policy`) → metrics.
+
+Steps are numbered from 1. Everything random is seeded from (seed, step), so a run is deterministic for a
+seed on CPU, and resuming from a checkpoint reproduces the steps a run would have taken. Two seeds:
+``schedule_seed`` (default: ``seed``) drives the *schedule* — which prompts each step sees, in which order
+(:meth:`Trainer.examples_for_step`), and the random stream every group and the probe are sampled from
+(:meth:`Trainer._sample_seed`); ``seed`` drives the rest (the initial LoRA weights, the minibatch order, the
+global torch RNG at the start of a step). Runs that share the schedule seed and the initial weights are *paired*:
+at step 1 they sample identical groups, and later their samples differ only because their policies do — so two
+methods compared that way differ only in the estimator (:mod:`mrtpo.experiment`).
+
+With a :class:`mrtpo.store.Store` the trainer writes every step (:class:`mrtpo.train.recorder.Recorder`: metrics,
+sampled responses with their token data, probe relevance) in one transaction after the step completes, and every
+``checkpoint_every`` steps (default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable
+parameters — with the AdamW state and the RNG state (atomically: temp file, fsync, ``os.replace``), keeping only
+the last one.
+
+Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
+the run's lock (``Store.locked``: a heartbeat thread keeps it alive while steps run) before it changes
+anything; then, if the store holds steps after the last checkpoint, it drops them and says so (they are
+recomputed identically). Every write checks that this trainer still owns the lock. A step that fails (full
+disk, lost lock, any error) is not stored, and the next ``train()`` restores the trainer from the store, so
+memory never runs ahead of what the store has. Other trainers and viewers can read meanwhile.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, reward_matrix
+from mrtpo.errors import MrtpoError
+from mrtpo.groups import ScoredGroup, score_group, template_for
+from mrtpo.model import LoadedModel, sample
+from mrtpo.replay import replay_scored
+from mrtpo.store import RunInfo, Store, validate_run_name
+from mrtpo.tasks import get_family
+from mrtpo.tasks.base import TaskFamily
+from mrtpo.train.config import TrainConfig
+from mrtpo.train.policy import Policy
+from mrtpo.train.probe import probe_rows, sample_probe
+from mrtpo.train.recorder import Recorder, sample_rows
+from mrtpo.train.timing import PhaseClock
+
+
+@dataclass
+class Rollout:
+    """One step's sampled batch: B scored groups, the (N, K) reward matrix over the union of reward names."""
+
+    groups: list[ScoredGroup]
+    names: list[str]
+    R: torch.Tensor  # (N, K), NaN where a reward does not apply to the example
+    prompt_ids: list[list[int]]  # per response
+    resp_ids: list[list[int]]  # per response: sampled tokens (+ EOS when the response ended)
+
+
+class Trainer:
+    """RL on a task family with any estimator of the registry, MRTPO or not.
+
+    ``Trainer(config)`` trains in memory; ``Trainer(config, store, run="name")`` creates the run in the store,
+    or resumes it (then the stored config wins; ``config`` may be None). ``lm`` reuses an already loaded model
+    (it is trained in place). ``family`` overrides the task family named by ``config.task`` (custom families).
+    """
+
+    def __init__(self, config: TrainConfig | None = None, store: Store | None = None, run: str | None = None,
+                 lm: LoadedModel | None = None, log: Callable[[str], None] | None = None,
+                 family: TaskFamily | None = None):
+        self.log = log or (lambda msg: None)
+        self.store, self.run_name, self.run_id = store, run, None
+        existing = self._existing_run(store, run)
+        if existing is not None:
+            stored = TrainConfig.from_dict(existing.config)
+            if config is not None and config.to_dict() != stored.to_dict():
+                diff = [k for k, v in config.to_dict().items() if stored.to_dict()[k] != v]
+                self.log(f"run '{run}' exists: using its stored config (ignoring new values of {', '.join(diff)})")
+            config = stored
+        elif config is None:
+            raise MrtpoError(f"no run named '{run}' and no config to create it with")
+        self.config = cfg = config
+        self.credit, self.method = cfg.credit, cfg.credit.parsed
+        self.family = family or get_family(cfg.task)
+        self.examples = self._examples()
+        self.template = template_for(self.family, cfg.template)
+        self.policy = Policy.build(cfg, lm)
+        self.steps_done = 0
+        self.probe: list[dict] = []
+        self._mu = threading.Lock()
+        self._seen: tuple | None = None  # the store's mark this trainer's memory matches (None: restore first)
+        self.recorder: Recorder | None = None
+        if store is None:
+            return
+        if existing is None:
+            self.run_id = store.create_run(run, cfg.to_dict()).id
+            self.recorder = Recorder(store, self.run_id)
+            with self._locked():
+                self.probe = sample_probe(self.lm, self.family, self.examples[0], cfg.probe_size, cfg.sampling,
+                                          self._sample_seed(0, 7919))
+                if self.probe:
+                    self.recorder.write_probe(self.probe, self._probe_rows())
+            self._seen = self._store_mark()
+        else:
+            self.run_id = existing.id
+            self.recorder = Recorder(store, self.run_id)
+            self.probe = store.probe(self.run_id)
+            try:
+                self._restore(existing)  # reads only: steps after the checkpoint are dropped under the lock
+            except MrtpoError:
+                if store.lock_holder(self.run_id) is None:
+                    raise
+                self.steps_done = existing.last_checkpoint  # being trained now: train() restores under the lock
+
+    @staticmethod
+    def _existing_run(store: Store | None, run: str | None) -> RunInfo | None:
+        if store is None:
+            return None
+        if not run:
+            raise MrtpoError("a run stored in the run store needs a name")
+        existing = store.get_run(run)
+        if existing is None:
+            validate_run_name(run)
+        return existing
+
+    def _examples(self) -> list:
+        cfg = self.config
+        exs = self.family.load_examples(cfg.examples) if cfg.examples else self.family.examples()
+        if cfg.example_ids:
+            by_id = {e.id: e for e in exs}
+            missing = [i for i in cfg.example_ids if i not in by_id]
+            if missing:
+                raise MrtpoError(f"task '{cfg.task}' has no example(s) {', '.join(missing)}")
+            exs = [by_id[i] for i in cfg.example_ids]
+        if not exs:
+            raise MrtpoError(f"task '{cfg.task}' has no examples to train on")
+        return exs
+
+    @property
+    def lm(self) -> LoadedModel:
+        """The model being trained (in place)."""
+        return self.policy.lm
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the run's lock (the recorder's writes carry its owner token meanwhile)."""
+        with self.store.locked(self.run_id) as owner:
+            self.recorder.owner = owner
+            try:
+                yield
+            finally:
+                self.recorder.owner = None
+
+    # ------------------------------------------------------------------------------------------ schedule
+    @property
+    def schedule_seed(self) -> int:
+        """The seed of the schedule: ``config.schedule_seed``, or ``config.seed`` when that is None."""
+        c = self.config
+        return c.seed if c.schedule_seed is None else c.schedule_seed
+
+    def examples_for_step(self, step: int) -> list:
+        """The B examples of ``step`` (1-based): a permutation of the examples per epoch, seeded by
+        (schedule seed, epoch)."""
+        B, n = self.config.prompts_per_step, len(self.examples)
+        out = []
+        for j in range((step - 1) * B, step * B):
+            epoch, pos = divmod(j, n)
+            perm = np.random.default_rng([self.schedule_seed, epoch]).permutation(n)
+            out.append(self.examples[int(perm[pos])])
+        return out
+
+    @staticmethod
+    def _seed_of(seed: int, step: int, b: int) -> int:
+        return (seed * 1_000_003 + step * 1009 + b) % (2 ** 31)
+
+    def _sample_seed(self, step: int, b: int) -> int:
+        """The seed of sampling stream ``b`` of ``step`` (group b; the probe is step 0): from the schedule seed."""
+        return self._seed_of(self.schedule_seed, step, b)
+
+    def _own_seed(self, step: int, b: int) -> int:
+        """A seed for what is not the schedule (minibatch order, the step's global RNG): from ``seed``."""
+        return self._seed_of(self.config.seed, step, b)
+
+    # ------------------------------------------------------------------------------------------ a step
+    def rollout(self, step: int, clock: PhaseClock | None = None) -> Rollout:
+        """Sample, then score, the B groups of ``step`` with the current policy (``clock``: the phases timed)."""
+        s, lm = self.config.sampling, self.lm
+        clock = clock or PhaseClock(step)
+        examples = self.examples_for_step(step)
+        clock.start("sampling")
+        sampled = [sample(lm, ex.prompt, n=s.group_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                          top_p=s.top_p, seed=self._sample_seed(step, b)) for b, ex in enumerate(examples)]
+        clock.start("scoring")
+        groups = [score_group(self.family, ex, samples) for ex, samples in zip(examples, sampled)]
+        names, R = reward_matrix([dict(zip(g.reward_names, row)) for g in groups for row in g.rewards.tolist()])
+        prompt_ids, resp_ids = [], []
+        eos = lm.tokenizer.eos_token_id
+        for g in groups:
+            p = lm.encode(lm.chat_prompt(g.example.prompt))  # the prompt the responses were sampled under
+            for smp in g.samples:
+                ended = len(smp.token_ids) < s.max_new_tokens
+                prompt_ids.append(p)
+                resp_ids.append(list(smp.token_ids) + ([eos] if ended else []))
+        clock.stop()
+        return Rollout(groups, names, R, prompt_ids, resp_ids)
+
+    def credit_for(self, ro: Rollout, step: int, clock: PhaseClock) -> tuple[TokenCredit, list]:
+        """The step's credit: for MRTPO methods each group replayed with the current policy (eval, no grad), then
+        :func:`assign_credit` over the trained tokens (the EOS that ends a response is trained but not replayed:
+        uniform credit there), at β_s = β · smoothstep((step − 1) / warmup)."""
+        replays: list = [None] * len(ro.groups)
+        relevance: list[dict] = [{}] * ro.R.shape[0]
+        if self.method.tokens:
+            clock.start("replay")
+            replays = [replay_scored(self.lm, g, self.template, measure=self.credit.measure) for g in ro.groups]
+            relevance = [rr.relevance for rep in replays for rr in rep.responses]
+            clock.stop()
+        rho, mask = relevance_tensor(relevance, ro.names, [len(r) for r in ro.resp_ids], pad=True)
+        credit = assign_credit(ro.R, rho if self.method.tokens else None, mask, self.credit,
+                               self.config.sampling.group_size, step=step - 1)
+        return credit, replays
+
+    def _update(self, ro: Rollout, tok_adv: torch.Tensor, mask: torch.Tensor, step: int) -> dict[str, float]:
+        return self.policy.update(self.config, ro.prompt_ids, ro.resp_ids, tok_adv, mask,
+                                  self._own_seed(step, 20_011))
+
+    def _one_step(self, checkpoint: bool = False, on_phase=None) -> dict[str, float]:
+        s = self.steps_done + 1
+        self._seen = None  # until the step is stored, memory may be ahead of the store
+        torch.manual_seed(self._own_seed(s, 10_007))
+        clock = PhaseClock(s, on_phase)
+        ro = self.rollout(s, clock)
+        credit, replays = self.credit_for(ro, s, clock)
+        clock.start("update")
+        upd = self._update(ro, credit.tokens, credit.mask, s)
+        clock.stop()
+        step_time = clock.elapsed()
+        self.steps_done = s
+        probe = []
+        if self.store is not None and self.probe:
+            clock.start("probe")
+            probe = self._probe_rows()
+            clock.stop()
+        metrics = self._metrics(ro, credit, upd)
+        metrics.update({"time/step": step_time, **clock.metrics("time/sample", "time/replay", "time/update",
+                                                                  "time/probe")})
+        if self.store is not None:
+            clock.start("storing")
+            rows = sample_rows(self.lm, ro, credit, replays)
+            due = checkpoint or s % self.config.checkpoint_every == 0
+            self.recorder.write_step(s, metrics, rows, probe, self.policy.state(s) if due else None, clock)
+            self._seen = self._store_mark()
+        return metrics
+
+    def _metrics(self, ro: Rollout, credit: TokenCredit, upd: dict) -> dict[str, float]:
+        R, f, mask = ro.R, credit.final, credit.mask
+        m: dict[str, float] = {}
+        for j, k in enumerate(ro.names):
+            m[f"reward/{k}"] = float(torch.nanmean(R[:, j]))
+        m["reward/mean"] = float(torch.nanmean(R))
+        m["reward/all_pass"] = float(np.mean([bool(np.all(row[~np.isnan(row)] >= 1)) for row in R.numpy()]))
+        m.update({"adv/mean": float(f.mean()), "adv/std": float(f.std()) if f.numel() > 1 else 0.0,
+                  "adv/min": float(f.min()), "adv/max": float(f.max()),
+                  "adv/nonzero_frac": float((f.abs() > 1e-6).float().mean()),
+                  "adv/token_abs_mean": float(credit.tokens.abs().sum() / mask.sum().clamp_min(1)),
+                  "beta_s": credit.beta, "response_tokens": float(mask.sum(-1).float().mean())})
+        m.update(upd)
+        return m
+
+    def _probe_rows(self) -> list[dict]:
+        return probe_rows(self.lm, self.probe, self.template, self.credit.measure)
+
+    # ------------------------------------------------------------------------------------------ training
+    def step(self) -> dict[str, float]:
+        """One update (see module docstring); returns the step's metrics. Holds the run's lock meanwhile."""
+        return self.train(1)[-1]
+
+    def train(self, n: int, callback: Callable[[int, dict], None] | None = None, checkpoint_last: bool = False,
+              on_phase: Callable[[int, str, float], None] | None = None) -> list[dict[str, float]]:
+        """``n`` updates; ``callback(step, metrics)`` after each; ``checkpoint_last``: also checkpoint the last one.
+
+        ``on_phase(step, phase, seconds)`` is called as each phase of a step begins, ``seconds`` after the step
+        began, with phase one of :data:`mrtpo.train.timing.PHASES` in that order ("replay" only for MRTPO methods;
+        "probe" and "storing" only with a store, "probe" only with probe responses): progress within a step.
+
+        With a store: takes the run's lock first (MrtpoError, nothing changed, if a live trainer holds it), keeps
+        it alive from a heartbeat thread, syncs with the store (:meth:`_sync`), steps, releases it at the end.
+        """
+        if not self._mu.acquire(blocking=False):
+            raise MrtpoError("this run is already training in another session of this process; watch it meanwhile")
+        try:
+            if self.store is None:
+                return self._steps(n, callback, on_phase=on_phase)
+            with self._locked():
+                self._sync()
+                return self._steps(n, callback, checkpoint_last, on_phase)
+        finally:
+            self._mu.release()
+
+    def _steps(self, n: int, callback, checkpoint_last: bool = False, on_phase=None) -> list[dict[str, float]]:
+        out = []
+        for i in range(n):
+            m = self._one_step(checkpoint=checkpoint_last and i == n - 1, on_phase=on_phase)
+            out.append(m)
+            if callback:
+                callback(self.steps_done, m)
+        return out
+
+    # ------------------------------------------------------------------------------------------ resuming
+    def _restore(self, run: RunInfo) -> None:
+        """Bring this trainer to the run's last checkpoint (weights, AdamW, RNG; the initial state when there is
+        none). Reads the store only; steps stored after the checkpoint are dropped by :meth:`_sync`."""
+        self._seen = None
+        state = self.store.load_checkpoint(run)
+        if state is None:
+            if not self.policy.pristine:
+                self.policy = Policy.build(self.config)  # the initial weights (loaded again), a fresh optimizer
+        else:
+            try:
+                self.policy.load(state)
+            except MrtpoError as e:
+                raise MrtpoError(f"run '{self.run_name}': checkpoint {self.store.checkpoint_file(run)} of model "
+                                 f"'{self.config.model}': {e}") from None
+            self.log(f"run '{self.run_name}': resumed from the checkpoint of step {run.last_checkpoint}")
+        self.steps_done = run.last_checkpoint
+        self._seen = self._mark(run)
+
+    @staticmethod
+    def _mark(run: RunInfo) -> tuple:
+        return run.steps_done, run.last_checkpoint, run.updated
+
+    def _store_mark(self) -> tuple:
+        return self._mark(self.store.require_run(self.run_name))
+
+    def _sync(self) -> None:
+        """Under the lock: if the store moved since this trainer last matched it (another trainer, or a failed
+        step of this one), restore from its last checkpoint; then drop stored steps after that checkpoint."""
+        run = self.store.require_run(self.run_name)
+        if self._mark(run) != self._seen:
+            self._restore(run)
+        if run.steps_done > self.steps_done:
+            self.log(f"run '{self.run_name}': steps {self.steps_done + 1}..{run.steps_done} came after the last "
+                     f"checkpoint (step {self.steps_done}); dropping and recomputing them")
+            self.recorder.truncate(self.steps_done)
+            self._seen = self._store_mark()
+
+    def close(self) -> None:
+        """Release resources (the lock is only held while stepping)."""
+        self.policy.reference = None

@@ -1,0 +1,9 @@
+"""What the app, the CLI and exports show, computed apart from the model and from Streamlit: token views of a group or
+a stored step (:mod:`.token_view`), tables (:mod:`.tables`), JSON (:mod:`.export`) and self-contained HTML
+(:mod:`.render`)."""
+from mrtpo.views.export import view_to_json
+from mrtpo.views.tables import faithfulness_table, group_table, relevance_change
+from mrtpo.views.token_view import TokenView, stored_step_view, token_view
+
+__all__ = ["TokenView", "faithfulness_table", "group_table", "relevance_change", "stored_step_view", "token_view",
+           "view_to_json"]

@@ -1,0 +1,44 @@
+"""Everything a view shows, as plain JSON (what ``explain --json`` and the app's download write).
+"""
+from __future__ import annotations
+
+from mrtpo.groups import ScoredGroup
+from mrtpo.views.tables import _finite
+from mrtpo.views.token_view import TokenView
+
+
+def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
+    """Everything a view shows, as plain JSON."""
+    r6 = lambda a: [round(float(x), 6) for x in a]  # noqa: E731
+    out = {
+        "method": view.method, "beta": view.beta, "measure": view.measure, "rewards": view.reward_names,
+        "skipped": view.skipped, "responses": [],
+        "diagnostics": view.diagnostics,
+    }
+    if group is not None:
+        out["example_id"], out["prompt"] = group.example.id, group.prompt
+    for i, text in enumerate(view.texts):
+        item = {
+            "response": text, "tokens": view.tokens[i],
+            "reward_values": dict(zip(view.reward_names, r6(view.rewards[i]))),
+            "advantage": round(float(view.final[i]), 6),
+            "per_reward_advantage": dict(zip(view.reward_names, r6(view.per_reward[i]))),
+            "js": {k: r6(v) for k, v in view.js[i].items()},
+            "relevance": {k: r6(v) for k, v in view.relevance[i].items()},
+            "token_advantage_per_reward": {k: r6(v) for k, v in view.token_adv_per_reward[i].items()},
+            "token_advantage": r6(view.token_adv[i]),
+        }
+        if view.evidence:  # the characters each checker read ([start, end) pairs; null = the whole response)
+            item["evidence"] = {k: None if v is None else [[int(s), int(e)] for s, e in v]
+                                for k, v in view.evidence[i].items()}
+            item["faithfulness"] = {}
+            for k in view.reward_names:
+                m = view.faithfulness(i, k)
+                if m is not None:
+                    item["faithfulness"][k] = {"auroc": _finite(m.auroc), "lift": _finite(m.lift),
+                                               "span_auroc": _finite(m.span_auroc), "left_out": m.status or None}
+        if group is not None:
+            item["reasons"] = group.reasons[i]
+            item["verifier_info"] = group.verifier_info[i]
+        out["responses"].append(item)
+    return out

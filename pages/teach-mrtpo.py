@@ -1,0 +1,130 @@
+"""Teach: MRTPO step by step with the live numbers of the current group (prompts, JS distance, relevance,
+reallocation with β, aggregation)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+from mrtpo.core.advantages import compute
+from mrtpo.core.credit import BETA
+from mrtpo.templates import ALL
+from mrtpo.views import render
+from mrtpo_app import state as S
+from mrtpo_app import topk
+from mrtpo_app.sidebar import page
+from mrtpo_app.ui import md, short
+
+ch = page("Teach")
+st.title("Teach")
+st.caption("Each step of MRTPO on your current group, with its numbers. Formulas as in METHOD.md.")
+run = S.require_group()
+g, rep = run.group, run.replay
+G, K = g.rewards.shape
+i = st.selectbox("Response", list(range(G)), key="teach_response",
+                 format_func=lambda j: f"#{j} — {short(g.samples[j].text, 70)}")
+resp = rep.responses[i]
+toks = resp.tokens()
+T = len(toks)
+
+# ---------------------------------------------------------------------------------------------- 1. rewards
+st.header("1 · Rewards and GDPO's per-reward advantage")
+st.latex(r"\hat A_{ik}=\frac{R_{ik}-\operatorname{mean}_g(R_{\cdot k})}{\operatorname{std}_g(R_{\cdot k})+\epsilon},"
+         r"\quad \epsilon=10^{-4},\ \text{Bessel std}")
+gd = compute("gdpo", torch.tensor(g.rewards, dtype=torch.float32), G)
+z = gd.diagnostics["zscore"].numpy()
+st.dataframe(pd.DataFrame([{
+    "reward": k, f"R_{i}k": float(g.rewards[i, j]), "group mean": float(g.rewards[:, j].mean()),
+    "group std": float(g.rewards[:, j].std(ddof=1)) if G > 1 else 0.0, f"Â_{i}k": float(z[i, j]),
+    "replayed": k in rep.rewards} for j, k in enumerate(g.reward_names)]), hide_index=True, width="stretch")
+st.caption("A reward constant in the group has Â = 0 for every response, so it needs no replay (skipped: "
+           f"{', '.join(rep.skipped) or 'none'}).")
+
+# ---------------------------------------------------------------------------------------------- 2. prompts
+st.header("2 · The prompts P_all and P_\\k, as the model sees them")
+st.markdown("The task prompt x with every reward's verifier information v_k (P_all), and the same with v_k "
+            "left out (P_\\k). The shared start of the prompt is computed once "
+            f"({rep.prefix_tokens} prefix tokens here). The response y is then teacher-forced after each prompt.")
+prompts = rep.prompts[i]
+tabs = st.tabs(["P_all"] + [f"P_\\{k}" for k in rep.rewards])
+with tabs[0]:
+    st.code(prompts[ALL], language=None, wrap_lines=True)
+for tab, k in zip(tabs[1:], rep.rewards):
+    with tab:
+        st.code(prompts[k], language=None, wrap_lines=True)
+        st.caption(f"Left out (v_{md(k)}): {md(g.verifier_info[i][k])}")
+if not rep.rewards:
+    st.info("No reward varies in this group, so only P_all would be needed and relevance is uniform (ρ = 1).")
+    st.stop()
+
+# ---------------------------------------------------------------------------------------------- 3. JS + relevance
+st.header("3 · Per-token Jensen-Shannon distance and relevance")
+st.latex(r"p_t=\pi(\cdot\mid P_{all},y_{<t}),\ q_t=\pi(\cdot\mid P_{\setminus k},y_{<t}),\ m_t=\tfrac12(p_t+q_t)")
+st.latex(r"d_{ikt}=\sqrt{\tfrac12\mathrm{KL}(p_t\Vert m_t)+\tfrac12\mathrm{KL}(q_t\Vert m_t)}\in[0,\sqrt{\ln 2}],"
+         r"\qquad \rho_{ikt}=\frac{T_i\,d_{ikt}}{\sum_t d_{ikt}}")
+k0 = rep.rewards[0]
+default_t = int(np.argmax(resp.js[k0])) if T else 0
+t = st.slider("token t", 0, T - 1, default_t, key="teach_token") if T > 1 else 0
+if T == 0:
+    st.info("This response is empty.")
+    st.stop()
+st.markdown(f"Token **t = {t}**: `{toks[t]['text']!r}` (of T = {T}).")
+rows = []
+for k in rep.rewards:
+    d = resp.js[k]
+    rows.append({"reward": k, "d_ikt": float(d[t]), "Σ_t d": float(d.sum()),
+                 "T·d/Σd = ρ_ikt": float(resp.relevance[k][t]), "max_t d": float(d.max()),
+                 "argmax_t d": repr(toks[int(d.argmax())]["text"])})
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+# ---------------------------------------------------------------------------------------------- 4. reallocation
+st.header("4 · Reallocation with β")
+st.latex(r"A_{ikt}=\hat A_{ik}\,\big((1-\beta)+\beta\,\rho_{ikt}\big),\qquad \sum_t A_{ikt}=T_i\,\hat A_{ik},"
+         r"\quad \operatorname{sign}A_{ikt}=\operatorname{sign}\hat A_{ik}")
+beta = st.slider("β", 0.0, 1.0, BETA, 0.05, key="teach_beta")
+v = S.view(run, "mrtpo", beta)
+rows = []
+for j, k in enumerate(g.reward_names):
+    rho = v.relevance[i][k]
+    a = z[i, j] * ((1 - beta) + beta * rho)
+    rows.append({"reward": k, "Â_ik": float(z[i, j]), "ρ_ikt": float(rho[t]),
+                 "(1−β)+βρ": float((1 - beta) + beta * rho[t]), "A_ikt": float(a[t]), "Σ_t A_ikt": float(a.sum()),
+                 "T·Â_ik": float(T * z[i, j])})
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+# ---------------------------------------------------------------------------------------------- 5. aggregate
+st.header("5 · Sum over rewards and GDPO's batch normalization")
+st.latex(r"A_{it}=\frac{\sum_k w_kA_{ikt}-\operatorname{mean}_{batch}(a)}{\operatorname{std}_{batch}(a)+\epsilon},"
+         r"\quad a_i=\sum_k w_k\hat A_{ik}\ \Rightarrow\ \operatorname{mean}_t A_{it}=A_i^{GDPO}")
+center, scale = float(gd.center), float(gd.scale)
+summed = float(sum(r["A_ikt"] for r in rows))
+st.markdown(f"Center mean(a) = **{center:.4f}**, scale std(a)+ε = **{scale:.4f}**. At token t = {t}: "
+            f"Σ_k A_ikt = {summed:.4f} → A_it = ({summed:.4f} − {center:.4f}) / {scale:.4f} = "
+            f"**{(summed - center) / scale:.4f}** (the app's value: {float(v.token_adv[i][t]):.4f}). "
+            f"Token mean of A_i· = **{float(v.token_adv[i].mean()):.4f}** = "
+            f"GDPO's A_{i} = **{float(gd.final[i]):.4f}**.")
+st.html(f"<style>{render.CSS}</style>" + render.response_html(v, i))
+st.caption("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; "
+           "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit). "
+           "The built-in verifier information ends with those characters quoted (\"The checker read: …\"), so "
+           "P_all holds them and P_\\k does not: that is what moves ρ onto them.")
+
+
+# ---------------------------------------------------------------------------------------------- 6. distributions
+# (its own block: the two next-token distributions behind d_ikt at the chosen token)
+st.header("6 · The two distributions behind the JS distance")
+st.markdown("The JS distance at token t compares two next-token distributions of the same policy: **p_t** after "
+            "P_all + y<t and **q_t** after P_\\k + y<t. Below, the tokens most likely under either, with both "
+            "probabilities, at the token chosen in step 3. Where the bars differ, v_k changed what the model "
+            "expects next; where they match, the token gets little relevance for reward k.")
+c1, c2 = st.columns([2, 1])
+k6 = c1.selectbox("Reward k", rep.rewards, index=rep.rewards.index(k0), key="teach_dist_reward",
+                  help="the reward whose verifier information P_\\k leaves out")
+top = c2.number_input("top-k", 3, 30, 10, key="teach_dist_k", help="tokens shown from each distribution (union)")
+dist = topk.show(run, i, k6, int(t), int(top), key="teach_dist_chart")
+st.subheader("What v_k adds to the prompt")
+st.caption(f"P_all as the model sees it; highlighted: the text that P_\\k lacks, i.e. v_k for reward "
+           f"{md(k6)}. Everything else is the same in both prompts, so any difference between p_t and q_t comes "
+           f"from this text.")
+st.html(render.prompt_diff_html(dist["prompts"][k6], dist["prompts"]["__all__"]))

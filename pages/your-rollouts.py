@@ -1,0 +1,107 @@
+"""App page: upload your own rollouts (TRL completions parquet or verl JSONL) and see relevance heatmaps.
+
+The uploaded file is parsed by :mod:`mrtpo.integrations.rollouts`, grouped by (step, prompt); the verifier
+template (JSON {reward column: text over the row's fields}) says which columns are rewards and what each checker
+reads. The replay of the chosen group runs once (cached by :func:`mrtpo_app.state.replay_cached`); the β slider and
+the method only re-color. Session keys: ``rollouts_file`` ((name, bytes), set by the uploader), ``rollouts_vt``,
+``rollouts_format``, ``rollouts_group``, ``rollouts_method``, ``rollouts_beta``.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+
+from mrtpo.core.advantages import method_names
+from mrtpo.core.credit import BETA
+from mrtpo.errors import MrtpoError
+from mrtpo.integrations import rollout_explain as rx
+from mrtpo.integrations import rollouts as ro
+from mrtpo.views import render, token_view
+from mrtpo_app import state as S
+from mrtpo_app.sidebar import page
+from mrtpo_app.ui import guard, md
+
+EXAMPLE_VT = '{\n  "correct": "The answer must contain: {reference}",\n  "short": "Answer in under 10 characters."\n}'
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def load_rows(name: str, data: bytes, fmt: str) -> list[ro.RolloutRow]:
+    """Rows of an uploaded file; messages name the uploaded file, not the temporary copy."""
+    safe = Path(name).name or "upload"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / safe
+        path.write_bytes(data)
+        try:
+            rows = ro.read_rollouts(path, fmt)
+        except MrtpoError as e:
+            raise MrtpoError(str(e).replace(str(path), safe)) from None
+    for r in rows:
+        r.source = safe
+    return rows
+
+
+def _label(g: ro.RolloutGroup) -> str:
+    step = f"step {g.step} · " if g.step is not None else ""
+    text = " ".join(g.prompt.split())
+    return f"{step}{len(g.rows)} rows · {text[:60] + ('…' if len(text) > 60 else '')}"
+
+
+ch = page("Your rollouts")
+st.title("Your rollouts")
+st.caption("Upload a TRL completions log (`completions_*.parquet`, written with `log_completions=True`) or a "
+           "verl-style JSONL dump (`input`, `output`, `score`, `step`, extra fields). Rows are grouped by step and "
+           "prompt; the verifier template names the reward columns and what each reward's checker reads, with the "
+           "row's columns as `{placeholders}`.")
+
+up = st.file_uploader("Rollout file", type=["parquet", "jsonl", "json"], key="rollouts_upload")
+if up is not None:
+    st.session_state["rollouts_file"] = (up.name, up.getvalue())
+c1, c2 = st.columns([1, 3])
+fmt = c1.selectbox("Format", ["auto", "trl", "verl"], key="rollouts_format",
+                   help="auto: .parquet → trl, .jsonl → verl")
+vt_text = c2.text_area("Verifier template", value=EXAMPLE_VT, key="rollouts_vt", height=110,
+                       help="JSON object {reward column: text}; placeholders are the row's columns, e.g. {reference}; "
+                            "plain names only (no attribute or index access); {{ and }} are literal braces")
+
+if "rollouts_file" not in st.session_state:
+    st.info("Upload a file to start. Example verifier template above; see docs/integrations.md for the formats.")
+    st.stop()
+
+name, data = st.session_state["rollouts_file"]
+with guard(f"reading {name}"):  # (show_error escapes the file name)
+    rows = load_rows(name, data, fmt)
+    vt = rx.RolloutVerifierInfo.from_json(vt_text)
+groups = ro.group_rows(rows)
+st.markdown(f"**{md(name)}**: {len(rows)} rows in {len(groups)} groups; columns: "
+            + ", ".join(md(c) for c in rows[0].fields))
+
+gi = st.selectbox("Group", list(range(len(groups))), key="rollouts_group", format_func=lambda i: _label(groups[i]))
+group = groups[gi]
+methods = method_names()
+m1, m2 = st.columns(2)
+method = m1.selectbox("Method", methods, index=methods.index("mrtpo"), key="rollouts_method")
+beta = m2.slider("β (share of each reward's advantage moved by relevance)", 0.0, 1.0, BETA, 0.05, key="rollouts_beta")
+
+
+with guard("replay"):
+    lm = S.get_model(ch.model, ch.device)
+    sg = rx.scored_group(group, vt, lm)
+    keep = [i for i, s in enumerate(sg.samples) if s.token_ids]
+    if len(keep) < len(sg.samples):
+        st.warning(f"{len(sg.samples) - len(keep)} empty completion(s) left out (nothing to explain).")
+        sg = sg.subset(keep)
+    if not keep:
+        raise MrtpoError("every completion of this group is empty")
+    replay = S.replay_cached(ch.model, ch.device, sg.prompt, sg.verifier_info, [s.token_ids for s in sg.samples],
+                             S.current_template(None), sg.rewards.tolist())
+    view = token_view(sg, replay, method, beta)
+
+st.html(f"<style>{render.CSS}</style><div class='mrtpo'>{render.rewards_table(view, sg)}</div>")
+vm = render.scales(view)
+kept_rows = [group.rows[i] for i in keep]
+for i, r in enumerate(kept_rows):
+    logged = f" · logged advantage {r.advantage:+.3f}" if r.advantage is not None and r.advantage == r.advantage else ""
+    with st.expander(f"Row {r.row} — advantage {view.final[i]:+.3f}{logged}", expanded=i < 2):
+        st.html(f"<style>{render.CSS}</style>{render.response_html(view, i, vmax=vm)}")

@@ -1,0 +1,92 @@
+"""The CLI's evidence and measures: `score` and `explain` JSON carry each reward's evidence, `relevance --measure`
+keeps its output keys, and `faithfulness` reports AUROC / lift per reward and measure."""
+import json
+
+import numpy as np
+import pytest
+
+from mrtpo.cli import main
+from mrtpo.core.faithfulness import pair_metrics
+from mrtpo.core.measures import word_max
+
+
+def _jsonl(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_score_json_carries_evidence(tmp_path, capsys):
+    r = '{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}'
+    resp = _jsonl(tmp_path / "r.jsonl", [{"example_id": "simple_python_0", "response": r},
+                                         {"example_id": "simple_python_0", "response": "I cannot."}])
+    assert main(["score", "--task", "tools", "--responses", str(resp)]) == 0
+    a, b = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert a["evidence"] == {"format": [[0, 1], [1, 7], [36, 47], [74, 75]], "function": [[10, 33]],
+                             "arguments": [[50, 56], [58, 60], [62, 70], [72, 73]]}
+    assert [r[s:e] for s, e in a["evidence"]["arguments"]] == ['"base"', "10", '"height"', "5"]
+    assert b["evidence"] == {"format": [], "function": [], "arguments": []} and b["scores"]["format"] == 0
+    resp = _jsonl(tmp_path / "i.jsonl", [{"example_id": "apple-facts", "response": "Red apples grow on a tree."}])
+    assert main(["score", "--task", "instructions", "--responses", str(resp)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["evidence"]["keywords:existence"] == [[0, 3], [21, 25]]  # "Red", "tree"
+    assert out["evidence"]["length_constraints:number_words"] is None  # a word count reads the whole response
+
+
+def test_explain_json_carries_evidence_and_faithfulness(tmp_path):
+    resp = _jsonl(tmp_path / "resp.jsonl", [{"response": '{"name": "calculate_triangle_area", "arguments": {}}'},
+                                            {"response": "no call here"}])
+    html, js = tmp_path / "e.html", tmp_path / "e.json"
+    assert main(["explain", "--task", "tools", "--example", "simple_python_0", "--responses", str(resp),
+                 "--html", str(html), "--json", str(js), "--model", "tiny-random", "--measure", "js-word"]) == 0
+    data = json.loads(js.read_text())
+    assert data["measure"] == "js-word"
+    first = data["responses"][0]
+    assert first["evidence"]["function"] == [[10, 33]]
+    # the per-response faithfulness is pair_metrics of the shown relevance against the evidence
+    offsets = [(t["start"], t["end"]) for t in first["tokens"]]
+    m = pair_metrics(np.array(first["relevance"]["function"]), offsets, [(10, 33)], first["response"])
+    assert first["faithfulness"]["function"]["auroc"] == pytest.approx(m.auroc, abs=1e-6)
+    assert first["faithfulness"]["function"]["lift"] == pytest.approx(m.lift, abs=1e-5)
+    assert data["responses"][1]["faithfulness"]["function"]["left_out"] == "empty"  # no call: nothing read
+    page = html.read_text()
+    assert page.count('<span class="ev">') > 0 and "evidence: the characters" in page
+    assert "Faithfulness of relevance (js-word) to the verifiers' evidence" in page
+
+
+def test_relevance_measure_keeps_keys_and_takes_word_max(tmp_path, capsys):
+    case = {"id": "a", "prompt": "Write about fruit.", "verifier_info": {"kw": "mention banana", "len": "short"},
+            "response": "A banana is nice, really nice."}
+    inp = _jsonl(tmp_path / "c.jsonl", [case])
+    outs = {}
+    for m in ("js", "js-word"):
+        out = tmp_path / f"{m}.jsonl"
+        assert main(["relevance", "--input", str(inp), "--output", str(out), "--model", "tiny-random",
+                     "--measure", m]) == 0
+        outs[m] = json.loads(out.read_text())
+    a, b = outs["js"], outs["js-word"]
+    assert set(a) == set(b) == {"id", "tokens", "js", "relevance"}
+    assert a["js"] == b["js"]  # js stays the raw JS distance
+    offsets = [(t["start"], t["end"]) for t in a["tokens"]]
+    wm = word_max(np.array(a["js"]["kw"]), offsets, case["response"])
+    np.testing.assert_allclose(b["relevance"]["kw"], len(wm) * wm / wm.sum(), rtol=1e-3)  # js rounded to 6 digits
+    assert main(["relevance", "--input", str(inp), "--output", str(tmp_path / "x"), "--measure", "nope"]) == 2
+    assert "argument --measure/--relevance-measure: invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_faithfulness_command(tmp_path, capsys):
+    out = tmp_path / "f.json"
+    assert main(["faithfulness", "--task", "tools", "--limit", "2", "--group", "2", "--max-new-tokens", "12",
+                 "--model", "tiny-random", "--measure", "js", "js-word", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["task"] == "tools" and data["examples"] == 2 and data["group"] == 2
+    assert data["measures"] == ["js", "js-word"]
+    assert set(data["rewards"]) == {"format", "function", "arguments"}
+    for per in data["rewards"].values():
+        for m in ("js", "js-word"):
+            s = per[m]
+            assert set(s) >= {"pairs", "auroc", "lift", "span_auroc", "left_out"}
+            assert s["pairs"] + sum(s["left_out"].values()) == 4  # 2 examples × 2 responses, each counted once
+            assert s["auroc"] is None or 0.0 <= s["auroc"] <= 1.0
+    assert data["seconds"]["total"] > 0 and "sample" in data["seconds"]
+    assert main(["faithfulness", "--task", "tools", "--measure", "bogus", "--model", "tiny-random"]) == 2
+    assert "unknown relevance measure 'bogus'" in capsys.readouterr().err

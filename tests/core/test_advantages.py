@@ -1,0 +1,360 @@
+"""Estimators against hand-worked numbers, TRL's formula and a loop reference; MRTPO's properties."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from mrtpo.core import advantages as A
+from mrtpo.core import credit as C
+from mrtpo.errors import MrtpoError
+
+SQ = math.sqrt
+
+
+def test_grpo_collapse_example_from_method():
+    # G = 2, two binary rewards; group totals (0,1), (0,2), (1,2) → all (−0.707, +0.707)
+    R = torch.tensor([[0, 0], [1, 0], [0, 0], [1, 1], [1, 0], [1, 1]], dtype=torch.float32)
+    g = A.compute("grpo", R, 2)
+    np.testing.assert_allclose(g.final.numpy(), [-0.7071, 0.7071] * 3, atol=2e-4)
+    d = A.compute("gdpo", R, 2)
+    # GDPO keeps them apart: the (0,2) group moves two rewards, the others one
+    assert d.final[3] > d.final[1] + 0.5 and d.final[1] == pytest.approx(d.final[5].item(), abs=1e-6)
+
+
+def test_gdpo_hand_worked():
+    R = torch.tensor([[1, 0], [0, 1], [1, 1]], dtype=torch.float32)  # one group of 3
+    s = SQ(1 / 3)  # unbiased std of (1, 0, 1) and of (0, 1, 1)
+    hi, lo = (1 / 3) / (s + 1e-4), (-2 / 3) / (s + 1e-4)
+    z = np.array([[hi, lo], [lo, hi], [hi, hi]])
+    a = z.sum(1)
+    expect = (a - a.mean()) / (np.std(a, ddof=1) + 1e-4)
+    out = A.compute("gdpo", R, 3)
+    np.testing.assert_allclose(out.per_reward.numpy(), z, rtol=1e-5)
+    np.testing.assert_allclose(out.final.numpy(), expect, rtol=1e-5)
+    np.testing.assert_allclose(out.final.numpy(), [-0.57729, -0.57729, 1.15458], atol=1e-4)
+
+
+def _trl_nanstd(t):
+    v = torch.nanmean((t - torch.nanmean(t, keepdim=True)) ** 2)
+    c = torch.sum(~torch.isnan(t))
+    return torch.sqrt(v * c / (c - 1))
+
+
+def trl_normalize_then_sum(rewards, G, w):
+    """TRL's GRPOTrainer multi_objective_aggregation="normalize_then_sum", written with loops."""
+    N, K = rewards.shape
+    rk = torch.zeros_like(rewards)
+    for b in range(N // G):
+        for k in range(K):
+            col = rewards[b * G:(b + 1) * G, k]
+            rk[b * G:(b + 1) * G, k] = (col - torch.nanmean(col)) / (_trl_nanstd(col) + 1e-4)
+    s = (rk * w).nansum(1)
+    adv = (s - s.mean()) / (s.std() + 1e-4)
+    return torch.nan_to_num(adv, nan=0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gdpo_matches_trl_formula(seed):
+    g = torch.Generator().manual_seed(seed)
+    R = torch.randint(0, 3, (24, 3), generator=g).float() / 2
+    R[5, 1] = float("nan")  # a reward TRL skips
+    R[8:12, 2] = 1.0  # constant within a group → 0
+    w = torch.tensor([1.0, 0.5, 2.0])
+    ours = A.compute("gdpo", R, 4, w).final
+    np.testing.assert_allclose(ours.numpy(), trl_normalize_then_sum(R, 4, w).numpy(), atol=1e-5)
+
+
+def test_gdpo_group_of_one_and_constant_reward_give_zero():
+    z = A.group_zscore(torch.tensor([[1.0], [0.0]]), 1)
+    assert torch.all(z == 0)
+    z = A.group_zscore(torch.tensor([[1.0, 0.0], [1.0, 1.0]]), 2)
+    assert torch.all(z[:, 0] == 0) and z[1, 1] > 0
+
+
+def _relevance(N, K, T, lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.arange(T)[None] < torch.tensor(lengths)[:, None]
+    d = torch.rand(N, K, T, generator=g) ** 3
+    from mrtpo.core.js import normalize_relevance
+
+    return normalize_relevance(d, mask[:, None].expand(N, K, T)), mask
+
+
+@pytest.mark.parametrize("method", ["gdpo", "dara", "gd2po", "gd2po-snr", "grpo"])
+def test_mrtpo_properties(method):
+    R = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 1, 1], [0, 0, 1], [1, 0, 0], [0, 1, 1], [1, 1, 0], [0, 0, 0]],
+                     dtype=torch.float32)
+    N, K, T = R.shape[0], R.shape[1], 9
+    lengths = [9, 3, 5, 7, 1, 9, 4, 6]
+    rho, mask = _relevance(N, K, T, lengths)
+    adv = A.compute(method, R, 4)
+    # β = 0 gives the response-level estimator exactly, on every token
+    tok0 = C.token_advantages(adv, rho, mask, beta=0.0)
+    np.testing.assert_allclose(tok0.numpy(), (adv.final[:, None] * mask).numpy(), atol=1e-6)
+    # per-reward totals preserved and signs kept
+    per = C.reallocate(adv.per_reward, rho, mask, beta=0.7)
+    np.testing.assert_allclose(per.sum(-1).numpy(), (adv.per_reward * torch.tensor(lengths)[:, None]).numpy(),
+                               atol=1e-4)
+    sgn = torch.sign(adv.per_reward)[..., None].expand_as(per)
+    valid = mask[:, None].expand_as(per) & (adv.per_reward.abs()[..., None] > 1e-9)
+    assert torch.all(torch.sign(per)[valid] == sgn[valid])
+    # token mean equals the response advantage
+    tok = C.token_advantages(adv, rho, mask, beta=0.5)
+    np.testing.assert_allclose((tok.sum(-1) / mask.sum(-1)).numpy(), adv.final.numpy(), atol=1e-5)
+
+
+def test_identical_prompts_give_uniform_credit():
+    R = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0]], dtype=torch.float32)
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    from mrtpo.core.js import normalize_relevance
+
+    rho = normalize_relevance(torch.zeros(4, 2, 5))  # v_k empty → P_all == P_\k → d = 0 → ρ = 1
+    adv = A.compute("gdpo", R, 4)
+    tok = C.token_advantages(adv, rho, mask, beta=1.0)
+    np.testing.assert_allclose(tok.numpy(), adv.final[:, None].expand(4, 5).numpy(), atol=1e-6)
+
+
+def test_smoothstep_warmup():
+    assert C.smoothstep_beta(0.5, None) == 0.5
+    assert C.smoothstep_beta(0.5, 0, 10) == 0.0
+    assert C.smoothstep_beta(0.5, 5, 10) == pytest.approx(0.5 * (3 * 0.25 - 2 * 0.125))
+    assert C.smoothstep_beta(0.5, 10, 10) == 0.5 and C.smoothstep_beta(0.5, 30, 10) == 0.5
+
+
+def test_second_moment_cap():
+    rho = torch.tensor([[4.0, 0.0, 0.0, 0.0]])  # mean 1, mean ρ² = 4
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    out = C.cap_second_moment(rho, mask, cap=2.0)
+    assert out.mean().item() == pytest.approx(1.0) and (out ** 2).mean().item() == pytest.approx(2.0, abs=1e-5)
+    assert torch.all(out >= 0)
+    same = C.cap_second_moment(torch.ones(1, 4), mask, cap=2.0)
+    assert torch.allclose(same, torch.ones(1, 4))
+
+
+def test_parse_method_and_errors():
+    assert A.parse_method("mrtpo") == A.Method("mrtpo", "gdpo", True)
+    assert A.parse_method("mrtpo+dara").estimator == "dara"
+    assert A.parse_method("GD²PO").estimator == "gd2po"
+    assert not A.parse_method("gdpo").tokens
+    with pytest.raises(MrtpoError, match="unknown method"):
+        A.parse_method("ppo")
+    with pytest.raises(MrtpoError, match="groups of 3"):
+        A.compute("gdpo", torch.zeros(4, 2), 3)
+
+
+def test_grpo_scale_options():
+    R = torch.tensor([[0.0], [2.0], [1.0], [1.0]])
+    assert A.compute("grpo", R, 2, scale="none").final.tolist() == [-1.0, 1.0, 0.0, 0.0]
+    b = A.compute("grpo", R, 2, scale="batch").final
+    assert b[1].item() == pytest.approx(1.0 / (np.std([0, 2, 1, 1], ddof=1) + 1e-4), rel=1e-5)
+
+
+def test_token_view_cap_applies_to_every_row():
+    """With a second-moment cap, the per-reward token rows sum (minus the center) to the combined row."""
+    import numpy as np
+
+    from mrtpo.groups import ScoredGroup
+    from mrtpo.model import Sample
+    from mrtpo.replay import ReplayResult, ResponseRelevance
+    from mrtpo.tasks.base import Example
+    from mrtpo.views import token_view
+
+    R = np.array([[1.0, 0.0], [0.0, 1.0]])
+    rels = [ResponseRelevance("abc", [1, 2, 3], [(0, 1), (1, 2), (2, 3)], {"a": np.ones(3), "b": np.ones(3)},
+                              {"a": np.array([3.0, 0.0, 0.0]), "b": np.array([0.0, 0.0, 3.0])}) for _ in range(2)]
+    g = ScoredGroup(Example("x", "p"), "p", [Sample([1, 2, 3], "abc")] * 2, ["a", "b"], R, [{}, {}], [{}, {}])
+    v = token_view(g, ReplayResult(rels, [{}, {}], ["a", "b"], []), "mrtpo", beta=1.0, cap=1.5)
+    adv = A.compute("gdpo", torch.tensor(R, dtype=torch.float32), 2)
+    for i in range(2):
+        summed = sum(v.token_adv_per_reward[i][k] for k in ("a", "b")) - float(adv.center / adv.scale)
+        # the sums are all 0 here (scale = eps), so each row holds ±Â/eps ≈ ±7071 that cancel in float32
+        ulp = np.spacing(np.float32(max(abs(v.token_adv_per_reward[i][k]).max() for k in ("a", "b"))))
+        np.testing.assert_allclose(summed, v.token_adv[i], atol=1e-5 + 4 * ulp)
+        assert v.relevance[i]["a"].max() == 3.0
+        assert v.token_adv_per_reward[i]["a"].max() < 3 * abs(v.per_reward[i, 0]) - 1e-3
+
+
+# ---------------------------------------------------------------------------------------------- the scale floor
+def _old_token_advantages(adv, rho, mask, beta):
+    """The formula before the floor: (Σ_k A_ikt − center) / scale."""
+    out = (C.reallocate(adv.per_reward, rho, mask, beta).sum(1) - adv.center * mask) / adv.scale
+    return torch.where(mask & adv.keep[:, None], out, torch.zeros_like(out))
+
+
+def test_equal_sums_do_not_amplify_token_advantages():
+    """Issue 11: every response has Â_i1 = +1, Â_i2 = −1, so every sum is 0 and scale = eps.  Hand-worked:
+    ρ_1 = (3, 0, 0), ρ_2 = (0, 0, 3), β = 0.5 → A_t = 0 + [1·0.5·(ρ_1 − 1) − 1·0.5·(ρ_2 − 1)] / max(eps, 1)
+    = 0.5·(2, −1, −1) − 0.5·(−1, −1, 2) = (1.5, 0, −1.5); dividing by eps instead gave (15000, 0, −15000)."""
+    per = torch.tensor([[1.0, -1.0]] * 4)
+    adv = A._finalize(per, torch.ones(4, dtype=torch.bool), 1e-4, True, {})
+    assert float(adv.scale) == pytest.approx(1e-4) and torch.all(adv.final == 0)
+    rho = torch.tensor([[[3.0, 0.0, 0.0], [0.0, 0.0, 3.0]]] * 4)
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    tok = C.token_advantages(adv, rho, mask, beta=0.5)
+    np.testing.assert_allclose(tok.numpy(), [[1.5, 0.0, -1.5]] * 4, atol=1e-6)
+    np.testing.assert_allclose(_old_token_advantages(adv, rho, mask, 0.5).numpy(), [[15000.0, 0.0, -15000.0]] * 4,
+                               rtol=1e-4)  # what the issue saw
+    # bounded by the per-reward scale: |A_it| ≤ |final_i| + Σ_k |Â_ik| · β · max_t ρ_ikt = 0 + 2 · 0.5 · 3
+    assert tok.abs().max() <= 3.0
+    # the per-reward rows: Â_ik / scale (GDPO's decomposition) + the floored reallocation; Σ_k − center/scale = A
+    rows = C.token_advantages_per_reward(adv, rho, mask, beta=0.5)
+    np.testing.assert_allclose(rows[0, 0].numpy(), [1e4 + 1.0, 1e4 - 0.5, 1e4 - 0.5], rtol=1e-6)
+    np.testing.assert_allclose((rows.sum(1) - adv.center / adv.scale).numpy(), tok.numpy(), atol=4e-3)
+    # s_floor = 0 turns the floor off (the old formula)
+    np.testing.assert_allclose(C.token_advantages(adv, rho, mask, beta=0.5, scale_floor=0.0).numpy(),
+                               _old_token_advantages(adv, rho, mask, 0.5).numpy(), rtol=1e-5)
+
+
+def test_equal_sums_from_real_rewards():
+    """G = 2, rewards (1, 0) and (0, 1): Â = ±1/(sqrt(½) + eps), sums 0, GDPO's A = 0; tokens get Â · (1.5, 0, −1.5)."""
+    R = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    adv = A.compute("mrtpo", R, 2)
+    z = 0.5 / (math.sqrt(0.5) + 1e-4)
+    rho = torch.tensor([[[3.0, 0.0, 0.0], [0.0, 0.0, 3.0]]] * 2)
+    tok = C.token_advantages(adv, rho, torch.ones(2, 3, dtype=torch.bool), beta=0.5)
+    np.testing.assert_allclose(tok.numpy(), [[1.5 * z, 0, -1.5 * z], [-1.5 * z, 0, 1.5 * z]], atol=1e-5)
+
+
+def test_floor_changes_nothing_when_scale_is_at_least_one():
+    R = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 1, 1], [0, 0, 1], [1, 0, 0], [0, 1, 1], [1, 1, 0], [0, 0, 0]],
+                     dtype=torch.float32)
+    rho, mask = _relevance(8, 3, 9, [9, 3, 5, 7, 1, 9, 4, 6])
+    for method, kw in (("gdpo", {}), ("dara", {}), ("grpo", {"scale": "none"})):
+        adv = A.compute(method, R, 4, **kw)
+        assert float(adv.scale) >= 1.0 and (adv.divisor is None or torch.all(adv.divisor >= 1))
+        np.testing.assert_allclose(C.token_advantages(adv, rho, mask, beta=0.7).numpy(),
+                                   _old_token_advantages(adv, rho, mask, 0.7).numpy(), atol=1e-5)
+    # a small but non-degenerate scale: the response advantage is GDPO's, the reallocation is not amplified
+    adv = A.compute("gdpo", R, 4)
+    small = A.Advantages(adv.per_reward, adv.final, adv.center, torch.tensor(0.25), adv.keep)
+    tok = C.token_advantages(small, rho, mask, beta=0.7)
+    dev = (C.reallocate(adv.per_reward, rho, mask, 0.7) - adv.per_reward[..., None] * mask[:, None]).sum(1)
+    np.testing.assert_allclose(tok.numpy(), ((adv.final[:, None] + dev) * mask).numpy(), atol=1e-5)
+
+
+def test_grpo_equal_sums_in_a_group_do_not_amplify_token_advantages():
+    """GRPO divides within the group: rewards (1, 0) and (0, 1) have equal sums, std 0, divisor eps, so its
+    per-reward shares are ±0.5 / eps = ±5000 (summing to A = 0).  The reallocated part is multiplied by
+    divisor / max(divisor, 1) = eps: 5000 · 0.5 · [(2, −1, −1) − (−1, −1, 2)] · 1e-4 = (0.75, 0, −0.75)."""
+    R = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    adv = A.compute("mrtpo+grpo", R, 2)
+    np.testing.assert_allclose(adv.per_reward.numpy(), [[5000, -5000], [-5000, 5000]], rtol=1e-6)
+    np.testing.assert_allclose(adv.divisor.numpy(), [1e-4, 1e-4], rtol=1e-6)
+    rho = torch.tensor([[[3.0, 0.0, 0.0], [0.0, 0.0, 3.0]]] * 2)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    tok = C.token_advantages(adv, rho, mask, beta=0.5)
+    np.testing.assert_allclose(tok.numpy(), [[0.75, 0, -0.75], [-0.75, 0, 0.75]], atol=1e-6)
+    np.testing.assert_allclose(_old_token_advantages(adv, rho, mask, 0.5).numpy(), [[7500, 0, -7500], [-7500, 0, 7500]],
+                               rtol=1e-5)  # before: 1/eps
+    # a group std ≥ 1 changes nothing
+    R = torch.tensor([[0.0, 0.0], [2.0, 1.0], [3.0, 0.0], [0.0, 0.0]])
+    adv = A.compute("grpo", R, 4)
+    assert torch.all(adv.divisor > 1)
+    rho = torch.rand(4, 2, 3, generator=torch.Generator().manual_seed(0))
+    rho = rho / rho.mean(-1, keepdim=True)
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    np.testing.assert_allclose(C.token_advantages(adv, rho, mask, beta=0.5).numpy(),
+                               _old_token_advantages(adv, rho, mask, 0.5).numpy(), atol=1e-5)
+
+
+def test_token_view_rows_are_consistent_with_the_floor():
+    from mrtpo.groups import ScoredGroup
+    from mrtpo.model import Sample
+    from mrtpo.replay import ReplayResult, ResponseRelevance
+    from mrtpo.tasks.base import Example
+    from mrtpo.views import token_view
+
+    R = np.array([[1.0, 0.0], [0.0, 1.0]])  # equal sums: scale = eps
+    rels = [ResponseRelevance("abc", [1, 2, 3], [(0, 1), (1, 2), (2, 3)], {"a": np.ones(3), "b": np.ones(3)},
+                              {"a": np.array([3.0, 0.0, 0.0]), "b": np.array([0.0, 0.0, 3.0])}) for _ in range(2)]
+    g = ScoredGroup(Example("x", "p"), "p", [Sample([1, 2, 3], "abc")] * 2, ["a", "b"], R, [{}, {}], [{}, {}])
+    v = token_view(g, ReplayResult(rels, [{}, {}], ["a", "b"], []), "mrtpo", beta=0.5)
+    z = 0.5 / (math.sqrt(0.5) + 1e-4)
+    np.testing.assert_allclose(v.token_adv[0], [1.5 * z, 0, -1.5 * z], atol=1e-5)
+    # each row: its token mean is the response-level per-reward advantage Â/scale, its reallocation is floored
+    np.testing.assert_allclose(v.token_adv_per_reward[0]["a"] - v.per_reward[0, 0], [z, -0.5 * z, -0.5 * z],
+                               atol=4e-3)
+
+
+# ---------------------------------------------------------------------------------------------- properties
+VALUES = st.sampled_from([0.0, 0.5, 1.0, 2.0, float("nan")])
+
+
+@st.composite
+def batches(draw):
+    B, G, K = draw(st.integers(1, 4)), draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    R = torch.tensor(draw(st.lists(st.lists(VALUES, min_size=K, max_size=K), min_size=B * G, max_size=B * G)))
+    shape = draw(st.sampled_from(["free", "mirror", "constant", "equal"]))
+    if shape == "mirror" and K >= 2:  # reward 2 = 1 − reward 1: Â_i2 = −Â_i1, every sum 0, scale = eps
+        R[:, 1] = 1 - R[:, 0]
+        R[:, 2:] = 1.0
+    elif shape == "constant":  # a constant column: Â = 0 for that reward
+        R[:, draw(st.integers(0, K - 1))] = draw(VALUES)
+    elif shape == "equal":  # every response the same: all Â = 0
+        R[:] = R[0].clone()
+    T = draw(st.integers(1, 6))
+    lengths = draw(st.lists(st.integers(1, T), min_size=B * G, max_size=B * G))
+    mask = torch.arange(T)[None] < torch.tensor(lengths)[:, None]
+    d = torch.tensor(draw(st.lists(st.sampled_from([0.0, 0.0, 1e-6, 0.1, 0.5, 0.83]), min_size=B * G * K * T,
+                                   max_size=B * G * K * T))).reshape(B * G, K, T)
+    from mrtpo.core.js import normalize_relevance
+
+    rho = normalize_relevance(d, mask[:, None].expand(-1, K, -1))
+    method = draw(st.sampled_from(sorted(A.ESTIMATORS)))
+    beta = draw(st.sampled_from([0.0, 0.3, 0.5, 1.0]))
+    cap = draw(st.sampled_from([None, 1.5]))
+    return R, G, mask, rho, method, beta, cap
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+@example((torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]), 2, torch.ones(4, 3, dtype=torch.bool),
+          torch.tensor([[[3.0, 0.0, 0.0], [0.0, 0.0, 3.0]]] * 4), "gdpo", 1.0, None))
+def test_token_advantages_are_bounded_by_the_per_reward_scale(batch):
+    R, G, mask, rho, method, beta, cap = batch
+    adv = A.compute(method, R, G)
+    if cap is not None:
+        rho = C.cap_second_moment(rho, mask[:, None].expand_as(rho), cap)
+    tok = C.token_advantages(adv, rho, mask, beta=beta)
+    assert torch.isfinite(tok).all() and torch.all(tok[~mask] == 0)
+    # |A_it| ≤ |final_i| + Σ_k |Â_ik| · β · max_t ρ_ikt
+    bound = adv.final.abs()[:, None] + (adv.per_reward.abs() * beta * rho.amax(-1)).sum(-1)[:, None]
+    assert torch.all(tok.abs() <= bound + 1e-4 * (1 + bound))
+    # ... and the reallocated part is bounded by the per-reward scale, whatever eps: a group z-score has
+    # |Â| ≤ (G − 1) / sqrt(G) (DARA weighs it by up to w_max = 5); GRPO's centered rewards are at most 2 here
+    unit = 2.0 if method == "grpo" else (G - 1) / math.sqrt(G) * (5.0 if method.startswith("dara") else 1.0)
+    spread = (unit * beta * rho.amax(-1)).sum(-1)[:, None]
+    assert torch.all((tok - adv.final[:, None] * mask).abs() <= spread * (1 + 1e-4) + 1e-5)
+    # the token mean is the response-level advantage; β = 0 gives it exactly on every token
+    n = mask.sum(-1)
+    np.testing.assert_allclose((tok.sum(-1) / n).numpy(), adv.final.numpy(),
+                               atol=1e-4 * (1 + float(adv.final.abs().max())))
+    assert torch.equal(C.token_advantages(adv, rho, mask, beta=0.0), torch.where(mask, adv.final[:, None], 0.0))
+    # Σ_t A_ikt = T_i · Â_ik, and signs are kept, per reward
+    per = C.reallocate(adv.per_reward, rho, mask, beta)
+    np.testing.assert_allclose(per.sum(-1).numpy(), (adv.per_reward * n[:, None]).numpy(),
+                               atol=1e-4 * (1 + float(per.abs().max())))
+    nz = mask[:, None] & (adv.per_reward.abs()[..., None] > 1e-6) & (per != 0)
+    assert torch.all(torch.sign(per)[nz] == torch.sign(adv.per_reward)[..., None].expand_as(per)[nz])
+    # the per-reward rows sum (minus center/scale) to the combined row
+    rows = C.token_advantages_per_reward(adv, rho, mask, beta=beta)
+    ulp = 8 * torch.finfo(torch.float32).eps * float(rows.abs().max() + 1)
+    np.testing.assert_allclose((rows.sum(1) - adv.center / adv.scale * mask * adv.keep[:, None]).numpy(), tok.numpy(),
+                               atol=1e-5 + 4 * ulp)
+
+
+def test_rows_keep_the_batch_statistics_and_grpo_divisors():
+    """A process' share of the batch (TRL integration) gets the same token advantages as in the full batch, including
+    GRPO's per-group divisors (its floor)."""
+    R = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    rho = torch.tensor([[[3.0, 0.0, 0.0], [0.0, 0.0, 3.0]]] * 4)
+    mask = torch.ones(4, 3, dtype=torch.bool)
+    for method in ("grpo", "gdpo", "dara"):
+        adv = A.compute(method, R, 2)
+        full = C.token_advantages(adv, rho, mask, beta=0.5)
+        part = C.token_advantages(adv.rows(slice(0, 2)), rho[:2], mask[:2], beta=0.5)
+        assert torch.allclose(part, full[:2]), method
+        assert full.abs().max() < 10  # equal sums in group 0 never divide the reallocation by eps

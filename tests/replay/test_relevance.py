@@ -1,0 +1,158 @@
+"""JS distance against scipy, normalization, and batched + prefix-shared replay against the naive one."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import jensenshannon
+
+from mrtpo.core.advantages import active_rewards
+from mrtpo.core.js import js_distance, normalize_relevance
+from mrtpo.errors import MrtpoError
+from mrtpo.replay import ReplayConfig, naive_replay_group, replay_group
+from mrtpo.templates import Template
+
+
+def test_js_matches_scipy_natural_log():
+    g = torch.Generator().manual_seed(0)
+    for V in (2, 7, 300):
+        a, b = torch.randn(5, V, generator=g) * 3, torch.randn(5, V, generator=g) * 3
+        lp, lq = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
+        ours = js_distance(lp, lq).numpy()
+        ref = [jensenshannon(p, q) for p, q in zip(lp.exp().double().numpy(), lq.exp().double().numpy())]
+        np.testing.assert_allclose(ours, ref, atol=1e-5)
+        # squared: the JS divergence itself (scipy returns the distance, i.e. the square root)
+        np.testing.assert_allclose(ours ** 2, np.square(ref), atol=1e-5)
+
+
+def test_js_bounds_and_zeros():
+    p = torch.tensor([[1.0, 0.0, 0.0]])
+    q = torch.tensor([[0.0, 1.0, 0.0]])
+    d = js_distance(torch.log(p), torch.log(q))
+    assert d.item() == pytest.approx(math.sqrt(math.log(2)), abs=1e-6)  # disjoint supports: the maximum
+    assert js_distance(torch.log(p), torch.log(p)).item() == 0.0
+    assert jensenshannon([1, 0, 0], [0, 1, 0]) == pytest.approx(d.item(), abs=1e-6)
+
+
+def test_js_exact_zero_and_accurate_when_close():
+    """Identical distributions give exactly 0; nearly identical ones keep their relative accuracy (each term of
+    the sum is >= 0, so nothing cancels), against a float64 reference; zero probabilities are handled."""
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(6, 5000, generator=g) * 4
+    lp = torch.log_softmax(z, -1)
+    assert torch.all(js_distance(lp, lp) == 0.0)
+    for eps in (1e-4, 1e-2, 1.0):
+        lq = torch.log_softmax(z + eps * torch.randn(6, 5000, generator=g), -1)
+        ref = np.array([jensenshannon(p, q) for p, q in zip(lp.double().exp().numpy(), lq.double().exp().numpy())])
+        np.testing.assert_allclose(js_distance(lp, lq).numpy(), ref, rtol=2e-3, atol=1e-7)
+    p = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.2, 0.8]])
+    q = torch.tensor([[0.5, 0.25, 0.25], [0.0, 0.2, 0.8]])
+    d = js_distance(torch.log(p), torch.log(q)).numpy()
+    np.testing.assert_allclose(d, [jensenshannon(p[0].numpy(), q[0].numpy()), 0.0], atol=1e-6)
+
+
+def test_normalize_relevance():
+    d = torch.tensor([[0.0, 1.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    rho = normalize_relevance(d, mask)
+    np.testing.assert_allclose(rho[0].numpy(), [0.0, 0.75, 2.25, 0.0])  # T·d/Σd with T = 3
+    np.testing.assert_allclose(rho[1].numpy(), [1.0, 1.0, 0.0, 0.0])  # Σd = 0 → uniform
+    assert rho[0, :3].mean().item() == pytest.approx(1.0)
+
+
+def test_active_rewards_skip_constant_columns():
+    R = np.array([[1, 0, 1], [1, 1, 0], [1, 0, np.nan]])
+    assert active_rewards(["a", "b", "c"], R) == (["b", "c"], ["a"])
+    assert active_rewards(["a", "b"], None) == (["a", "b"], [])
+
+
+INFO = {"format": "Answer with one ```sql block.", "correct": "Reference query: SELECT name FROM users WHERE age > 30"}
+PROMPT = "Schema: users(id, name, age). List the names of users older than 30."
+RESPONSES = ["```sql\nSELECT name FROM users WHERE age > 30\n```", "SELECT * FROM users;", "names: ü, é — done", "x"]
+
+
+@pytest.mark.parametrize("budget", [64, 4096])
+def test_batched_prefix_shared_equals_naive(tiny, budget):
+    infos = [dict(INFO, correct=INFO["correct"] + f" (response {i})") for i in range(len(RESPONSES))]
+    fast = replay_group(tiny, PROMPT, infos, RESPONSES, config=ReplayConfig(token_budget=budget, precision="model"))
+    slow = naive_replay_group(tiny, PROMPT, infos, RESPONSES)
+    assert fast.prefix_tokens > 20 and fast.forward_tokens < slow.forward_tokens
+    for f, s in zip(fast.responses, slow.responses):
+        assert f.token_ids == s.token_ids
+        for k in INFO:
+            np.testing.assert_allclose(f.js[k], s.js[k], atol=1e-4)
+            np.testing.assert_allclose(f.relevance[k], s.relevance[k], rtol=2e-2)
+            assert f.relevance[k].mean() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_small_logits_budget_chunks_vocab(tiny):
+    a = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(logits_budget=300, precision="model"))
+    b = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(precision="model"))
+    for x, y in zip(a.responses, b.responses):
+        np.testing.assert_allclose(x.js["format"], y.js["format"], atol=1e-5)
+
+
+def test_tokens_have_offsets_into_response(tiny):
+    res = replay_group(tiny, PROMPT, INFO, RESPONSES)
+    for text, r in zip(RESPONSES, res.responses):
+        toks = r.tokens()
+        assert len(toks) == len(r.js["format"]) == len(r.token_ids)
+        assert toks[0]["start"] == 0 and toks[-1]["end"] == len(text)
+        assert all(t["text"] == text[t["start"]:t["end"]] for t in toks)
+
+
+def test_constant_reward_skipped(tiny):
+    R = np.array([[1, 0], [1, 1], [1, 0], [1, 1]])
+    res = replay_group(tiny, PROMPT, INFO, RESPONSES, rewards=R)
+    assert res.rewards == ["correct"] and res.skipped == ["format"]
+    assert set(res.responses[0].js) == {"correct"}
+
+
+def test_identical_prompts_give_zero_distance(tiny):
+    res = replay_group(tiny, PROMPT, {"a": "", "b": "check b"}, RESPONSES[:2],
+                       template=Template(item="{text}", separator=""))
+    np.testing.assert_allclose(res.responses[0].js["a"], 0.0, atol=1e-6)
+    np.testing.assert_allclose(res.responses[0].relevance["a"], 1.0)
+
+
+def test_prompts_are_leave_one_out(tiny):
+    res = replay_group(tiny, PROMPT, INFO, RESPONSES[:1])
+    p = res.prompts[0]
+    assert INFO["format"] in p["__all__"] and INFO["correct"] in p["__all__"]
+    assert INFO["format"] not in p["format"] and INFO["correct"] in p["format"]
+    assert p["__all__"].index(PROMPT) < p["__all__"].index(INFO["format"])  # shared part first
+
+
+def test_default_model_relevance_peaks_on_named_keyword(smol):
+    """The real model: a verifier text naming 'banana' makes the 'banana' token more relevant than the rest."""
+    info = {"keyword": "The response must contain the word 'banana'.", "length": "The response must be under 40 words."}
+    text = "I love eating a banana every morning because it gives me energy for the day."
+    res = replay_group(smol, "Write one sentence about your breakfast.", info, [text],
+                       config=ReplayConfig(precision="model"))
+    r = res.responses[0]
+    toks = [t["text"].strip().lower() for t in r.tokens()]
+    i = toks.index("banana")
+    rel = r.relevance["keyword"]
+    assert rel[i] > 1.5 and rel[i] > np.median(np.delete(rel, i)) * 2
+    batched = res.responses[0].js["keyword"]
+    naive_res = naive_replay_group(smol, "Write one sentence about your breakfast.", info, [text])
+    naive = naive_res.responses[0].js["keyword"]
+    np.testing.assert_allclose(batched, naive, atol=1e-4)
+
+
+def test_bf16_replay_tracks_exact_replay(smol):
+    """The bf16 path (what precision="auto" takes on CPUs with AMX/AVX512-BF16; forced here, so it runs on any CPU)
+    stays close to the float32 replay, and differs from it (it really ran in bf16)."""
+    info = {"keyword": "The response must contain the word 'banana'.", "length": "The response must be under 40 words."}
+    texts = ["I love eating a banana every morning because it gives me energy.", "Toast with jam and tea, always."]
+    exact = replay_group(smol, "Write one sentence about your breakfast.", info, texts,
+                         config=ReplayConfig(precision="model"))
+    fast = replay_group(smol, "Write one sentence about your breakfast.", info, texts,
+                        config=ReplayConfig(precision="bfloat16"))
+    assert any(not np.array_equal(a.js[k], b.js[k]) for a, b in zip(exact.responses, fast.responses) for k in info)
+    for a, b in zip(exact.responses, fast.responses):
+        for k in info:
+            assert np.corrcoef(a.js[k], b.js[k])[0, 1] > 0.9
+            assert np.abs(a.js[k] - b.js[k]).mean() < 0.02
+    with pytest.raises(MrtpoError, match="precision"):
+        replay_group(smol, "x", info, texts[:1], config=ReplayConfig(precision="fp8"))

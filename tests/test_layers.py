@@ -1,0 +1,116 @@
+"""The house's rooms and their order: a module imports only from its own room or from rooms below it (never a
+higher layer), and no two modules import each other, directly or in a cycle.  Read from the source (every import,
+those inside functions and under TYPE_CHECKING included), so nothing has to be imported to check it."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# lowest first; a module may import from its own layer's rooms and from every layer below
+LAYERS = [
+    ["mrtpo.errors", "mrtpo.config", "mrtpo.validate", "mrtpo.jsonl", "mrtpo.__init__"],
+    ["mrtpo.core"],
+    ["mrtpo.model", "mrtpo.templates"],
+    ["mrtpo.tasks"],
+    ["mrtpo.groups"],
+    ["mrtpo.replay"],
+    ["mrtpo.views", "mrtpo.store"],
+    ["mrtpo.train"],
+    ["mrtpo.experiment"],
+    ["mrtpo.integrations"],
+    ["mrtpo.cli", "mrtpo.__main__"],
+    ["mrtpo_app"],
+]
+
+
+def room(module: str) -> tuple[int, str] | None:
+    """(layer, room) of a module name, or None for what is not the project's (``mrtpo`` itself: the package)."""
+    for i, rooms in enumerate(LAYERS):
+        for r in rooms:
+            if module == r or module.startswith(r + "."):
+                return i, r
+    return None
+
+
+def module_name(path: Path) -> str:
+    """``mrtpo/core/credit.py`` -> ``mrtpo.core.credit``; a package's ``__init__.py`` is the package (the top
+    package: ``mrtpo.__init__``, the bottom layer)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 2 else parts)
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """Every ``mrtpo``/``mrtpo_app`` module ``path`` imports, with whether the import runs at module import time
+    (top level, not under ``if TYPE_CHECKING``) — what makes a cycle."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top = {id(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for n in names:
+            if n.split(".")[0] in ("mrtpo", "mrtpo_app") and n not in ("mrtpo", "mrtpo_app"):
+                out.append((n, id(node) in top))
+    return out
+
+
+def sources() -> list[Path]:
+    return [p for d in ("mrtpo", "mrtpo_app") for p in sorted((ROOT / d).rglob("*.py")) if not p.is_symlink()
+            and "sample_data" not in p.parts]
+
+
+def test_no_module_imports_a_higher_layer():
+    wrong = []
+    for path in sources():
+        me = module_name(path)
+        mine = room(me)
+        assert mine is not None, f"{me} is in no room of LAYERS: add it"
+        for name, _ in imports(path):
+            theirs = room(name)
+            if theirs is not None and theirs[0] > mine[0]:
+                wrong.append(f"{me} (layer {mine[0]}, {mine[1]}) imports {name} (layer {theirs[0]}, {theirs[1]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    mods = {module_name(p): p for p in sources()}
+    graph: dict[str, set[str]] = {}
+    for m, p in mods.items():
+        deps = set()
+        for name, at_import in imports(p):
+            if not at_import:
+                continue
+            while name and name not in mods:  # "mrtpo.core.credit.assign_credit" -> the module mrtpo.core.credit
+                name = name.rpartition(".")[0]
+            if name and name != m and not m.startswith(name + "."):  # a package's own __init__ is not a cycle
+                deps.add(name)
+        graph[m] = deps
+    seen, stack, cycles = set(), [], []
+
+    def visit(m: str) -> None:
+        if m in stack:
+            cycles.append(stack[stack.index(m):] + [m])
+            return
+        if m in seen:
+            return
+        seen.add(m)
+        stack.append(m)
+        for d in sorted(graph.get(m, ())):
+            visit(d)
+        stack.pop()
+
+    for m in sorted(graph):
+        visit(m)
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_module_is_too_long():
+    """No module over about 400 lines (the house's rule; a long one is several rooms in one)."""
+    long = {module_name(p): n for p in sources() if (n := len(p.read_text(encoding="utf-8").splitlines())) > 420}
+    assert not long, long
