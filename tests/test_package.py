@@ -79,12 +79,14 @@ def test_app_folder_found_in_the_wheel(installed, tmp_path):
     assert folder == installed / "mrtpo_app" and (folder / "pages" / "training.py").is_file()
 
 
-def test_import_changes_no_environment_and_never_imports_streamlit():
+def test_import_changes_no_environment_and_never_imports_streamlit_or_test_tools():
     code = ("import os, sys; before = dict(os.environ)\n"
             "import mrtpo, mrtpo.cli, mrtpo.model, mrtpo.replay, mrtpo.groups, mrtpo.views, mrtpo.train, "
             "mrtpo.store, mrtpo.experiment, mrtpo.tasks, mrtpo.integrations.rollouts\n"
             "from mrtpo.cli import build_parser; build_parser()\n"
             "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
-            "assert 'streamlit' not in sys.modules\n")
+            "assert 'streamlit' not in sys.modules\n"
+            # scipy and scikit-learn are test tools (references), not what `make app` installs
+            "assert not {'scipy', 'sklearn'} & set(sys.modules), {'scipy', 'sklearn'} & set(sys.modules)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

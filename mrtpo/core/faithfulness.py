@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-from scipy.stats import rankdata
 
 Span = tuple[int, int]
 
@@ -54,13 +53,27 @@ def token_labels(offsets: Sequence[tuple[int, int]], spans: Iterable[Span], text
     return lab
 
 
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``x`` (n,), ties given the mean of the ranks they span (``scipy.stats.rankdata``'s "average",
+    without needing scipy at run time)."""
+    x = np.asarray(x, dtype=float)
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    first = np.r_[True, xs[1:] != xs[:-1]] if len(xs) else np.zeros(0, dtype=bool)  # a new value starts here
+    starts = np.flatnonzero(first)
+    ends = np.r_[starts[1:], len(xs)]
+    ranks = np.empty(len(x))
+    ranks[order] = ((starts + ends + 1) / 2)[np.cumsum(first) - 1]  # mean of ranks start+1 .. end
+    return ranks
+
+
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Mann-Whitney AUROC of ``scores`` for ``labels`` (ties count one half); NaN without both classes."""
     scores, labels = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
     pos, neg = int(labels.sum()), int((~labels).sum())
     if not pos or not neg:
         return float("nan")
-    ranks = rankdata(scores)
+    ranks = average_ranks(scores)
     return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 

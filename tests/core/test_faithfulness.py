@@ -110,3 +110,16 @@ def test_token_labels_equal_the_pairwise_definition():
         spans = [(int(a), int(a + rng.integers(0, 5))) for a in rng.integers(0, 30, int(rng.integers(0, 5)))]
         want = [e > s and any(s < e0 and e > s0 for s0, e0 in spans if e0 > s0) for s, e in offsets]
         assert token_labels(offsets, spans).tolist() == want
+
+
+def test_average_ranks_equal_scipys_rankdata():
+    """The library ranks with numpy (scipy is a test tool); ties get the mean of the ranks they span."""
+    from scipy.stats import rankdata
+
+    from mrtpo.core.faithfulness import average_ranks
+
+    np.testing.assert_array_equal(average_ranks(np.array([3.0, 1.0, 2.0, 2.0])), [4.0, 1.0, 2.5, 2.5])
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        x = rng.integers(0, 5, rng.integers(0, 30)).astype(float)
+        np.testing.assert_array_equal(average_ranks(x), rankdata(x))
