@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from mrtpo.core.advantages import active_rewards
+from mrtpo.core.info import INFO
 from mrtpo.errors import MrtpoError
 from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS, LoadedModel, Sample, sample
 from mrtpo.tasks.base import Example, Span, TaskFamily
@@ -33,6 +34,7 @@ class ScoredGroup:
     # per response: {reward: the character spans its checker read (Score.evidence; None = the whole response)};
     # [] when no verifier scored the group (typed rewards)
     evidence: list[dict[str, list[Span] | None]] = field(default_factory=list)
+    info: str = INFO  # the verifier information's regime (mrtpo.core.info); typed texts are the rule by construction
 
     @classmethod
     def unscored(cls, example: Example, samples: Sequence[Sample], reward_names: Sequence[str],
@@ -51,10 +53,17 @@ class ScoredGroup:
         idx = list(idx)
         return ScoredGroup(self.example, self.prompt, [self.samples[i] for i in idx], self.reward_names,
                            self.rewards[idx], [self.reasons[i] for i in idx], [self.verifier_info[i] for i in idx],
-                           [self.evidence[i] for i in idx] if self.evidence else [])
+                           [self.evidence[i] for i in idx] if self.evidence else [], self.info)
+
+    def with_info(self, family: TaskFamily, info: str) -> "ScoredGroup":
+        """The same responses and scores with the verifier information of regime ``info`` (no model call; scoring
+        runs again only for regimes that read the reply)."""
+        return score_group(family, self.example, self.samples, info)
 
 
-def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample]) -> ScoredGroup:
+def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample], info: str = INFO) -> ScoredGroup:
+    """Score every response with the family's verifiers; the verifier information in regime ``info``
+    (:meth:`mrtpo.tasks.base.TaskFamily.verifier_info`)."""
     names = family.reward_names(example)
     R = np.zeros((len(samples), len(names)))
     reasons, infos, evidence = [], [], []
@@ -63,15 +72,17 @@ def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample])
         R[i] = [sc[k].value for k in names]
         reasons.append({k: sc[k].reason for k in names})
         evidence.append({k: sc[k].evidence for k in names})
-        info = family.verifier_info(example, s.text, sc)
-        infos.append({k: info[k] for k in names})
-    return ScoredGroup(example, family.replay_prompt(example), list(samples), names, R, reasons, infos, evidence)
+        v = family.verifier_info(example, s.text, sc, info)
+        infos.append({k: v[k] for k in names})
+    return ScoredGroup(example, family.replay_prompt(example), list(samples), names, R, reasons, infos, evidence,
+                       info)
 
 
 def sample_group(lm: LoadedModel, family: TaskFamily, example: Example, n: int = GROUP_SIZE,
-                 max_new_tokens: int = MAX_NEW_TOKENS, temperature: float = 1.0, seed: int | None = 0) -> ScoredGroup:
+                 max_new_tokens: int = MAX_NEW_TOKENS, temperature: float = 1.0, seed: int | None = 0,
+                 info: str = INFO) -> ScoredGroup:
     samples = sample(lm, example.prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    return score_group(family, example, samples)
+    return score_group(family, example, samples, info)
 
 
 def varied_rewards(group: ScoredGroup) -> list[str]:
@@ -97,8 +108,8 @@ def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Exa
                         n: int = GROUP_SIZE,
                         max_new_tokens: int = MAX_NEW_TOKENS, temperature: float = 1.0, seed: int = 0,
                         on_try: Callable[[SampleTry], None] | None = None,
-                        sample_fn: Callable[[int], Sequence[Sample]] | None = None, want: int = 1
-                        ) -> tuple[ScoredGroup, list[SampleTry]]:
+                        sample_fn: Callable[[int], Sequence[Sample]] | None = None, want: int = 1,
+                        info: str = INFO) -> tuple[ScoredGroup, list[SampleTry]]:
     """Sample and score groups with seeds ``seed``, ``seed + 1``, … — at most ``tries`` of them — until **at least
     ``want`` rewards vary** within the group (default one; ``want`` is capped at the number of rewards). A reward
     constant in the group gives every response advantage 0, so a group where every reward is constant has nothing
@@ -108,7 +119,7 @@ def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Exa
     latest of equals: the last one when none varied), and the list of tries; ``on_try(SampleTry)`` is called
     after each.  ``sample_fn(seed) -> samples`` replaces sampling from ``lm`` (the app passes its cached sampler;
     ``lm`` may then be None).  Greedy sampling (``temperature`` 0) gives the same group for every seed, so it makes
-    one try only.
+    one try only.  ``info``: the verifier information's regime (:func:`score_group`).
     """
     if not isinstance(tries, int) or isinstance(tries, bool) or tries < 1:
         raise MrtpoError(f"tries must be an integer >= 1, got {tries!r}")
@@ -121,7 +132,7 @@ def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Exa
     best = None
     for j in range(1 if temperature == 0 else tries):
         t0 = time.perf_counter()
-        group = score_group(family, example, sample_fn(seed + j))
+        group = score_group(family, example, sample_fn(seed + j), info)
         varied, constant = active_rewards(group.reward_names, group.rewards)
         means = {k: float(np.nanmean(group.rewards[:, c])) if np.isfinite(group.rewards[:, c]).any() else float("nan")
                  for c, k in enumerate(group.reward_names)}

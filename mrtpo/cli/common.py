@@ -174,3 +174,16 @@ def credit_args(p: argparse.ArgumentParser, *fields: str) -> None:
     by_name = {f.name: f for f in dataclasses.fields(CreditConfig)}
     for name in fields:
         field_flag(p, by_name[name], default=by_name[name].default)
+
+
+def measure_list(text: str) -> list[str]:
+    """argparse type of ``--measure`` where several may be asked: a name, a comma list, or ``all`` (every registered
+    measure)."""
+    from mrtpo.core.measures import measure_names
+
+    names = measure_names() if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in measure_names()]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown relevance measure {', '.join(map(repr, unknown)) or repr(text)}; "
+                                         f"choose from {', '.join(measure_names())}, a comma list of them, or all")
+    return list(dict.fromkeys(names))

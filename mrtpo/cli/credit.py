@@ -18,6 +18,7 @@ from mrtpo.cli.common import (
     lines_summary,
     load_model_arg,
     load_template,
+    measure_list,
     model_args,
     quiet_arg,
     sampling_args,
@@ -49,10 +50,12 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 
 def cmd_relevance(a) -> int:
-    from mrtpo.core.measures import get_measure
+    from mrtpo.core.measures import ORACLE
     from mrtpo.replay import replay_group
 
-    get_measure(a.measure)  # an unknown measure fails before anything is read
+    if ORACLE in a.measure:  # before anything is read
+        raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
+                         f"hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
     prog = Progress(a.quiet)
     template = load_template(a.template)
     cases, bad = [], 0
@@ -69,10 +72,13 @@ def cmd_relevance(a) -> int:
 
     def run(items):
         res = replay_group(lm, items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
-                           [c["response"] for _, c in items], template, measure=a.measure)
+                           [c["response"] for _, c in items], template, measure=a.measure[0])
         out = {}
-        for (n, c), r in zip(items, res.responses):
-            j = r.to_json()
+        for i, (n, c) in enumerate(items):
+            j = res.responses[i].to_json()
+            if len(a.measure) > 1:  # every measure from the one replay: {reward: {measure: [...]}}
+                by = {m: res.with_measure(m).responses[i].to_json()["relevance"] for m in a.measure}
+                j["relevance"] = {k: {m: by[m][k] for m in a.measure} for k in j["relevance"]}
             out[n] = {"id": c["id"], "tokens": j["tokens"], "js": j["js"], "relevance": j["relevance"]}
         return out
 
@@ -293,6 +299,9 @@ def cmd_explain(a) -> int:
         raise MrtpoError("--until-varied samples again with other seeds: it needs --task (not --input)")
     if a.until_varied is not None and a.responses:
         raise MrtpoError("--until-varied samples again with other seeds: it cannot be used with --responses")
+    if a.input and a.info != "rule":
+        raise MrtpoError(f"--info {a.info}: the verifier texts of --input are used as they are (the rule regime); "
+                         "--info builds them from a task family's checkers: use it with --task")
     tries = []
     if a.task:
         fam = get_family(a.task)
@@ -305,14 +314,15 @@ def cmd_explain(a) -> int:
         lm = load_model_arg(a, prog)
         if texts is not None:
             prog.stage(f"scoring {len(texts)} responses")
-            group = score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts])
+            group = score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts], a.info)
         else:
             n_tries = a.until_varied or 1
             until = f" (seeds {a.seed}.., up to {n_tries} tries until a reward varies)" if a.until_varied else ""
             prog.stage(f"sampling {a.group} × {a.max_new_tokens} tokens and scoring{until}")
             group, tries = sample_until_varied(
                 lm, fam, ex, n_tries, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
-                seed=a.seed, on_try=(lambda tr: prog.stage(_try_line(tr, n_tries))) if a.until_varied else None)
+                seed=a.seed, on_try=(lambda tr: prog.stage(_try_line(tr, n_tries))) if a.until_varied else None,
+                info=a.info)
             if a.until_varied and tries[-1].varied and len(tries) > 1:
                 prog.stage(f"using try {tries[-1].index} (seed {tries[-1].seed})")
     elif a.input:
@@ -350,13 +360,19 @@ def cmd_explain(a) -> int:
 
 def register(sub) -> None:
     from mrtpo.core.advantages import method_names
+    from mrtpo.core.credit import MEASURE
+    from mrtpo.core.measures import MEASURE_HELP
 
     p = sub.add_parser("relevance", help="per-token JS distance and relevance for cases in a JSONL file",
                        epilog=LINES_EPILOG)
     p.add_argument("--input", required=True,
                    help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
-    credit_args(p, "measure")
+    p.add_argument("--measure", "--relevance-measure", dest="measure", type=measure_list, default=[MEASURE],
+                   metavar="NAME[,NAME...]|all",
+                   help=f"relevance measure (default {MEASURE}, the paper's per-token JS distance); several (a comma "
+                        "list, or all) come from one replay and are written as \"relevance\": {reward: {measure: "
+                        "[...]}}: " + "; ".join(f"{k} = {v}" for k, v in MEASURE_HELP.items()))
     model_args(p)
     quiet_arg(p)
     p.set_defaults(fn=cmd_relevance)
@@ -381,7 +397,7 @@ def register(sub) -> None:
     p.add_argument("--input", default=None,
                    help='group JSON {"prompt", "verifier_info", "responses", "rewards", "reward_names"?}')
     sampling_args(p)
-    credit_args(p, "method", "beta")
+    credit_args(p, "method", "beta", "info")
     p.add_argument("--html", required=True)
     p.add_argument("--json", default=None, help="also write every number shown as JSON")
     p.add_argument("--until-varied", type=POSITIVE, default=None, metavar="N",

@@ -27,8 +27,13 @@ def register(sub) -> None:
     p = sub.add_parser("experiment", help="paired, seeded comparison of methods: every method × seed as runs, then "
                                           "summary.json, curves.png, report.html",
                        allow_abbrev=False)  # --seed / --method are not abbreviations of --seeds / --methods
-    p.add_argument("--methods", type=names, required=True,
-                   help="comma-separated methods, the first is the baseline (e.g. gdpo,mrtpo)")
+    arms = p.add_mutually_exclusive_group(required=True)
+    arms.add_argument("--methods", type=names,
+                      help="comma-separated methods, the first is the baseline (e.g. gdpo,mrtpo)")
+    arms.add_argument("--arms", nargs="+", metavar="METHOD[:FIELD=VALUE,...]",
+                      help="arms that may differ in more than the method, the first is the baseline, e.g. gdpo "
+                           "mrtpo:info=rule,measure=js-contrast mrtpo:measure=evidence (any train flag's field; "
+                           "the runs are EXP.<method>.<field>-<value>....sSEED)")
     p.add_argument("--seeds", type=V.int_flag(1), required=True, help="number of seeds (0 .. N-1)")
     p.add_argument("--steps", type=V.int_flag(1), required=True, help="steps per run")
     p.add_argument("--out", required=True, help="folder for summary.json, curves.png and report.html")
@@ -51,7 +56,7 @@ def experiment_config(a):
     cfg, given = config_from_args(a, exclude=PER_RUN)
     base = {k: v for k, v in cfg.to_dict().items() if k not in PER_RUN}
     name = a.name if a.name is not None else Path(a.out).resolve().name
-    return ExperimentConfig(name=name, methods=list(a.methods), seeds=a.seeds, steps=a.steps, base=base)
+    return ExperimentConfig(name=name, methods=list(a.methods or a.arms), seeds=a.seeds, steps=a.steps, base=base)
 
 
 def headline(summary: dict) -> dict:
@@ -61,7 +66,7 @@ def headline(summary: dict) -> dict:
 
 def cmd_experiment(a) -> int:
     from mrtpo.core.advantages import parse_method
-    from mrtpo.experiment import experiment_summary, read_experiment, run_experiment, write_outputs
+    from mrtpo.experiment import experiment_summary, parse_arm, read_experiment, run_experiment, write_outputs
     from mrtpo.jsonl import dumps
     from mrtpo.store import Store
 
@@ -71,10 +76,10 @@ def cmd_experiment(a) -> int:
         raise MrtpoError(f"--out {out} is a file; give a folder")
     store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
-    log(f"experiment '{exp.name}': {', '.join(exp.methods)} × {exp.seeds} seeds × {exp.steps} steps "
+    log(f"experiment '{exp.name}': {' | '.join(exp.methods)} × {exp.seeds} seeds × {exp.steps} steps "
         f"in {store.path}")
     closers = []
-    tokens = {name: parse_method(m).tokens for m, _, name in exp.runs()}
+    tokens = {name: parse_method(parse_arm(m)[0]).tokens for m, _, name in exp.runs()}
 
     def on_run(name: str, start: int, total: int):
         if not a.quiet:

@@ -12,19 +12,19 @@ from __future__ import annotations
 import sys
 import time
 
-from mrtpo.cli.common import POSITIVE, SEED, TEMPERATURE, load_template, model_args, write_json
+from mrtpo.cli.common import POSITIVE, SEED, TEMPERATURE, load_template, measure_list, model_args, write_json
 from mrtpo.errors import MrtpoError
 
 
 def cmd_faithfulness(a) -> int:
-    from mrtpo.core.measures import get_measure
+    from mrtpo.core.credit import MEASURE
+    from mrtpo.core.info import INFO
     from mrtpo.model import load_model
     from mrtpo.replay.faithfulness import faithfulness_report
     from mrtpo.tasks import get_family
 
-    measures = list(dict.fromkeys(a.measure or ["js"]))
-    for m in measures:
-        get_measure(m)  # an unknown name fails before any model work
+    measures = list(dict.fromkeys(m for ms in (a.measure or [[MEASURE]]) for m in ms))
+    infos = list(dict.fromkeys(a.info or [INFO]))
     fam = get_family(a.task)
     examples = fam.load_examples(a.examples) if a.examples else fam.examples()
     if not examples:
@@ -35,18 +35,20 @@ def cmd_faithfulness(a) -> int:
     lm = load_model(a.model, a.device)
     t_load = time.perf_counter() - t0
     report = faithfulness_report(lm, fam, examples, template, measures, a.group, a.max_new_tokens, a.temperature,
-                                 a.seed, progress=lambda s: print(s, file=sys.stderr, flush=True))
-    report.pop("pairs")
-    report["seconds"]["model"] = round(t_load, 2)
-    report["seconds"]["total"] = round(time.perf_counter() - t0, 2)
+                                 a.seed, progress=lambda s: print(s, file=sys.stderr, flush=True), infos=infos)
+    by_info = {i: {k: v for k, v in r.items() if k != "pairs"} for i, r in report["infos"].items()}
+    seconds = {**report["seconds"], "model": round(t_load, 2), "total": round(time.perf_counter() - t0, 2)}
     out = {"task": fam.name, "model": lm.name, "examples": len(examples), "group": a.group,
            "max_new_tokens": a.max_new_tokens, "temperature": a.temperature, "seed": a.seed,
-           "measures": measures, **report}
+           "measures": measures, "info": infos[0] if len(infos) == 1 else infos,
+           # one regime: its "rewards" and "all" at the top (as before regimes); several: under "infos"
+           **(by_info[infos[0]] if len(infos) == 1 else {"infos": by_info}), "seconds": seconds}
     write_json(out, a.output)
     return 0
 
 
 def register(sub) -> None:
+    from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
     from mrtpo.core.measures import measure_names
     from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
 
@@ -60,8 +62,12 @@ def register(sub) -> None:
                    help=f"(>= 1; default {MAX_NEW_TOKENS})")
     p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
     p.add_argument("--seed", type=SEED, default=0)
-    p.add_argument("--measure", nargs="+", default=None, metavar="NAME",
-                   help="relevance measures to compare (default js): " + ", ".join(measure_names()))
+    p.add_argument("--measure", nargs="+", type=measure_list, default=None, metavar="NAME",
+                   help="relevance measures to compare (default js; names, comma lists or all): "
+                        + ", ".join(measure_names()))
+    p.add_argument("--info", nargs="+", choices=INFO_REGIMES, default=None, metavar="REGIME",
+                   help="verifier-information regimes, each one replay of the same responses (default rule): "
+                        + "; ".join(f"{k} = {v}" for k, v in INFO_LABELS.items()))
     p.add_argument("--output", default=None, help="write the JSON here (default: stdout)")
     model_args(p)
     p.set_defaults(fn=cmd_faithfulness)

@@ -5,7 +5,15 @@ import os
 import sys
 
 from mrtpo import validate as V
-from mrtpo.cli.common import LINES_EPILOG, error_text, find_example, lines_summary, model_args, sampling_args
+from mrtpo.cli.common import (
+    LINES_EPILOG,
+    credit_args,
+    error_text,
+    find_example,
+    lines_summary,
+    model_args,
+    sampling_args,
+)
 from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, json_lines
 
@@ -56,7 +64,7 @@ def cmd_score(a) -> int:
                           "reasons": {k: v.reason for k, v in sc.items() if v.value == 0 or v.reason},
                           "evidence": {k: None if v.evidence is None else [[s, e] for s, e in v.evidence]
                                        for k, v in sc.items()},
-                          "verifier_info": fam.verifier_info(ex, resp, sc)})
+                          "verifier_info": fam.verifier_info(ex, resp, sc, a.info), "info": a.info})
         except Exception as e:  # one line's failure never stops the others
             if os.environ.get("MRTPO_DEBUG"):
                 raise
@@ -86,4 +94,5 @@ def register(sub) -> None:
     p.add_argument("--task", required=True)
     p.add_argument("--examples", default=None, help="examples JSONL in the family's format (default: built-in)")
     p.add_argument("--responses", required=True, help='JSONL lines {"example_id", "response"}')
+    credit_args(p, "info")
     p.set_defaults(fn=cmd_score)

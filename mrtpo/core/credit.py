@@ -23,6 +23,7 @@ import torch
 from mrtpo.config import check_fields, opt
 from mrtpo.core import advantages as A
 from mrtpo.core.advantages import Advantages
+from mrtpo.core.info import INFO, INFO_REGIMES
 from mrtpo.core.measures import measure_names
 from mrtpo.errors import MrtpoError
 
@@ -32,11 +33,10 @@ BETA = 0.5  # the share of each reward's advantage reallocated by relevance
 WARMUP = 10  # β's smoothstep warmup, in training steps
 MEASURE = "js"  # the paper's per-token JS distance
 
-
 @dataclass
 class CreditConfig:
     """How advantages are computed and spread over tokens (METHOD.md): the estimator, MRTPO's β, its warmup and cap,
-    and the relevance measure ρ comes from."""
+    the relevance measure ρ comes from, and what the verifier information v_k holds (its regime)."""
 
     method: str = opt(METHOD, "mrtpo | gdpo | grpo | dara | gd2po | mrtpo+dara | ... (mrtpo.core.advantages."
                               "method_names())")
@@ -45,6 +45,9 @@ class CreditConfig:
     cap: float | None = opt(None, "optional cap on mean ρ² (>= 1)", lo=1.0)
     measure: str = opt(MEASURE, "relevance measure ρ comes from (mrtpo.core.measures; js = the paper's per-token JS "
                                 "distance)", choices=tuple(measure_names()), alias="relevance_measure")
+    info: str = opt(INFO, "verifier-information regime: rule (the rule alone, the default) | findings (+ what the "
+                          "checker found in the reply) | quoted (+ what it read, quoted: told where the evidence is)",
+                    choices=INFO_REGIMES)
 
     def __post_init__(self):
         check_fields(self, "credit config")

@@ -11,8 +11,12 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from mrtpo.core.faithfulness import token_labels
 from mrtpo.core.js import normalize_relevance
 from mrtpo.errors import MrtpoError
+
+#: MeasureInput.evidence where no checker says what it read
+NO_EVIDENCE = object()
 
 
 @dataclass
@@ -25,6 +29,9 @@ class MeasureInput:
     offsets: Sequence[tuple[int, int]]  # each token's characters [start, end) in ``text``
     text: str
     js_others: np.ndarray | None = None  # (K', T): d of the other rewards replayed for this response (K' may be 0)
+    # the characters reward k's checker read (Score.evidence: spans, [] nothing specific, None the whole response);
+    # NO_EVIDENCE where there is no checker to say (typed rewards, TRL reward functions, uploaded rollouts)
+    evidence: list[tuple[int, int]] | None | object = NO_EVIDENCE
 
 
 #: a relevance measure: MeasureInput -> (T,) scores ≥ 0; :func:`measure_relevance` normalizes them to ρ (mean 1)
@@ -189,3 +196,37 @@ def lead(values: np.ndarray) -> np.ndarray:
 def _js_support(inp: MeasureInput) -> np.ndarray:
     s = lead(support(inp.js, inp.js_others, inp.logp_all, inp.logp_without))
     return carry_forward(word_max(s, inp.offsets, inp.text), inp.logp_all)
+
+
+# ---------------------------------------------------------------------------------------------- the oracle
+ORACLE = "evidence"  # needs no replay: relevance from the checker's own evidence
+
+
+@register_measure(ORACLE, "the oracle: 1 on the tokens the reward's checker read (Score.evidence), 0 elsewhere; "
+                          "uniform where it read the whole response or nothing specific; needs no replay")
+def _evidence(inp: MeasureInput) -> np.ndarray:
+    return evidence_scores(inp.offsets, inp.text, inp.evidence)
+
+
+def evidence_scores(offsets: Sequence[tuple[int, int]], text: str, spans) -> np.ndarray:
+    """(T,) the oracle's scores: 1 on the tokens overlapping a span of ``spans`` (the checker's evidence, with the
+    whitespace token before an evidence token: :func:`mrtpo.core.faithfulness.token_labels`), 0 elsewhere; all 1
+    (uniform) for ``None`` (the whole response) or ``[]`` (nothing specific).  ``NO_EVIDENCE`` (no checker) is an
+    MrtpoError: the oracle needs a task family's verifiers."""
+    if spans is NO_EVIDENCE:
+        raise MrtpoError("the 'evidence' measure (the oracle) needs what each checker read (a task family's "
+                         "verifiers); typed rewards, TRL reward functions and uploaded rollouts have no evidence: "
+                         "pick another measure")
+    if not spans:
+        return np.ones(len(offsets), dtype=np.float32)
+    return token_labels(offsets, spans, text).astype(np.float32)
+
+
+def oracle_relevance(offsets: Sequence[tuple[int, int]], text: str, spans) -> np.ndarray:
+    """ρ (T,) of the oracle: :func:`evidence_scores` normalized like every measure (mean 1)."""
+    return normalize_relevance(torch.from_numpy(evidence_scores(offsets, text, spans))).numpy()
+
+
+def needs_replay(measure: str) -> bool:
+    """Whether ``measure`` reads the replay (every one but the oracle)."""
+    return get_measure(measure) is not _evidence

@@ -46,6 +46,7 @@ from typing import Callable
 
 import numpy as np
 
+from mrtpo.config import field_kind, leaf_fields
 from mrtpo.core import advantages as A
 from mrtpo.core.stats import (
     FINAL_WINDOW,
@@ -65,10 +66,58 @@ from mrtpo.train import TrainConfig, Trainer
 PER_RUN_FIELDS = ("method", "seed", "schedule_seed")  # set per run; every other TrainConfig field is shared
 
 
+def parse_arm(spec: str) -> tuple[str, dict]:
+    """An arm ``METHOD[:FIELD=VALUE,...]`` (e.g. ``mrtpo:info=quoted,measure=js-support``) as (method, the fields it
+    sets on top of the experiment's shared config), values typed by the field (int, float, bool, text).  MrtpoError
+    naming the problem for a bad one; the method and the fields are checked as TrainConfig checks them."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise MrtpoError(f"an arm must be METHOD or METHOD:FIELD=VALUE,..., not {spec!r}")
+    method, _, rest = spec.strip().partition(":")
+    A.parse_method(method)  # a clear message for an unknown method
+    kinds = {f.name: field_kind(f) for f, _ in leaf_fields(TrainConfig)}
+    overrides: dict = {}
+    for part in [x for x in rest.split(",") if x.strip()] if rest else []:
+        key, eq, value = (t.strip() for t in part.partition("="))
+        key = {"relevance_measure": "measure"}.get(key, key)
+        if not eq or not value:
+            raise MrtpoError(f"arm {spec!r}: {part.strip()!r} is not FIELD=VALUE")
+        if key in PER_RUN_FIELDS:
+            raise MrtpoError(f"arm {spec!r}: {key} is set per run (the method is the part before ':')")
+        if key not in kinds:
+            raise MrtpoError(f"arm {spec!r}: unknown training config field {key!r}")
+        overrides[key] = _typed(value, kinds[key], f"arm {spec!r}: {key}")
+    return method, overrides
+
+
+def _typed(value: str, kind: str, where: str):
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            return float(value)
+    except ValueError:
+        raise MrtpoError(f"{where} must be {'an integer' if kind == 'int' else 'a number'}, not {value!r}") from None
+    if kind == "bool":
+        if value.lower() not in ("true", "false"):
+            raise MrtpoError(f"{where} must be true or false, not {value!r}")
+        return value.lower() == "true"
+    if kind in ("list", "dict"):
+        raise MrtpoError(f"{where} cannot be set per arm")
+    return value
+
+
+def arm_label(spec: str) -> str:
+    """The arm's name in run names and tables: the method, then each field it sets (``mrtpo.info-quoted.measure-
+    js-support``); a plain method is its own label."""
+    method, overrides = parse_arm(spec)
+    return method + "".join(f".{k}-{v}" for k, v in overrides.items())
+
+
 @dataclass
 class ExperimentConfig:
-    """An experiment: its name, methods (the first is the baseline), seeds 0..seeds−1, steps, and the TrainConfig
-    fields its runs share (``base``: every field but method, seed and schedule_seed)."""
+    """An experiment: its name, its arms (``methods``: METHOD or METHOD:FIELD=VALUE,... — :func:`parse_arm`; the
+    first is the baseline), seeds 0..seeds−1, steps, and the TrainConfig fields its runs share (``base``: every field
+    but method, seed and schedule_seed; an arm's fields are set on top)."""
 
     name: str
     methods: list[str]
@@ -79,11 +128,10 @@ class ExperimentConfig:
     def __post_init__(self):
         if not isinstance(self.methods, list) or len(self.methods) < 2:
             raise MrtpoError("an experiment compares at least two methods (e.g. --methods gdpo,mrtpo)")
-        dup = sorted({m for m in self.methods if self.methods.count(m) > 1})
+        labels = [arm_label(m) for m in self.methods]  # a clear message for an unknown method or field
+        dup = sorted({m for m in labels if labels.count(m) > 1})
         if dup:
-            raise MrtpoError(f"method(s) {', '.join(dup)} given twice in --methods")
-        for m in self.methods:
-            A.parse_method(m)  # a clear message for an unknown method
+            raise MrtpoError(f"arm(s) {', '.join(dup)} given twice in --methods / --arms")
         if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
             raise MrtpoError(f"an experiment needs --seeds >= 1, not {self.seeds!r}")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
@@ -99,12 +147,14 @@ class ExperimentConfig:
             raise MrtpoError("an experiment's shared config must be an object of TrainConfig fields")
         self.base = {k: v for k, v in TrainConfig.from_dict(self.base).to_dict().items() if k not in PER_RUN_FIELDS}
 
-    def run_name(self, method: str, seed: int) -> str:
-        return f"{self.name}.{method}.s{seed}"
+    def run_name(self, arm: str, seed: int) -> str:
+        return f"{self.name}.{arm_label(arm)}.s{seed}"
 
-    def run_config(self, method: str, seed: int):
-        """The TrainConfig of one run: the shared fields, the method, and seed = schedule seed = ``seed``."""
-        return TrainConfig.from_dict({**self.base, "method": method, "seed": seed, "schedule_seed": seed})
+    def run_config(self, arm: str, seed: int):
+        """The TrainConfig of one run: the shared fields, the arm's method and fields, and seed = schedule seed =
+        ``seed``."""
+        method, overrides = parse_arm(arm)
+        return TrainConfig.from_dict({**self.base, **overrides, "method": method, "seed": seed, "schedule_seed": seed})
 
     def runs(self) -> list[tuple[str, int, str]]:
         """(method, seed, run name) in training order: seed by seed, every method of a seed before the next seed
@@ -121,11 +171,13 @@ class ExperimentConfig:
     def differences(self, other: "ExperimentConfig") -> list[str]:
         """What differs from ``other`` besides the number of steps and more seeds, as ``field: other → self`` lines.
 
-        Seeds 0 .. N−1 of an experiment are the same runs whatever N is, so more seeds only add runs; fewer would
-        leave stored runs outside the experiment and are refused."""
+        Seeds 0 .. N−1 of an experiment are the same runs whatever N is, so more seeds only add runs, and so do arms
+        appended after the stored ones; fewer of either would leave stored runs outside the experiment and are
+        refused."""
         out = []
-        if self.methods != other.methods:
-            out.append(f"methods: {','.join(other.methods)} → {','.join(self.methods)}")
+        if self.methods[:len(other.methods)] != other.methods:
+            out.append(f"arms: {' '.join(other.methods)} → {' '.join(self.methods)} (arms can be added at the end, "
+                       f"not changed or taken away)")
         if self.seeds < other.seeds:
             out.append(f"seeds: {other.seeds} → {self.seeds} (seeds can be added, not taken away)")
         for k in sorted(set(self.base) | set(other.base)):

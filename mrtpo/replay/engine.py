@@ -27,7 +27,8 @@ import torch
 
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.js import js_distance
-from mrtpo.core.measures import get_measure, measure_relevance
+from mrtpo.core.measures import measure_relevance, needs_replay
+from mrtpo.errors import MrtpoError
 from mrtpo.model import (
     Decoder,
     LoadedModel,
@@ -209,7 +210,9 @@ def replay_group(
     verifier text) computed once and reused as KV cache, the rest in padded batches under the token budgets.
     """
     cfg = config or ReplayConfig()
-    get_measure(measure)  # an unknown name fails before any model work
+    if not needs_replay(measure):  # before any model work, as an unknown name
+        raise MrtpoError(f"the '{measure}' measure reads each checker's evidence, not a replay: give the scored group "
+                         "(replay_scored) or its evidence (ReplayResult.with_measure)")
     t0 = time.perf_counter()
     plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
     dtype = compute_dtype(lm, cfg.precision)
@@ -259,6 +262,9 @@ def naive_replay_group(
 def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
                   config: ReplayConfig | None = None, measure: str = "js") -> ReplayResult:
     """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``; relevance from the
-    measure named ``measure`` (:data:`mrtpo.core.measures.MEASURES`)."""
-    return replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
-                        rewards=group.rewards if skip_constant else None, config=config, measure=measure)
+    measure named ``measure`` (:data:`mrtpo.core.measures.MEASURES`; the oracle reads the group's evidence, after a
+    replay that gives the tokens and the JS distances shown beside it)."""
+    replay_with = measure if needs_replay(measure) else "js"
+    rep = replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
+                       rewards=group.rewards if skip_constant else None, config=config, measure=replay_with)
+    return rep if replay_with == measure else rep.with_measure(measure, group.evidence or None)

@@ -1,5 +1,6 @@
 """Does relevance fall on what the verifiers read, over sampled examples? Sample, score (with evidence), replay
-every reward once, and measure each relevance measure against the evidence (:mod:`mrtpo.core.faithfulness`).
+every reward once per verifier-information regime, and measure each relevance measure against the evidence
+(:mod:`mrtpo.core.faithfulness`).
 """
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from typing import Callable, Sequence
 
 from mrtpo.core.faithfulness import response_metrics, summarize_pairs
+from mrtpo.core.info import INFO, check_info
 from mrtpo.groups import sample_group
 from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS, LoadedModel
 from mrtpo.replay.engine import replay_scored
@@ -16,34 +18,47 @@ from mrtpo.templates import Template
 
 def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[Example], template: Template,
                         measures: Sequence[str], group: int = GROUP_SIZE, max_new_tokens: int = MAX_NEW_TOKENS,
-                        temperature: float = 1.0, seed: int = 0, progress: Callable[[str], None] | None = None) -> dict:
-    """Sample ``group`` responses per example, score them (with evidence), replay every reward once, and measure
-    each relevance measure's faithfulness to the evidence, per reward (a repeat ``id#2`` counts under ``id``).
+                        temperature: float = 1.0, seed: int = 0, progress: Callable[[str], None] | None = None,
+                        infos: Sequence[str] = (INFO,)) -> dict:
+    """Sample ``group`` responses per example and score them (with evidence) once; then, per verifier-information
+    regime in ``infos``, replay every reward once and measure each relevance measure's faithfulness to the evidence,
+    per reward (a repeat ``id#2`` counts under ``id``).  The measures re-read the replay (the oracle ``evidence``
+    reads the evidence itself), so each measure costs no model time; each regime is one replay.
 
-    Returns {"rewards": {reward: {measure: summary}}, "all": {measure: summary}, "pairs": {measure: {reward:
-    [(example index, PairMetrics), ...]}}, "seconds": {...}}, a summary being
+    Returns {"infos": {regime: {"rewards": {reward: {measure: summary}}, "all": {measure: summary}, "pairs":
+    {measure: {reward: [(example index, PairMetrics), ...]}}}}, "seconds": {...}}, a summary being
     :func:`mrtpo.core.faithfulness.summarize_pairs`'s dict (pairs, auroc, above_chance, lift, span_auroc, left_out)."""
-    pairs: dict[str, dict[str, list]] = {m: {} for m in measures}
+    for info in infos:
+        check_info(info)
+    pairs: dict[str, dict[str, dict[str, list]]] = {i: {m: {} for m in measures} for i in infos}
     secs = {"sample": 0.0, "replay": 0.0, "metrics": 0.0}
     for n, ex in enumerate(examples):
         t0 = time.perf_counter()
-        g = sample_group(lm, family, ex, n=group, max_new_tokens=max_new_tokens, temperature=temperature,
-                         seed=seed)
-        t1 = time.perf_counter()
-        rep = replay_scored(lm, g, template, skip_constant=False)
-        t2 = time.perf_counter()
-        for m in measures:
-            rm = rep.with_measure(m)
-            for rr, ev in zip(rm.responses, g.evidence):
-                for k, pm in response_metrics(rr.relevance, rr.offsets, rr.text, ev).items():
-                    pairs[m].setdefault(k.split("#")[0], []).append((n, pm))
-        t3 = time.perf_counter()
-        secs["sample"] += t1 - t0
-        secs["replay"] += t2 - t1
-        secs["metrics"] += t3 - t2
+        g0 = sample_group(lm, family, ex, n=group, max_new_tokens=max_new_tokens, temperature=temperature,
+                          seed=seed)
+        secs["sample"] += time.perf_counter() - t0
+        took = []
+        for info in infos:
+            t1 = time.perf_counter()
+            g = g0.with_info(family, info)
+            rep = replay_scored(lm, g, template, skip_constant=False)
+            t2 = time.perf_counter()
+            for m in measures:
+                rm = rep.with_measure(m, g.evidence)
+                for rr, ev in zip(rm.responses, g.evidence):
+                    for k, pm in response_metrics(rr.relevance, rr.offsets, rr.text, ev).items():
+                        pairs[info][m].setdefault(k.split("#")[0], []).append((n, pm))
+            secs["replay"] += t2 - t1
+            secs["metrics"] += time.perf_counter() - t2
+            took.append(f"replay ({info}) {t2 - t1:.1f} s")
         if progress:
-            progress(f"{n + 1}/{len(examples)} {ex.id}: sample {t1 - t0:.1f} s, replay {t2 - t1:.1f} s")
+            progress(f"{n + 1}/{len(examples)} {ex.id}: {time.perf_counter() - t0:.1f} s (" + ", ".join(took) + ")")
+    return {"infos": {i: _summary(pairs[i], measures) for i in infos},
+            "seconds": {k: round(v, 2) for k, v in secs.items()}}
+
+
+def _summary(pairs: dict[str, dict[str, list]], measures: Sequence[str]) -> dict:
     rewards = sorted({k for m in measures for k in pairs[m]})
     return {"rewards": {k: {m: summarize_pairs(p for _, p in pairs[m].get(k, [])) for m in measures} for k in rewards},
             "all": {m: summarize_pairs(p for ps in pairs[m].values() for _, p in ps) for m in measures},
-            "pairs": pairs, "seconds": {k: round(v, 2) for k, v in secs.items()}}
+            "pairs": pairs}

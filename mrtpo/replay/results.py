@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 import numpy as np
 
-from mrtpo.core.measures import MeasureInput, get_measure, measure_relevance
+from mrtpo.core.measures import NO_EVIDENCE, MeasureInput, get_measure, measure_relevance
 
 
 @dataclass
@@ -28,17 +29,22 @@ class ResponseRelevance:
     logp_without: dict[str, np.ndarray] = field(default_factory=dict)  # reward -> (T,) log π(y_t | P_\k, y<t)
     measure: str = "js"
 
-    def measure_input(self, reward: str) -> "MeasureInput":
-        """What a relevance measure reads for ``reward`` (see :class:`MeasureInput`)."""
+    def measure_input(self, reward: str, evidence=NO_EVIDENCE) -> "MeasureInput":
+        """What a relevance measure reads for ``reward`` (see :class:`MeasureInput`); ``evidence``: the spans its
+        checker read (the oracle measure's input)."""
         T = len(self.token_ids)
         lp = np.zeros(T, np.float32) if self.logp_all is None else self.logp_all
         rest = [v for k, v in self.js.items() if k != reward]
         others = np.array(rest, dtype=np.float32).reshape(len(rest), T)
-        return MeasureInput(self.js[reward], lp, self.logp_without.get(reward, lp), self.offsets, self.text, others)
+        return MeasureInput(self.js[reward], lp, self.logp_without.get(reward, lp), self.offsets, self.text, others,
+                            evidence)
 
-    def with_measure(self, name: str) -> "ResponseRelevance":
-        """The same response with ``relevance`` from measure ``name`` (no model call)."""
-        rel = {k: measure_relevance(name, self.measure_input(k)) for k in self.js}
+    def with_measure(self, name: str, evidence: dict | None = None) -> "ResponseRelevance":
+        """The same response with ``relevance`` from measure ``name`` (no model call); ``evidence``: {reward: the
+        spans its checker read} (:data:`mrtpo.core.measures.ORACLE` needs it)."""
+        ev = {} if evidence is None else evidence
+        rel = {k: measure_relevance(name, self.measure_input(k, ev.get(k) if k in ev else NO_EVIDENCE))
+               for k in self.js}
         return replace(self, relevance=rel, measure=name)
 
     def tokens(self) -> list[dict]:
@@ -70,10 +76,12 @@ class ReplayResult:
     def measure(self) -> str:
         return self.responses[0].measure if self.responses else "js"
 
-    def with_measure(self, name: str) -> "ReplayResult":
+    def with_measure(self, name: str, evidence: Sequence[dict] | None = None) -> "ReplayResult":
         """The same replay with every response's relevance from measure ``name`` (:data:`MEASURES`; no model
-        call: the measures read what the replay stored)."""
+        call: the measures read what the replay stored); ``evidence``: per response {reward: the spans its checker
+        read} (:data:`mrtpo.core.measures.ORACLE` needs it: a group's ``evidence``)."""
         get_measure(name)
         if name == self.measure:
             return self
-        return replace(self, responses=[r.with_measure(name) for r in self.responses])
+        ev = list(evidence) if evidence else [None] * len(self.responses)
+        return replace(self, responses=[r.with_measure(name, e) for r, e in zip(self.responses, ev)])

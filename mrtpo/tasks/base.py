@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
+from mrtpo.core.info import INFO, check_info
 from mrtpo.errors import TaskFileError
 from mrtpo.jsonl import json_objects
 
@@ -171,20 +172,40 @@ class TaskFamily:
         """Every reward of ``example`` for ``response``: {reward: Score}, values in [0, 1]."""
         raise NotImplementedError
 
-    def checker_info(self, example: Example, response: str) -> dict[str, str]:
-        """Each reward's rule, and what its checker found in ``response`` where it says more than the value (a parse
-        error, the query's result), as text: {reward: text} (same keys as reward_names)."""
+    # -- verifier information ---------------------------------------------------------------------
+    def rule_info(self, example: Example) -> dict[str, str]:
+        """Each reward's rule as its checker applies it to this example, independent of any reply: the constraint's
+        wording, the reference query, the expected call (the ``rule`` regime)."""
         raise NotImplementedError
 
-    def verifier_info(self, example: Example, response: str,
-                      scores: dict[str, Score] | None = None) -> dict[str, str]:
-        """v_k(x, y), what P_all holds and P_\\k leaves out: each reward's :meth:`checker_info`, followed by what its
-        checker read in this reply, quoted (:func:`quote_evidence` of ``Score.evidence``; nothing for a checker that
-        read the whole response or nothing specific). ``scores``: this response's :meth:`score`, when known."""
-        info = self.checker_info(example, response)
+    def findings(self, example: Example, response: str, scores: dict[str, Score]) -> dict[str, str]:
+        """What each checker found in ``response`` beyond its value and that is not a copy of the reply (a parse
+        error, the number of rows a query returned): {reward: text}, "" where there is nothing to add.  Default:
+        the checker's reason for a zero (``This reply: <reason>.``)."""
+        return {k: f"This reply: {sc.reason.rstrip('.')}." if sc.value <= 0 and sc.reason else ""
+                for k, sc in scores.items()}
+
+    def verifier_info(self, example: Example, response: str, scores: dict[str, Score] | None = None,
+                      info: str = INFO) -> dict[str, str]:
+        """v_k(x, y), what P_all holds and P_\\k leaves out, in one of the :data:`INFO_REGIMES` (default ``rule``):
+
+        - ``rule``: :meth:`rule_info`, the same for every reply (the setting users of a reward function have);
+        - ``findings``: the rule, then what the checker found in this reply (:meth:`findings`);
+        - ``quoted``: the findings, then what the checker read in this reply, quoted (:func:`quote_evidence` of
+          ``Score.evidence``; nothing for a checker that read the whole response or nothing specific): the
+          replay is *told* where the evidence is.
+
+        ``scores``: this response's :meth:`score`, when known (``rule`` never needs it)."""
+        check_info(info)
+        rules = self.rule_info(example)
+        if info == "rule":
+            return rules
         scores = self.score(example, response) if scores is None else scores
-        return {k: v + quote_evidence(response, scores[k].evidence if k in scores else None)
-                for k, v in info.items()}
+        found = self.findings(example, response, scores)
+        out = {k: " ".join(t for t in (v, found.get(k, "")) if t) for k, v in rules.items()}
+        if info == "quoted":
+            out = {k: v + quote_evidence(response, scores[k].evidence if k in scores else None) for k, v in out.items()}
+        return out
 
 
 def _load_jsonl(path: str | Path, parse) -> Iterable:

@@ -110,6 +110,6 @@ class InstructionsTask(TaskFamily):
             out[name] = INSTRUCTIONS[c["id"]].check(response, c["kwargs"])
         return out
 
-    def checker_info(self, example: Example, response: str) -> dict[str, str]:
-        """Each reward's constraint wording (independent of the response)."""
+    def rule_info(self, example: Example) -> dict[str, str]:
+        """Each reward's constraint wording."""
         return {name: c["wording"] for name, c in zip(example.data["rewards"], example.data["constraints"])}

@@ -324,19 +324,22 @@ class SqlTask(TaskFamily):
             correct = Score(1.0, "", c.correct_evidence)
         return {"format": c.format, "valid": valid, "correct": correct}
 
-    def checker_info(self, example: Example, response: str) -> dict[str, str]:
-        c = self.check(example, response)
-        valid = VALID_RULE + (f" This reply: {c.parse_problem}." if c.parse_problem else "")
+    def rule_info(self, example: Example) -> dict[str, str]:
         ref = " ".join(example.data["reference"].split())
-        if c.run_error:
-            outcome = f"your query failed: {c.run_error}"
-        else:
-            assert c.result is not None
-            outcome = f"your query returned {describe_rows(c.result)}"
         order = " in this order" if example.data.get("ordered") else ""
-        correct = (f"The result must equal that of the reference query {ref}{order}; {outcome}; "
-                   f"expected {describe_rows(c.expected)}.")
-        return {"format": FORMAT_RULE, "valid": valid, "correct": correct}
+        expected = _reference_result(example_db(example), example.data["reference"])
+        correct = (f"The result must equal that of the reference query {ref}{order}, which returns "
+                   f"{describe_rows(expected)}.")
+        return {"format": FORMAT_RULE, "valid": VALID_RULE, "correct": correct}
+
+    def findings(self, example: Example, response: str, scores: dict[str, Score]) -> dict[str, str]:
+        """``format``: the checker's reason for a zero; ``valid``: the parse problem; ``correct``: what the query
+        returned (rows counted, the first shown) or why it failed."""
+        c = self.check(example, response)
+        outcome = (f"This reply: the query failed: {c.run_error}." if c.run_error else
+                   f"This reply: the query returned {describe_rows(c.result)}." if c.result is not None else "")
+        return {"format": super().findings(example, response, {"format": scores["format"]})["format"],
+                "valid": f"This reply: {c.parse_problem}." if c.parse_problem else "", "correct": outcome}
 
 
 @functools.lru_cache(maxsize=512)

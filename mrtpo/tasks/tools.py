@@ -348,7 +348,7 @@ class ToolsTask(TaskFamily):
         value = 1.0 if denom == 0 else hits / denom
         return Score(value, "; ".join(notes))
 
-    def checker_info(self, example: Example, response: str) -> dict[str, str]:
+    def rule_info(self, example: Example) -> dict[str, str]:
         exp = example.data["expected"]
         args = json.dumps(exp["arguments"], ensure_ascii=False, separators=(",", ":"))
         return {"format": FORMAT_RULE,

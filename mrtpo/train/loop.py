@@ -38,9 +38,10 @@ import numpy as np
 import torch
 
 from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, reward_matrix
+from mrtpo.core.measures import needs_replay, oracle_relevance
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup, score_group, template_for
-from mrtpo.model import LoadedModel, sample
+from mrtpo.model import LoadedModel, sample, token_offsets
 from mrtpo.replay import replay_scored
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import get_family
@@ -103,7 +104,7 @@ class Trainer:
             self.recorder = Recorder(store, self.run_id)
             with self._locked():
                 self.probe = sample_probe(self.lm, self.family, self.examples[0], cfg.probe_size, cfg.sampling,
-                                          self._sample_seed(0, 7919))
+                                          self._sample_seed(0, 7919), cfg.credit.info)
                 if self.probe:
                     self.recorder.write_probe(self.probe, self._probe_rows())
             self._seen = self._store_mark()
@@ -197,7 +198,7 @@ class Trainer:
         sampled = [sample(lm, ex.prompt, n=s.group_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                           top_p=s.top_p, seed=self._sample_seed(step, b)) for b, ex in enumerate(examples)]
         clock.start("scoring")
-        groups = [score_group(self.family, ex, samples) for ex, samples in zip(examples, sampled)]
+        groups = [score_group(self.family, ex, samples, self.credit.info) for ex, samples in zip(examples, sampled)]
         names, R = reward_matrix([dict(zip(g.reward_names, row)) for g in groups for row in g.rewards.tolist()])
         prompt_ids, resp_ids = [], []
         eos = lm.tokenizer.eos_token_id
@@ -211,16 +212,20 @@ class Trainer:
         return Rollout(groups, names, R, prompt_ids, resp_ids)
 
     def credit_for(self, ro: Rollout, step: int, clock: PhaseClock) -> tuple[TokenCredit, list]:
-        """The step's credit: for MRTPO methods each group replayed with the current policy (eval, no grad), then
+        """The step's credit: for MRTPO methods each group replayed with the current policy (eval, no grad) — or,
+        with the oracle measure, the relevance read off the checkers' evidence, no replay — then
         :func:`assign_credit` over the trained tokens (the EOS that ends a response is trained but not replayed:
         uniform credit there), at β_s = β · smoothstep((step − 1) / warmup)."""
         replays: list = [None] * len(ro.groups)
         relevance: list[dict] = [{}] * ro.R.shape[0]
-        if self.method.tokens:
+        if self.method.tokens and needs_replay(self.credit.measure):
             clock.start("replay")
             replays = [replay_scored(self.lm, g, self.template, measure=self.credit.measure) for g in ro.groups]
             relevance = [rr.relevance for rep in replays for rr in rep.responses]
             clock.stop()
+        elif self.method.tokens:  # the oracle: what each checker read, as relevance
+            relevance = [{k: oracle_relevance(token_offsets(self.lm, s.token_ids), s.text, g.evidence[i][k])
+                          for k in g.reward_names} for g in ro.groups for i, s in enumerate(g.samples)]
         rho, mask = relevance_tensor(relevance, ro.names, [len(r) for r in ro.resp_ids], pad=True)
         credit = assign_credit(ro.R, rho if self.method.tokens else None, mask, self.credit,
                                self.config.sampling.group_size, step=step - 1)

@@ -2,6 +2,9 @@
 every step, so the Train page can show how training shifted it."""
 from __future__ import annotations
 
+from mrtpo.core.credit import MEASURE
+from mrtpo.core.info import INFO
+from mrtpo.core.measures import needs_replay
 from mrtpo.groups import score_group
 from mrtpo.model import LoadedModel, SamplingConfig, sample, token_offsets
 from mrtpo.replay import replay_group
@@ -10,7 +13,7 @@ from mrtpo.templates import Template
 
 
 def sample_probe(lm: LoadedModel, family: TaskFamily, example: Example, size: int, sampling: SamplingConfig,
-                 seed: int) -> list[dict]:
+                 seed: int, info: str = INFO) -> list[dict]:
     """``size`` responses to ``example`` (empty ones dropped), scored, as the store keeps them: example, prompt, text,
     token ids and texts, reward names and values, verifier information."""
     if size <= 0:
@@ -18,7 +21,7 @@ def sample_probe(lm: LoadedModel, family: TaskFamily, example: Example, size: in
     samples = sample(lm, example.prompt, n=size, max_new_tokens=sampling.max_new_tokens,
                      temperature=sampling.temperature, top_p=sampling.top_p, seed=seed)
     samples = [s for s in samples if s.token_ids] or samples[:0]
-    g = score_group(family, example, samples)
+    g = score_group(family, example, samples, info)
     return [{"example_id": example.id, "prompt": g.prompt, "text": s.text, "token_ids": list(s.token_ids),
              "tokens": [s.text[a:e] for a, e in token_offsets(lm, s.token_ids)], "reward_names": g.reward_names,
              "rewards": {k: float(v) for k, v in zip(g.reward_names, g.rewards[i])},
@@ -27,9 +30,10 @@ def sample_probe(lm: LoadedModel, family: TaskFamily, example: Example, size: in
 
 def probe_rows(lm: LoadedModel, probe: list[dict], template: Template, measure: str) -> list[dict]:
     """Relevance of every probe response for every reward under the current policy (all rewards replayed), as
-    store rows {idx, reward, js, relevance}."""
+    store rows {idx, reward, js, relevance}.  The oracle measure does not move with the policy, so its runs' probe
+    shows the paper's ``js``."""
     rep = replay_group(lm, probe[0]["prompt"], [p["verifier_info"] for p in probe], [p["token_ids"] for p in probe],
-                       template, rewards=None, measure=measure)
+                       template, rewards=None, measure=measure if needs_replay(measure) else MEASURE)
     return [{"idx": i, "reward": k, "js": [round(float(x), 6) for x in r.js[k]],
              "relevance": [round(float(x), 5) for x in r.relevance[k]]}
             for i, r in enumerate(rep.responses) for k in r.relevance]

@@ -15,8 +15,8 @@ def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:
         "skipped": view.skipped, "responses": [],
         "diagnostics": view.diagnostics,
     }
-    if group is not None:
-        out["example_id"], out["prompt"] = group.example.id, group.prompt
+    if group is not None:  # and the regime of its verifier information (mrtpo.core.info)
+        out["example_id"], out["prompt"], out["info"] = group.example.id, group.prompt, group.info
     for i, text in enumerate(view.texts):
         item = {
             "response": text, "tokens": view.tokens[i],

@@ -70,10 +70,11 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
     """Advantages of ``method`` for one group, spread over tokens by the replay's relevance at ``beta`` (no warmup: the
     explorer's β is the effective one); no model calls.
 
-    measure: re-derive relevance with this measure first (:meth:`ReplayResult.with_measure`; default: the replay's).
+    measure: re-derive relevance with this measure first (:meth:`ReplayResult.with_measure`; default: the replay's;
+    the oracle ``evidence`` reads the group's evidence, and is an MrtpoError for a group without it).
     """
     if measure is not None:
-        replay = replay.with_measure(measure)
+        replay = replay.with_measure(measure, group.evidence or None)
     G, K = group.rewards.shape
     lengths = [len(r.token_ids) for r in replay.responses]
     rho, mask = relevance_tensor([r.relevance for r in replay.responses], group.reward_names, lengths)  # (G, K, T)

@@ -13,6 +13,7 @@ from mrtpo.core.measures import (
     get_measure,
     lead,
     measure_relevance,
+    needs_replay,
     support,
     word_max,
 )
@@ -137,7 +138,7 @@ def test_sampled_token_logprobs_match_full_logsoftmax(tiny):
 
 def test_replay_measure_equals_stored_replay_with_measure(tiny):
     base = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"))
-    for name in MEASURES:
+    for name in [m for m in MEASURES if needs_replay(m)]:  # the oracle reads evidence, not a replay
         direct = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"), measure=name)
         again = base.with_measure(name)
         assert direct.measure == again.measure == name
@@ -151,6 +152,10 @@ def test_replay_measure_equals_stored_replay_with_measure(tiny):
     np.testing.assert_array_equal(inp.js_others, [base.responses[0].js["correct"]])
     with pytest.raises(MrtpoError, match="unknown relevance measure"):
         replay_group(tiny, PROMPT, INFO, RESPONSES, measure="bogus")
+    with pytest.raises(MrtpoError, match="the 'evidence' measure reads each checker's evidence, not a replay"):
+        replay_group(tiny, PROMPT, INFO, RESPONSES, measure="evidence")
+    with pytest.raises(MrtpoError, match="needs what each checker read"):  # a replay of texts has no checkers
+        base.with_measure("evidence")
 
 
 def test_quotes_move_relevance_onto_what_the_checker_read(smol):
@@ -166,8 +171,8 @@ def test_quotes_move_relevance_onto_what_the_checker_read(smol):
                "```sql\nSELECT title, year FROM books ORDER BY year\n```",
                "Here is the query:\n```sql\nSELECT a.name FROM authors a JOIN books b ON b.author_id = a.id\n```"]
     aurocs = {}
-    for mode, info in (("quotes", fam.verifier_info), ("rules", fam.checker_info)):
-        infos = [info(ex, r) for r in replies]
+    for mode, regime in (("quotes", "quoted"), ("rules", "findings")):
+        infos = [fam.verifier_info(ex, r, info=regime) for r in replies]
         assert all(("The checker read: " in t) == (mode == "quotes") for i in infos for t in i.values())
         rep = replay_group(smol, fam.replay_prompt(ex), infos, replies, template_for(fam)).with_measure("js-support")
         aurocs[mode] = [pair_metrics(rr.relevance[k], rr.offsets, fam.score(ex, r)[k].evidence, r).auroc

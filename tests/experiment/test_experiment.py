@@ -271,7 +271,7 @@ def test_changed_experiment_is_refused_with_the_difference(tmp_path):
     with pytest.raises(MrtpoError, match=r"different configuration \(lr: 0.01 → 0.02\)"):
         X.run_experiment(st, exp_config(steps=1, lr=0.02), family=ToyFamily())
     other = X.ExperimentConfig("toyexp", ["gdpo", "mrtpo+dara"], 2, 1, exp_config().base)
-    with pytest.raises(MrtpoError, match="methods: gdpo,mrtpo → gdpo,mrtpo\\+dara"):
+    with pytest.raises(MrtpoError, match="arms: gdpo mrtpo → gdpo mrtpo\\+dara"):
         X.run_experiment(st, other, family=ToyFamily())
     # a run of that name made by hand with another config is not adopted
     Trainer(cfg(method="gdpo", seed=0), st, "hand.gdpo.s0", family=ToyFamily())

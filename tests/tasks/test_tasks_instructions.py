@@ -234,15 +234,17 @@ def test_builtin_prompts():
         names = fam.reward_names(ex)
         assert 2 <= len(names) <= 4
         assert len(set(names)) == len(names)
-        info = fam.checker_info(ex, "any response")
-        assert list(info) == names
+        info = fam.verifier_info(ex, "any response")  # the rule (the default regime)
+        assert info == fam.rule_info(ex) == fam.verifier_info(ex, "another one") and list(info) == names
         assert set(fam.score(ex, "")) == set(names)
         assert ex.prompt.startswith(ex.data["task"])
         for text in info.values():  # the rules are the prompt's own lines
             assert text in ex.prompt
         scores = fam.score(ex, "any response")
-        assert fam.verifier_info(ex, "any response") == {
-            k: v + quote_evidence("any response", scores[k].evidence) for k, v in info.items()}
+        found = {k: v + (f" This reply: {scores[k].reason}." if scores[k].value == 0 else "") for k, v in info.items()}
+        assert fam.verifier_info(ex, "any response", info="findings") == found
+        assert fam.verifier_info(ex, "any response", info="quoted") == {
+            k: v + quote_evidence("any response", scores[k].evidence) for k, v in found.items()}
         used |= {c["id"] for c in ex.data["constraints"]}
     assert len(used) >= 15
 

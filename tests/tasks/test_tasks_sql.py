@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from mrtpo.errors import TaskFileError
+from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.tasks import get_family
 from mrtpo.tasks.sql import BUNDLED_DBS, DATA_DIR, bundled_db, check_format, extract_sql, parse_select
 from mrtpo.tasks.sql_compare import compare_results, has_order_by
@@ -224,23 +224,34 @@ def test_verifier_info_keys_and_content(task):
             assert " ".join(ex.data["reference"].split()) in info["correct"]
 
 
-def test_verifier_info_reports_this_reply(task):
+def test_verifier_info_regimes(task):
+    """rule: the same for every reply; findings: + what the checker found (parse problem, rows returned, the
+    failure); quoted: + the characters it read."""
     ex = task.example("library-03")
-    info = task.verifier_info(ex, fenced("SELECT name FROM authors WHERE country = 'UK'"))
-    assert "```sql" in info["format"]
+    ok, bad_table, no_parse = (fenced(q) for q in ("SELECT name FROM authors WHERE country = 'UK'",
+                                                   "SELECT name FROM writers", "SELECT name FROM"))
+    rule = task.verifier_info(ex, ok)
+    assert rule == task.verifier_info(ex, bad_table) == task.verifier_info(ex, no_parse) == task.rule_info(ex)
+    assert rule["valid"] == "The query must be a single SQLite SELECT statement that parses."
+    assert rule["correct"].startswith("The result must equal that of the reference query SELECT ")
+    assert rule["correct"].endswith(", which returns 4 rows (first: ('Agatha Christie')).")
+    found = task.verifier_info(ex, ok, info="findings")
+    assert found["valid"] == rule["valid"] and found["format"] == rule["format"]  # nothing found: the rule alone
+    assert found["correct"] == rule["correct"] + " This reply: the query returned 0 rows."
+    assert "This reply: the query failed: no such table: writers." in task.verifier_info(
+        ex, bad_table, info="findings")["correct"]
+    assert "This reply: parse error" in task.verifier_info(ex, no_parse, info="findings")["valid"]
+    quoted = task.verifier_info(ex, ok, info="quoted")
     # each text ends with what its checker read, quoted: the fence lines (the short closing one with the word
     # before it), the query body, the clauses whose removal changes the result
-    assert info["format"].endswith(""" The checker read: "```sql", "'UK'\n```".""")
-    assert info["valid"] == ("""The query must be a single SQLite SELECT statement that parses. The checker read: """
-                             """"SELECT name FROM authors WHERE country = 'UK'".""")
-    assert info["correct"].endswith(""" The checker read: "SELECT name", "FROM authors", "country = 'UK'".""")
-    assert "your query returned 0 rows; expected 4 rows (first: ('Agatha Christie'))" in info["correct"]
-    info = task.verifier_info(ex, fenced("SELECT name FROM writers"))
-    assert "your query failed: no such table: writers" in info["correct"]
-    info = task.verifier_info(ex, fenced("SELECT name FROM"))
-    assert "This reply: parse error" in info["valid"]
+    assert quoted["format"] == found["format"] + """ The checker read: "```sql", "'UK'\n```"."""
+    assert quoted["valid"] == found["valid"] + """ The checker read: "SELECT name FROM authors WHERE country = 'UK'"."""
+    assert quoted["correct"] == (found["correct"]
+                                 + """ The checker read: "SELECT name", "FROM authors", "country = 'UK'".""")
     ordered = task.verifier_info(task.example("shop-04"), fenced("SELECT 1"))
     assert "in this order" in ordered["correct"]
+    with pytest.raises(MrtpoError, match="unknown verifier-information regime 'all'"):
+        task.verifier_info(ex, ok, info="all")
 
 
 def test_template_is_plain_fields(task):
@@ -348,7 +359,7 @@ def test_text_that_is_not_sql_text_scores_zero_with_a_reason(task, sql, reason):
     assert values(scores) == (1.0, 0.0, 0.0)
     assert scores["valid"].reason == reason
     assert scores["correct"].reason == f"the query failed: {reason}"
-    assert f"your query failed: {reason}" in task.verifier_info(ex, fenced(sql))["correct"]
+    assert f"This reply: the query failed: {reason}." in task.verifier_info(ex, fenced(sql), info="findings")["correct"]
 
 
 def test_single_call_bomb_scores_zero_within_the_limit(task):

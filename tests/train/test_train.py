@@ -29,7 +29,7 @@ class ToyFamily(TaskFamily):
         return {"ascii": Score(sum(c.isascii() for c in response) / n),
                 "lower": Score(sum(c.islower() for c in response) / n)}
 
-    def checker_info(self, example, response):
+    def rule_info(self, example):
         return {"ascii": "Write ASCII characters only.", "lower": "Use lowercase letters."}
 
 
