@@ -1,6 +1,6 @@
-"""Benchmark: does MRTPO learn faster than GDPO? The README's paired experiment (``mrtpo experiment``).
+"""Benchmark: does MRTPO learn faster than GDPO? The paired experiment of docs/training.md (``mrtpo experiment``).
 
-Runs ``python -m mrtpo experiment`` with the README's settings — the instruction task on the examples whose
+Runs ``python -m mrtpo experiment`` with docs/training.md's settings — the instruction task on the examples whose
 rewards the default model meets sometimes but not always and that a checker decides from a few tokens (P.S.,
 title, placeholders, highlighted sections, keywords, bullets), G = 8 responses × B = 1 prompt per step, 64 new
 tokens, full fine-tuning at lr 1e-5, β = 0.5 with the 10-step warmup — for ``--seeds`` seeds × ``--steps`` steps
@@ -32,7 +32,7 @@ try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests
 except ImportError:
     import report
 
-# the README's experiment (Training → "Does MRTPO learn faster?"): why these examples and settings is said there
+# the experiment of docs/training.md ("Does MRTPO learn faster?"): why these examples and settings is said there
 EXAMPLES = ["dog-letter", "robot-story", "library-visit", "apple-facts", "garden-plan", "color-blue"]
 SETTINGS = {"--task": "instructions", "--example-ids": ",".join(EXAMPLES), "--group-size": "8",
             "--prompts-per-step": "1", "--max-new-tokens": "64", "--lr": "1e-5", "--beta": "0.5", "--warmup": "10",
@@ -45,7 +45,7 @@ def store_path(out: Path) -> Path:
 
 
 def experiment_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
-    """This script's options and the ``mrtpo experiment`` command line they make: the README's settings, the known
+    """This script's options and the ``mrtpo experiment`` command line they make: docs/training.md's settings, the known
     options, then any other flag (after an optional ``--``), which overrides the setting of the same name."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=30)
@@ -60,7 +60,7 @@ def experiment_args(argv=None) -> tuple[argparse.Namespace, list[str]]:
     extra = [x for x in extra if x != "--"]  # "-- --relevance-measure js-support": the separator is not a flag
     out = Path(a.out)
     settings = dict(SETTINGS)
-    for i, flag in enumerate(extra):  # flags after the known ones override the README's settings
+    for i, flag in enumerate(extra):  # flags after the known ones override docs/training.md's settings
         if flag in settings and i + 1 < len(extra):
             settings.pop(flag)
     args = ["experiment", "--methods", a.methods, "--seeds", str(a.seeds), "--steps", str(a.steps), "--model",

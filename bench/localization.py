@@ -1,6 +1,6 @@
 """Localization benchmark (not a test): does relevance fall on the characters each checker reads?
 
-Two sources of "what the checker reads", one set of metrics (:mod:`mrtpo.faithfulness`: token AUROC, lift,
+Two sources of "what the checker reads", one set of metrics (:mod:`mrtpo.core.faithfulness`: token AUROC, lift,
 span-peak AUROC; uniform credit = 0.5, 1, 0.5), for every relevance measure asked for:
 
 1. **hand marks** — ``sample_data/localization/<family>.jsonl``: responses written for the built-in examples, with
@@ -9,7 +9,7 @@ span-peak AUROC; uniform credit = 0.5, 1, 0.5), for every relevance measure aske
    family from the ``--start``-th (the first 24), G = ``--group`` responses each (temperature 1, ``--seed`` 0,
    ``--max-new-tokens``), every reward replayed. Pairs from even-indexed examples and odd-indexed ones are also
    reported apart (``choose`` / ``report``: the spread between two halves); another ``--seed`` draws other
-   responses and ``--start 24`` takes other prompts, checks on what nothing was chosen on (README), and
+   responses and ``--start 24`` takes other prompts, checks on what nothing was chosen on (docs/benchmarks.md), and
 3. **agreement** of the verifiers' evidence with the hand marks on the hand-marked responses, token by token.
 
 A pair (response, reward) counts when its evidence has evidence tokens and other tokens; evidence None (the whole
