@@ -36,7 +36,7 @@ lint: test-setup
 test: test-setup
 	$(BIN)/python -m pytest -q tests
 
-# benchmarks (not tests): print ratios measured in one run; figures go to the README
+# benchmarks (not tests): print ratios measured in one run and write them into docs/benchmarks.md (--no-doc: print only)
 bench: setup
 	$(BIN)/python bench/replay.py
 	$(BIN)/python bench/localization.py

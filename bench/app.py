@@ -1,12 +1,13 @@
 """Speed of the app: from a cold start (fresh ``streamlit run``, model not loaded in the process) to the first
 per-reward heatmap, in a real headless Chromium, default model on CPU, text-to-SQL, G = 4, 96 tokens.
 
-    python bench/app.py [--model default] [--family sql] [--shots /tmp/shots]
+    python bench/app.py [--model default] [--family sql] [--shots /tmp/shots] [--no-doc]
 
 Prints the figures measured in this one run (target with the model already converted in the cache: cold start →
 first heatmap ≤ 10 s; with an empty cache the GGUF conversion adds about 12 s). With ``--shots`` it also
 saves screenshots of every page (Explore, Templates, Methods, Teach) to that folder.
-Needs Debian's chromium and Playwright for Python (``make test-setup``).
+Needs Debian's chromium and Playwright for Python (``make test-setup``). The figures also go to
+docs/benchmarks.md, section ``app`` (``--no-doc``: printed only).
 """
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/app.py
+    from bench import report
+except ImportError:
+    import report
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -66,6 +72,7 @@ def main() -> int:
     ap.add_argument("--model", default="default")
     ap.add_argument("--family", default="sql", help="the sidebar's family (must be the default one: sql)")
     ap.add_argument("--shots", default=None, help="folder for screenshots of every page")
+    report.add_doc_flag(ap)
     a = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -115,7 +122,24 @@ def main() -> int:
     print(f"cold start → first heatmap {cold:6.2f} s   target ≤ {TARGET_S:.0f} s   "
           f"ratio {cold / TARGET_S:.2f} of target")
     print(f"heatmap spans {n_tok}, error boxes {errors}")
+    if not a.no_doc:
+        f = dict(model=a.model, family=a.family, health=t_health - t0, page=t_page - t0, click=t_heat - t_page,
+                 cold=cold, caption=caption, spans=n_tok, errors=errors)
+        path = report.update_section("app", report.section("bench/app.py", doc_text(f)))
+        print(f"written to {path} (section app)")
     return 0 if cold <= TARGET_S and errors == 0 else 1
+
+
+def doc_text(f: dict) -> str:
+    """The figures printed above as markdown for docs/benchmarks.md (``f``: what :func:`main` measured)."""
+    return (f"Model {f['model']}, family {f['family']}, G = 4, 96 new tokens, device auto; a fresh `streamlit run` "
+            "and headless Chromium.\n\n" + report.table(["", "time", "target"], [
+                ["start → server healthy", f"{f['health']:.2f} s", ""],
+                ["start → page ready", f"{f['page']:.2f} s", ""],
+                ["click → first heatmap", f"{f['click']:.2f} s", ""],
+                ["**cold start → first heatmap**", f"**{f['cold']:.2f} s** ({f['cold'] / TARGET_S:.2f} of the target)",
+                 f"≤ {TARGET_S:.0f} s"]])
+            + f"\n\nIn the app: {f['caption']}; {f['spans']} heatmap spans, {f['errors']} error boxes.")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ model of each (process RSS in a fresh child process after a 2-token warm-up, gli
 system; CUDA: peak allocated).
 
     PYTHONPATH=$PWD python bench/generate.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2]
+        [--threads N] [--skip-memory] [--no-doc]
+
+The figures also go to docs/benchmarks.md, section ``generate`` (``--no-doc``: printed only).
 """
 from __future__ import annotations
 
@@ -25,6 +28,11 @@ import torch
 
 from mrtpo.model import compute_dtype, load_model, sample
 from mrtpo.tasks import get_family
+
+try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/generate.py
+    from bench import report
+except ImportError:
+    import report
 
 
 def old_generate(lm, prompt: str, n: int, max_new_tokens: int, seed: int) -> list[list[int]]:
@@ -116,6 +124,7 @@ def main() -> None:
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: peak memory of one call
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the core count)")
+    report.add_doc_flag(ap)
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -142,12 +151,13 @@ def main() -> None:
             best = min(best, time.perf_counter() - t0)
         return best, rows
 
-    res = {}
+    res, counts = {}, {}
     for which, label in (("old", "generate (before), model dtype"), ("new-model", "new sampler, precision=model"),
                          ("new", "new sampler, precision=auto")):
         t, rows = timed(which)
         n_tok = sum(len(r) for r in rows)
         res[which] = t
+        counts[which] = n_tok
         print(f"  {label:32s} {t:7.2f} s   {n_tok:4d} tokens (longest {max(len(r) for r in rows):3d})   "
               f"{n_tok / t:6.1f} tokens/s", flush=True)
     t_first, _ = timed("new", max_new_tokens=1)
@@ -156,10 +166,37 @@ def main() -> None:
           f"{(res['new'] - t_first) / max(steps, 1) * 1000:.1f} ms each (if all {steps} steps ran)")
     print(f"  RATIO new / old time = {res['new'] / res['old']:.3f}   (target <= 0.5; precision=model alone: "
           f"{res['new-model'] / res['old']:.3f})")
+    mem = None
     if not a.skip_memory:
         mem = {w: peak_memory(a, w) for w in ("old", "new-model", "new")}
         print(f"  peak memory above the loaded model: generate {mem['old']:.0f} MiB, new sampler {mem['new']:.0f} MiB "
               f"(precision=model {mem['new-model']:.0f} MiB; the difference is mostly the bf16 weight copy)")
+    if not a.no_doc:
+        setting = (f"Model {a.model} on {lm.device} ({lm.dtype}; the new sampler computes in "
+                   f"{compute_dtype(lm, 'auto')}); the longest text-to-SQL prompt ({n_prompt} tokens), "
+                   f"G = {a.group} × {a.max_new_tokens} new tokens, temperature 1, seed 0, best of {a.repeats}.")
+        f = dict(setting=setting, time=res, tokens=counts, first=t_first, step_ms=(res["new"] - t_first)
+                 / max(steps, 1) * 1000, memory=mem)
+        path = report.update_section("generate", report.section("bench/generate.py", doc_text(f)))
+        print(f"  written to {path} (section generate)")
+
+
+LABELS = {"old": "transformers `generate` (before), model dtype", "new-model": "`mrtpo.model.sample`, precision=model",
+          "new": "`mrtpo.model.sample`, precision=auto (default)"}
+
+
+def doc_text(f: dict) -> str:
+    """The figures printed above as markdown for docs/benchmarks.md (``f``: what :func:`main` measured)."""
+    t, n, mem = f["time"], f["tokens"], f["memory"]
+    rows = [[LABELS[w], f"{t[w]:.2f} s", n[w], f"{n[w] / t[w]:.1f}"] + ([f"{mem[w]:.0f} MiB"] if mem else [])
+            for w in ("old", "new-model", "new")]
+    head = ["sampler", "time", "tokens sampled", "tokens / s"] + (["peak memory above the model"] if mem else [])
+    return (f["setting"] + "\n\n" + report.table(head, rows) + "\n\n"
+            + report.table(["figure", "value", "target"], [
+                ["RATIO new / old time", f"{t['new'] / t['old']:.3f}", "≤ 0.5 on CPU"],
+                ["new / old time at precision=model", f"{t['new-model'] / t['old']:.3f}", ""],
+                ["new sampler: weight cast + prompt pass + first token", f"{f['first']:.2f} s", ""],
+                ["new sampler: one decoding step", f"{f['step_ms']:.1f} ms", ""]]))
 
 
 if __name__ == "__main__":

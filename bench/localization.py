@@ -1,6 +1,6 @@
 """Localization benchmark (not a test): does relevance fall on the characters each checker reads?
 
-Two sources of "what the checker reads", one set of metrics (:mod:`mrtpo.faithfulness`: token AUROC, lift,
+Two sources of "what the checker reads", one set of metrics (:mod:`mrtpo.core.faithfulness`: token AUROC, lift,
 span-peak AUROC; uniform credit = 0.5, 1, 0.5), for every relevance measure asked for:
 
 1. **hand marks** — ``sample_data/localization/<family>.jsonl``: responses written for the built-in examples, with
@@ -9,7 +9,7 @@ span-peak AUROC; uniform credit = 0.5, 1, 0.5), for every relevance measure aske
    family from the ``--start``-th (the first 24), G = ``--group`` responses each (temperature 1, ``--seed`` 0,
    ``--max-new-tokens``), every reward replayed. Pairs from even-indexed examples and odd-indexed ones are also
    reported apart (``choose`` / ``report``: the spread between two halves); another ``--seed`` draws other
-   responses and ``--start 24`` takes other prompts, checks on what nothing was chosen on (README), and
+   responses and ``--start 24`` takes other prompts, checks on what nothing was chosen on (docs/benchmarks.md), and
 3. **agreement** of the verifiers' evidence with the hand marks on the hand-marked responses, token by token.
 
 A pair (response, reward) counts when its evidence has evidence tokens and other tokens; evidence None (the whole
@@ -19,7 +19,10 @@ response) and [] (nothing specific) are left out and counted.  Instructions rewa
 Usage: PYTHONPATH=$PWD python bench/localization.py [--model default] [--families sql,instructions,tools]
        [--measures js,js-word,...] [--examples 24] [--group 4] [--max-new-tokens 96] [--seed 0] [--start 0]
        [--skip-sampled]
-       [--template FILE] [--rules-only] [--json out.json]
+       [--template FILE] [--rules-only] [--json out.json] [--no-doc]
+
+The figures also go to docs/benchmarks.md, section ``localization`` (with ``--rules-only``, ``--seed N``,
+``--start N`` or ``--skip-sampled``: a section of its own, e.g. ``localization-seed1``; ``--no-doc``: printed only).
 """
 from __future__ import annotations
 
@@ -39,6 +42,11 @@ from mrtpo.replay.faithfulness import faithfulness_report
 from mrtpo.tasks import get_family
 from mrtpo.tasks.base import sample_data
 from mrtpo.templates import Template
+
+try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/localization.py
+    from bench import report
+except ImportError:
+    import report
 
 
 class RulesOnly:
@@ -166,6 +174,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write every figure as JSON")
     ap.add_argument("--rules-only", action="store_true",
                     help="verifier information without the quotes of what each checker read (checker_info)")
+    report.add_doc_flag(ap)
     a = ap.parse_args()
     lm = load_model(a.model, a.device)
     tpl = Template.from_file(a.template) if a.template else None
@@ -195,6 +204,51 @@ def main() -> None:
         out["sampled"] = samp
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1, default=float), encoding="utf-8")
+    if not a.no_doc:
+        name = section_name(a)
+        path = report.update_section(name, report.section("bench/localization.py", doc_text(
+            a, lm.name, measures, hand, out.get("sampled"))))
+        print(f"written to {path} (section {name})")
+
+
+def section_name(a) -> str:
+    """``localization``, or with the options that make a run differ from the default one: ``localization-rules-only``,
+    ``-seed1``, ``-start24``, ``-hand-only`` (``--skip-sampled``), in that order."""
+    parts = ["localization"] + (["rules-only"] if a.rules_only else []) + ([f"seed{a.seed}"] if a.seed else [])
+    parts += ([f"start{a.start}"] if a.start else []) + (["hand-only"] if a.skip_sampled else [])
+    return "-".join(parts)
+
+
+def doc_text(a, model: str, measures: list[str], hand: dict, samp: dict | None) -> str:
+    """The figures printed above as markdown for docs/benchmarks.md: token AUROC (lift) per measure and family on
+    sampled responses (with the means over even- and odd-indexed examples) and on the hand marks, and the evidence's
+    agreement with the hand marks."""
+    families = list(hand)
+
+    def cell(s):
+        return f"{_f(s['auroc'])} ({_f(s['lift'], '.2f')})"
+
+    def mean(res, m, key="all"):
+        return _f(float(np.mean([r["measures"][m][key]["auroc"] for r in res.values()])))
+
+    info = "rules only (`--rules-only`)" if a.rules_only else "rules + quotes of what each checker read"
+    parts = [f"Model {model}; verifier information: {info}. Token AUROC (lift) per family; the mean is over families."]
+    if samp:
+        pairs = ", ".join(f"{f} {samp[f]['measures'][measures[0]]['all']['pairs']}" for f in families)
+        parts.append(f"Verifier evidence on sampled responses: {a.examples} examples from #{a.start} × G = {a.group}, "
+                     f"{a.max_new_tokens} new tokens, seed {a.seed} (pairs: {pairs}).\n\n" + report.table(
+                         ["measure", *families, "mean", "even", "odd"],
+                         [[f"`{m}`", *(cell(samp[f]["measures"][m]["all"]) for f in families), mean(samp, m),
+                           mean(samp, m, "choose"), mean(samp, m, "report")] for m in measures]))
+    pairs = ", ".join(f"{f} {hand[f]['measures'][measures[0]]['all']['pairs']}" for f in families)
+    parts.append(f"Hand-marked spans (`sample_data/localization/`; pairs: {pairs}).\n\n" + report.table(
+        ["measure", *families, "mean"],
+        [[f"`{m}`", *(cell(hand[f]["measures"][m]["all"]) for f in families), mean(hand, m)] for m in measures]))
+    parts.append("Verifier evidence vs hand marks (token precision / recall of the evidence).\n\n" + report.table(
+        ["family", "reward", "identical / pairs", "precision", "recall"],
+        [[f, k, f"{v['identical']} / {v['pairs']}", _f(v["precision"], ".2f"), _f(v["recall"], ".2f")]
+         for f in families for k, v in hand[f]["agreement"].items()]))
+    return "\n\n".join(parts)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ and K = 3 rewards (format, valid, correct; all replayed), prints:
   (b) replay time / generation time for the same group (target <= 0.3 on CPU),
   (c) peak memory of the replay (process RSS above the level before it), beside the size the
       (variants x responses x length x vocab) logits would have taken.
-Usage: python bench/replay.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2]
+Usage: python bench/replay.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2] [--no-doc]
+
+The figures also go to docs/benchmarks.md, section ``replay`` (``--no-doc``: printed only).
 """
 from __future__ import annotations
 
@@ -23,6 +25,11 @@ from mrtpo.groups import score_group, template_for
 from mrtpo.model import fast_bf16_cpu, load_model, sample
 from mrtpo.replay import ReplayConfig, naive_replay_group, replay_group
 from mrtpo.tasks import get_family
+
+try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/replay.py
+    from bench import report
+except ImportError:
+    import report
 
 
 def rss_bytes() -> int:
@@ -59,6 +66,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: peak RSS of one replay
+    report.add_doc_flag(ap)
     a = ap.parse_args()
     if a.memory_of:
         return memory_child(a)
@@ -119,6 +127,46 @@ def main() -> None:
     print(f"(c) replay peak memory:          {mem['auto'] / 2**20:.0f} MiB (default), {mem['model'] / 2**20:.0f} MiB "
           f"(model dtype) above the loaded model (weights paged in), in a fresh process (all logits at once would be "
           f"{full_logits / 2**20:.0f} MiB)")
+    if not a.no_doc:
+        setting = (f"Model {lm.name} on {lm.device} ({lm.dtype}); example `{ex.id}`: prompt {n_prompt} tokens, "
+                   f"G = {a.group}, K = {len(fast.rewards)}, {T} response tokens (mean {T / a.group:.0f}); "
+                   f"best of {a.repeats}.")
+        f = dict(setting=setting, t_gen=t_gen, t_naive=t_naive, t_exact=t_exact, t_fast=t_fast,
+                 naive=(naive.forward_tokens, naive.forward_passes),
+                 exact=(exact_res.forward_tokens, exact_res.forward_passes),
+                 fast=(fast.forward_tokens, fast.forward_passes), err=err, bf16_err=bf16_err if bf16 else None,
+                 mem_auto=mem["auto"], mem_model=mem["model"], full_logits=full_logits)
+        path = report.update_section("replay", report.section("bench/replay.py", doc_text(f)))
+        print(f"written to {path} (section replay)")
+
+
+def doc_text(f: dict) -> str:
+    """The figures printed above as markdown for docs/benchmarks.md (``f``: what :func:`main` measured)."""
+    default = "default (bf16 weights, float32 JS)" if f["bf16_err"] is not None else "default (model dtype)"
+
+    def through(key):
+        return f"{f[key][0]:,} in {f[key][1]} passes"
+
+    rows = [
+        ["sampling the group (`mrtpo.model.sample`)", f"{f['t_gen']:.2f} s", ""],
+        ["naive replay (one sequence at a time, full logits)", f"{f['t_naive']:.2f} s", through("naive")],
+        ["trie-shared + batched, model dtype", f"{f['t_exact']:.2f} s",
+         f"{through('exact')} (max |JS diff| to naive {f['err']:.1e})"],
+        [f"trie-shared + batched, {default}", f"{f['t_fast']:.2f} s", through("fast")
+         + (f" (mean |JS diff| to float32 {f['bf16_err']:.1e})" if f["bf16_err"] is not None else "")],
+    ]
+    mib = 2 ** 20
+    figures = [
+        ["(a) naive / batched replay time, same dtype", f"{f['t_naive'] / f['t_exact']:.2f}×", ""],
+        ["(a) naive / batched replay time, default", f"{f['t_naive'] / f['t_fast']:.2f}×", ""],
+        ["(b) replay / generation time, default", f"{f['t_fast'] / f['t_gen']:.3f}", "≤ 0.3 on CPU"],
+        ["(b) replay / generation time, model dtype", f"{f['t_exact'] / f['t_gen']:.3f}", ""],
+        ["(c) replay peak memory above the loaded model, default", f"{f['mem_auto'] / mib:.0f} MiB", ""],
+        ["(c) replay peak memory above the loaded model, model dtype", f"{f['mem_model'] / mib:.0f} MiB",
+         f"all logits at once: {f['full_logits'] / mib:.0f} MiB"],
+    ]
+    return (f["setting"] + "\n\n" + report.table(["", "time", "tokens through the model"], rows) + "\n\n"
+            + report.table(["figure", "value", "target / note"], figures))
 
 
 def replay_memory(a, example_id: str, samples, precision: str) -> int:

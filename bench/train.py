@@ -7,9 +7,10 @@
 2. Learning: ``--steps`` steps of each method on the instruction task for ``--seeds`` seeds; per-reward mean
    reward curves (mean over seeds) and the mean of the last 5 steps.
 
-    .venv/bin/python bench/train.py [--steps 20] [--seeds 2] [--overhead-steps 4] [--skip-learning]
+    .venv/bin/python bench/train.py [--steps 20] [--seeds 2] [--overhead-steps 4] [--skip-learning] [--no-doc]
 
-Prints the figures whatever they show. Runs in memory (no run store), probe off.
+Prints the figures whatever they show, and writes them to docs/benchmarks.md, section ``train`` (``--no-doc``:
+printed only). Runs in memory (no run store), probe off.
 """
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ import numpy as np
 
 from mrtpo.train import TrainConfig, Trainer
 
+try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/train.py
+    from bench import report
+except ImportError:
+    import report
+
 
 def config(method: str, seed: int, a) -> TrainConfig:
     return TrainConfig.from_dict(dict(model=a.model, device=a.device, task=a.task, method=method, seed=seed,
@@ -27,7 +33,7 @@ def config(method: str, seed: int, a) -> TrainConfig:
                                       lr=a.lr, warmup=a.warmup, probe_size=0))  # β: the default
 
 
-def overhead(a) -> None:
+def overhead(a) -> dict:
     print(f"== overhead: {a.model} on {a.device}, task {a.task}, G={a.group} × B={a.prompts}, "
           f"{a.max_new_tokens} new tokens, {a.overhead_steps} steps each (step 1 = warm-up, not counted)")
     trainers = {m: Trainer(config(m, 0, a)) for m in ("gdpo", "mrtpo")}
@@ -48,9 +54,10 @@ def overhead(a) -> None:
     print(f"  RATIO (GDPO step + MRTPO replay) / GDPO = {(g['time/step'] + r['time/replay']) / g['time/step']:.3f}")
     print(f"  replay share of the MRTPO step         = {r['time/replay'] / r['time/step']:.3f}  "
           f"(sampling {r['time/sample'] / r['time/step']:.3f}, update {r['time/update'] / r['time/step']:.3f})")
+    return mean
 
 
-def learning(a) -> None:
+def learning(a) -> dict:
     print(f"\n== learning: {a.steps} steps × {a.seeds} seeds per method, lr {a.lr}, warmup {a.warmup}")
     curves: dict[str, dict[str, list[list[float]]]] = {}
     t0 = time.perf_counter()
@@ -67,6 +74,7 @@ def learning(a) -> None:
                 curves.setdefault(k, {}).setdefault(method, []).append(v)
             print(f"  {method} seed {seed}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
     keys = sorted(curves, key=lambda k: (k not in ("reward/mean", "reward/all_pass"), k))
+    ends: dict[str, dict[str, tuple[float, float]]] = {}  # key -> method -> (first 5, last 5)
     for k in keys:
         cells = {}
         for method in ("gdpo", "mrtpo"):
@@ -83,6 +91,35 @@ def learning(a) -> None:
         first = {m: np.nanmean(cells[m][:5]) if np.any(~np.isnan(cells[m][:5])) else float("nan") for m in cells}
         print(f"  first5 gdpo {first['gdpo']:.3f} mrtpo {first['mrtpo']:.3f} | "
               f"last5 gdpo {last['gdpo']:.3f} mrtpo {last['mrtpo']:.3f}")
+        ends[k] = {m: (float(first[m]), float(last[m])) for m in cells}
+    return ends
+
+
+def doc_text(a, mean: dict | None, ends: dict | None) -> str:
+    """The figures printed above as markdown for docs/benchmarks.md: the overhead's phase means and ratios, and the
+    learning curves' first and last 5 steps (reward/mean and reward/all_pass)."""
+    parts = []
+    if mean:
+        g, r = mean["gdpo"], mean["mrtpo"]
+        added = (g["time/step"] + r["time/replay"]) / g["time/step"]
+        parts.append(
+            f"Overhead: {a.model} on {a.device}, task {a.task}, G = {a.group} × B = {a.prompts}, {a.max_new_tokens} "
+            f"new tokens, means over steps 2–{a.overhead_steps}.\n\n"
+            + report.table(["method", "step", "sampling", "replay", "update", "tokens / response"],
+                           [[m.upper(), *(f"{mean[m][k]:.2f} s" for k in ("time/step", "time/sample", "time/replay",
+                                                                         "time/update")),
+                             f"{mean[m]['response_tokens']:.1f}"] for m in ("gdpo", "mrtpo")])
+            + "\n\n" + report.table(["figure", "value", "target"], [
+                ["step time MRTPO / GDPO", f"{r['time/step'] / g['time/step']:.3f}", "≤ 1.10"],
+                ["(GDPO step + MRTPO replay) / GDPO step", f"{added:.3f}", "≤ 1.10"],
+                ["replay share of the MRTPO step", f"{r['time/replay'] / r['time/step']:.3f}", ""]]))
+    if ends:
+        rows = [[k, m.upper(), f"{v[0]:.3f}", f"{v[1]:.3f}"] for k, per in ends.items()
+                if k in ("reward/mean", "reward/all_pass") for m, v in per.items()]
+        parts.append(f"Learning: {a.steps} steps × {a.seeds} seeds per method, lr {a.lr}, warmup {a.warmup} "
+                     "(mean over seeds).\n\n" + report.table(["curve", "method", "first 5 steps", "last 5 steps"],
+                                                              rows))
+    return "\n\n".join(parts)
 
 
 def main() -> None:
@@ -100,14 +137,16 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--skip-learning", action="store_true")
     ap.add_argument("--skip-overhead", action="store_true")
+    report.add_doc_flag(ap)
     a = ap.parse_args()
     import torch
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    if not a.skip_overhead:
-        overhead(a)
-    if not a.skip_learning:
-        learning(a)
+    mean = None if a.skip_overhead else overhead(a)
+    ends = None if a.skip_learning else learning(a)
+    if not a.no_doc and (mean or ends):
+        path = report.update_section("train", report.section("bench/train.py", doc_text(a, mean, ends)))
+        print(f"written to {path} (section train)")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ is warm-up), with the phases each trainer reports (rollout = sampling + rewards;
 ``_generate_and_score_completions``, its update the rest of the step), then
   RATIO (a) / (c)  (target <= 1.0)   and   RATIO (b) / (c)  (target <= 1.1).
 
-    PYTHONPATH=$PWD python bench/trl_step.py [--steps 4] [--group 4] [--prompts 2] [--max-new-tokens 48]
+    PYTHONPATH=$PWD python bench/trl_step.py [--steps 4] [--group 4] [--prompts 2] [--max-new-tokens 48] [--no-doc]
+
+The figures also go to docs/benchmarks.md, section ``trl-step`` (``--no-doc``: printed only).
 """
 from __future__ import annotations
 
@@ -24,6 +26,11 @@ import time
 
 import numpy as np
 import torch
+
+try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/trl_step.py
+    from bench import report
+except ImportError:
+    import report
 
 
 def mrtpo_trainers(a) -> dict:
@@ -77,6 +84,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the core count)")
+    report.add_doc_flag(ap)
     a = ap.parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
@@ -179,6 +187,24 @@ def main() -> None:
     c = mean["trl"]["step"]
     print(f"  RATIO (a) mrtpo GDPO / (c) TRL GDPO  = {mean['gdpo']['step'] / c:.3f}   (target <= 1.0)")
     print(f"  RATIO (b) mrtpo MRTPO / (c) TRL GDPO = {mean['mrtpo']['step'] / c:.3f}   (target <= 1.1)")
+    if not a.no_doc:
+        setting = (f"Model {a.model} (float32 on CPU), torch {torch.__version__}, trl {trl.__version__}; "
+                   f"task {a.task}, G = {a.group} × {a.prompts} prompts, {a.max_new_tokens} new tokens, lr {a.lr}; "
+                   f"means over steps 2–{a.steps}.")
+        path = report.update_section("trl-step", report.section("bench/trl_step.py", doc_text(setting, mean)))
+        print(f"  written to {path} (section trl-step)")
+
+
+def doc_text(setting: str, mean: dict) -> str:
+    """The figures printed above as markdown for docs/benchmarks.md (``mean``: per trainer, its phase means)."""
+    labels = {"gdpo": "(a) mrtpo GDPO", "mrtpo": "(b) mrtpo MRTPO", "trl": "(c) TRL GDPO"}
+    rows = [[labels[m], f"{x['step']:.2f} s", f"{x['sample']:.2f} s", f"{x['replay']:.2f} s" if "replay" in x else "",
+             f"{x['update']:.2f} s", f"{x['tokens']:.1f}"] for m, x in ((m, mean[m]) for m in labels)]
+    c = mean["trl"]["step"]
+    return (setting + "\n\n" + report.table(["", "step", "sampling", "replay", "update", "tokens / response"], rows)
+            + "\n\n" + report.table(["figure", "value", "target"], [
+                ["(a) / (c) step time", f"{mean['gdpo']['step'] / c:.3f}", "≤ 1.0"],
+                ["(b) / (c) step time", f"{mean['mrtpo']['step'] / c:.3f}", "≤ 1.1"]]))
 
 
 if __name__ == "__main__":

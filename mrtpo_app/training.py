@@ -156,8 +156,8 @@ def experiment_view(store: Store, db_path: str) -> None:
     names = store.experiment_names()
     if not names:
         st.info(f"No experiments in {md(db_path)} yet. Run one from a terminal, e.g. `python -m mrtpo experiment "
-                f"--task instructions --methods gdpo,mrtpo --seeds 3 --steps 30 --out runs/exp` (README, "
-                f"Training); it appears here while it runs.")
+                f"--task instructions --methods gdpo,mrtpo --seeds 3 --steps 30 --out runs/exp` "
+                f"(docs/training.md); it appears here while it runs.")
         return
     q = st.query_params.get("experiment")
     if st.session_state.get("train_exp") not in names:
