@@ -14,6 +14,7 @@ import streamlit as st
 
 from mrtpo.core.advantages import method_names
 from mrtpo.core.credit import METHOD
+from mrtpo.core.info import INFO, INFO_LABELS, INFO_REGIMES
 from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
 from mrtpo.views import group_table
 from mrtpo_app import explore as E
@@ -58,7 +59,16 @@ max_new = c3.number_input("Max new tokens", 4, 1024, MAX_NEW_TOKENS, step=8, key
 if "explore_seed_next" in st.session_state:  # the seed "Sample until the rewards vary" kept (set before the widget)
     st.session_state["explore_seed"] = st.session_state.pop("explore_seed_next")
 seed = c4.number_input("Seed", 0, 2**31 - 1, key="explore_seed")  # starts at 0 (the minimum)
-inp = E.Inputs(ch, mode, ex, fam, int(n), float(temperature), int(max_new), custom_prompt, custom_rewards)
+info = INFO
+if mode == "Task example":
+    info = st.segmented_control(
+        "Verifier information v_k", list(INFO_REGIMES), default=INFO, required=True, key="explore_info",
+        format_func=INFO_LABELS.get,
+        help="What P_all holds for each reward and P_\\k leaves out. The rule: the checker's rule alone, the same for "
+             "every reply (what a reward function's user has). + findings: what the checker found in this reply "
+             "(a parse error, the rows a query returned). Told what the checker read: + the characters it read, "
+             "quoted, so the replay is told where the evidence is.")
+inp = E.Inputs(ch, mode, ex, fam, int(n), float(temperature), int(max_new), custom_prompt, custom_rewards, info)
 
 if st.button("Sample group", type="primary", key="explore_sample"):
     E.sample_group(inp, int(seed))
@@ -67,6 +77,9 @@ run = S.get_group()
 if run is None:
     st.info("Press **Sample group** to sample, score and replay a group.")
     st.stop()
+if run.mode == "task" and run.group.info != inp.info:  # the same responses, the other regime's v_k
+    with guard("verifier information"):
+        E.switch_info(run, inp.info)
 
 # ---------------------------------------------------------------------------------------------- rewards (custom)
 if run.mode == "custom":
@@ -89,7 +102,8 @@ if run.mode == "custom":
 g = run.group
 if run.choices != ch and run.mode == "task":
     st.warning(f"Showing the group sampled for **{md(run.label)}**; press **Sample group** for the sidebar's choice.")
-st.subheader(f"Group: {md(run.label)} — G = {len(g.samples)}, seed {run.settings.get('seed', '?')}")
+st.subheader(f"Group: {md(run.label)} — G = {len(g.samples)}, seed {run.settings.get('seed', '?')}, v_k: "
+             f"{INFO_LABELS[g.info]}")
 if run.timings:
     st.caption(" · ".join(f"{k} {v}" for k, v in run.timings.items()))
 methods = method_names()

@@ -12,6 +12,7 @@ import streamlit as st
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.credit import BETA, MEASURE
+from mrtpo.core.info import INFO
 from mrtpo.core.measures import MEASURE_HELP, measure_names
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import SampleTry, ScoredGroup, score_group, varied_rewards
@@ -38,7 +39,17 @@ class Inputs:
     max_new: int
     custom_prompt: str = ""
     custom_rewards: pd.DataFrame | None = None
+    info: str = INFO  # the verifier information's regime (task examples; your own texts are the rule)
 
+
+def switch_info(run: S.SessionGroup, info: str) -> None:
+    """The current group with its verifier information in regime ``info`` (the same responses; the replay is cached
+    by its inputs, so switching back is free)."""
+    with S.Timer({}, "replay") as tm:
+        run.group = run.group.with_info(S.family(run.choices.family), info)
+        run.replay = S.replay_for(run.choices, run.group, run.template)
+    run.timings["replay"] = tm.text
+    S.set_group(run)
 
 def response_key(run: S.SessionGroup) -> str:
     """The response picker's key: per group, so a new group starts at #0 with its own labels (a browser's picker kept
@@ -99,7 +110,8 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
 
                 with S.Timer(timings, "sample") as tm:
                     group, _ = S.sample_until_varied(inp.ch, inp.fam, inp.ex, tries, inp.n, inp.max_new,
-                                                     inp.temperature, int(seed0), on_try=on_try, want=want)
+                                                     inp.temperature, int(seed0), on_try=on_try, want=want,
+                                                     info=inp.info)
                 shown["sample + score"] = tm.text
                 kept = next(t for t in done if t.kept)
                 settings["seed"] = kept.seed
@@ -122,7 +134,7 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
                 bar.progress(0.6, text="scoring")
                 with S.Timer(timings, "score") as tm:
                     if inp.mode == "Task example":
-                        group = score_group(inp.fam, inp.ex, samples)
+                        group = score_group(inp.fam, inp.ex, samples, inp.info)
                         template = S.current_template(inp.ch.family)
                     else:
                         group = ScoredGroup.unscored(Example("custom", prompt), samples, cnames, info)

@@ -23,6 +23,7 @@ import numpy as np
 import streamlit as st
 
 from mrtpo.core.credit import BETA
+from mrtpo.core.info import INFO
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import SampleTry, ScoredGroup, template_for
 from mrtpo.groups import sample_until_varied as _sample_until_varied
@@ -217,20 +218,20 @@ def replay_cached(model: str, device: str, prompt: str, verifier_info: Sequence[
 @st.cache_data(show_spinner=False, max_entries=256)
 def next_token_topk_cached(model: str, device: str, prompt: str, verifier_info: dict[str, str],
                            token_ids: Sequence[int], reward: str, t: int, k: int, template: dict) -> dict:
-    """:func:`mrtpo.relevance.next_token_topk` (the top-k of p_t and q_t at position t), cached by every input."""
+    """:func:`mrtpo.replay.next_token_topk` (the top-k of p_t and q_t at position t), cached by every input."""
     _mark_ran()
     return next_token_topk(get_model(model, device), prompt, dict(verifier_info), list(token_ids), reward, t, k,
                            Template.from_dict(template))
 
 
 def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, tries: int, n: int, max_new_tokens: int,
-                        temperature: float, seed: int, on_try=None, want: int = 1
+                        temperature: float, seed: int, on_try=None, want: int = 1, info: str = INFO
                         ) -> tuple[ScoredGroup, list[SampleTry]]:
-    """:func:`mrtpo.pipeline.sample_until_varied` on :func:`sample_cached` (a seed tried before is not sampled
+    """:func:`mrtpo.groups.sample_until_varied` on :func:`sample_cached` (a seed tried before is not sampled
     again): seeds ``seed``, ``seed + 1``, … until ``want`` rewards vary in the group, at most ``tries``."""
     return _sample_until_varied(
         None, family_, example, tries, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-        on_try=on_try, want=want,
+        on_try=on_try, want=want, info=info,
         sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens, temperature, s))
 
 

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from mrtpo.core.credit import MEASURE
+from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
 from mrtpo.errors import MrtpoError
 from mrtpo.templates import Template
 from mrtpo.views import faithfulness_table, relevance_change, render, token_view
@@ -60,16 +61,19 @@ i = st.selectbox("Response", list(range(len(g.samples))), key="tpl_response",
 st.markdown("**Each reward's verifier text.** Prefilled with response #%d's text; a changed text replaces that "
             "reward's text for every response of the group (unchanged ones keep their per-response texts)." % i)
 fam = S.family(fam_key) if fam_key else None
-rules_only = fam is not None and st.checkbox(
-    "Without the quotes of what each checker read (the rules alone)", key="tpl_rules_only",
-    help="The built-in verifier information ends with what the checker read in each reply, quoted (\"The checker "
-         "read: …\"); that is what moves relevance onto those characters. Tick to replay with each checker's "
-         "rule and findings only, and compare.")
-base = [fam.checker_info(g.example, s.text) for s in g.samples] if rules_only else g.verifier_info
+regime = g.info
+if fam is not None:
+    regime = st.segmented_control(
+        "Verifier information v_k", list(INFO_REGIMES), default=g.info, required=True, key="tpl_info",
+        format_func=INFO_LABELS.get,
+        help="Start the texts from the checkers' rule alone (the same for every reply), the rule + what the checker "
+             "found in each reply, or + what it read, quoted (told where the evidence is: that is what moves "
+             "relevance onto those characters). Replay to compare with the group's own (Explore's).")
+base = g.verifier_info if fam is None or regime == g.info else g.with_info(fam, regime).verifier_info
 edits: dict[str, str] = {}
 for k in g.reward_names:
     orig = base[i][k]
-    new = st.text_area(md(k), orig, height=68, key=f"tpl_text_{i}_{k}" + ("_rules" if rules_only else ""))
+    new = st.text_area(md(k), orig, height=68, key=f"tpl_text_{i}_{k}_{regime}")
     if new != orig:
         edits[k] = new
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.faithfulness import token_labels
+from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.groups import ScoredGroup
 from mrtpo.replay import ResponseRelevance
 from mrtpo.views import TokenView, faithfulness_table
@@ -239,6 +240,9 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
                                          marks), rel_row))
         else:
             parts.append(_pair(rel_row))
+        oracle = _oracle_row(view, i, k, vr, note)
+        if oracle:
+            parts.append(_pair("<div></div>", oracle))  # under ρ, in the right column
     if combined:
         fin, ta = float(view.final[i]), view.token_adv[i]
         tips = [f"{t['text']!r} | combined | {m.label} advantage {ta[n]:+.4f} | {base} advantage {fin:+.4f}"
@@ -248,6 +252,20 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
                            token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips)))
     key = legend(va, vr, bool(view.evidence), vm if m.tokens else None, None if vmax is not None else scale)
     return f'<div class="mrtpo">{key}{"".join(parts)}</div>'
+
+
+def _oracle_row(view: TokenView, i: int, reward: str, vmax: float, note: str) -> str:
+    """Under the replayed ρ, the oracle's: ρ from what the reward's checker read (Score.evidence; the ``evidence``
+    measure), so the two can be compared token by token; "" without evidence, for the whole response, or when the
+    view's measure is the oracle itself.  ``note``: the replayed ρ's AUROC against it."""
+    if not view.evidence or view.measure == ORACLE or view.evidence[i].get(reward) is None:
+        return ""
+    toks = view.tokens[i]
+    rel = oracle_relevance([(t["start"], t["end"]) for t in toks], view.texts[i], view.evidence[i][reward])
+    tips = [f"{t['text']!r} | reward {reward} | oracle relevance {rel[n]:.3f} (the checker read it: "
+            f"{'yes' if rel[n] > 1 else 'no'})" for n, t in enumerate(toks)]
+    return token_row("evidence (oracle) ρ", toks, rel, "sequential", vmax, tips,
+                     note="ρ above vs this: " + note if note.startswith("AUROC") else note)
 
 
 def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:

@@ -76,22 +76,24 @@ def test_explore_table_heatmap_spans_and_beta(sampled: AppTest):
     np.testing.assert_allclose(df["GDPO A"].to_numpy(), gd.final.numpy(), atol=1e-3)
     np.testing.assert_allclose(df["Â punctuation:no_comma"].to_numpy(), gd.diagnostics["zscore"][:, 0].numpy(),
                                atol=1e-3)
-    # heatmap of response 0: per replayed reward 4 rows (GDPO uniform, MRTPO, moved by MRTPO, relevance) + 2 combined
-    # rows, one span per token; the keywords reward is constant in the group (advantage 0), so it is not replayed:
-    # one line with its value and the checker's reason
+    # heatmap of response 0: per replayed reward 4 rows (GDPO uniform, MRTPO, moved by MRTPO, relevance), + the
+    # oracle's row where the checker read specific characters, + 2 combined rows, one span per token; the keywords
+    # reward is constant in the group (advantage 0), so it is not replayed: one line with its value and reason
     assert run.replay.rewards == ["punctuation:no_comma"] and run.replay.skipped == ["keywords:existence"]
     T = len(run.replay.responses[0].token_ids)
     body = at.get("html")[0].proto.body
-    assert body.count('<span class="tok"') == T * (4 * 1 + 2)
+    oracle = int(run.group.evidence[0]["punctuation:no_comma"] is not None)  # commas: a list of spans, [] if none
+    assert oracle == 1 and body.count("evidence (oracle) ρ") == oracle
+    assert body.count('<span class="tok"') == T * (4 * 1 + oracle + 2)
     rows = _rows(body)
-    assert len(rows) == 6 and all(len(bg) == T for _, bg in rows)
+    assert len(rows) == 6 + oracle and all(len(bg) == T for _, bg in rows)
     reason = html.escape(run.group.reasons[0]["keywords:existence"])
     assert reason and "<b>keywords:existence</b> = 0" in body and reason in body and "not replayed" in body
     assert any("keywords:existence = 0" in shown(w.value).replace("*", "") for w in at.warning)  # named above
     assert "GDPO (uniform)" in rows[0][0] and "mrtpo β=0.5" in rows[1][0] and "moved by MRTPO" in rows[2][0]
     assert len(set(rows[0][1])) == 1  # GDPO: the whole response one color
-    # side by side: GDPO | MRTPO, moved | ρ, and the combined pair
-    assert body.count('<div class="pair">') == 3
+    # side by side: GDPO | MRTPO, moved | ρ, (the oracle's ρ under ρ,) and the combined pair
+    assert body.count('<div class="pair">') == 3 + oracle
     assert 'title="' in body and "JS " in body and "relevance " in body  # hover tooltips
     assert "legend" in body
     # β re-colors (fragment, no model call): β = 0 → MRTPO row equals GDPO's uniform row; β = 1 differs
@@ -448,7 +450,7 @@ def test_templates_page_malformed_then_rerun(sampled: AppTest):
     at.text_area(key="tpl_prompt").set_value("").run()
     assert any("is empty" in shown(e.value) for e in at.error)
     at.text_area(key="tpl_prompt").set_value("{prompt}\n\nRules:\n{verifier_info}").run()
-    at.text_area(key="tpl_text_0_punctuation:no_comma").set_value("Do not write the letter e.").run()
+    at.text_area(key="tpl_text_0_punctuation:no_comma_rule").set_value("Do not write the letter e.").run()
     at.checkbox(key="tpl_every").check().run()
     at.button(key="tpl_rerun").click().run()
     _ok(at)
@@ -486,7 +488,7 @@ def test_templates_page_shows_reward_names_literally(sampled: AppTest):
     line = next(m.value for m in at.markdown if m.value.startswith("Group "))
     assert "punctuation\\:\u200bno\\_comma" in line  # escaped: no emoji shortcode, no italics
     assert shown(line).endswith("rewards: punctuation:no_comma, keywords:existence")
-    assert shown(at.text_area(key="tpl_text_0_punctuation:no_comma").label) == "punctuation:no_comma"
+    assert shown(at.text_area(key="tpl_text_0_punctuation:no_comma_rule").label) == "punctuation:no_comma"
 
 
 def test_custom_prompt_rewards_default_zero():

@@ -37,12 +37,13 @@ def app(tiny) -> AppTest:
 
     fam = get_family("instructions")
     ex = fam.example("tea-note")  # punctuation:no_comma, keywords:existence (green, cup)
-    group = score_group(fam, ex, [Sample(tokenize_response(tiny, t)[0], t) for t in RESPONSES])
+    group = score_group(fam, ex, [Sample(tokenize_response(tiny, t)[0], t) for t in RESPONSES], info="quoted")
     template = template_for(fam).to_dict()
     replay = replay_scored(tiny, group, template_for(fam))
     ch = S.Choices("tiny-random", "auto", "instructions", "tea-note")
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state["mrtpo_family"], at.session_state["mrtpo_example"] = "instructions", "tea-note"
+    at.session_state["explore_info"] = "quoted"  # the group's regime: told what the checker read
     at.session_state["mrtpo_group"] = S.SessionGroup("task", ch, group, replay, template, {"id": 1}, {})
     at.run()
     _ok(at)
@@ -91,7 +92,7 @@ def test_templates_before_after_and_teach_sentence(app: AppTest):
     at = app
     at.switch_page("pages/template-editor.py").run()
     _ok(at)
-    at.text_area(key="tpl_text_0_punctuation:no_comma").set_value("Never use a comma (,) anywhere.").run()
+    at.text_area(key="tpl_text_0_punctuation:no_comma_quoted").set_value("Never use a comma (,) anywhere.").run()
     at.button(key="tpl_rerun").click().run()
     _ok(at)
     df = next(d.value for d in at.dataframe if "AUROC before" in d.value.columns)
@@ -106,29 +107,56 @@ def test_templates_before_after_and_teach_sentence(app: AppTest):
     assert any('<span class="ev">' in h.proto.body for h in at.get("html"))
 
 
-def test_templates_compare_without_the_quotes(app: AppTest):
-    """One tick replays with each checker's rule alone (no quotes of what it read), for every response, and the
-    before → after table compares the two."""
+def test_templates_compare_regimes(app: AppTest):
+    """The regime picker starts the texts from the checkers' rule alone (no quotes of what they read), for every
+    response, and the before → after table compares the two."""
     at = app
     at.switch_page("pages/template-editor.py").run()
     _ok(at)
     run = at.session_state["mrtpo_group"]
     assert 'The checker read: "Tea,"' in run.group.verifier_info[0]["punctuation:no_comma"]  # the quotes are there
-    at.checkbox(key="tpl_rules_only").check().run()
+    at.segmented_control(key="tpl_info").set_value("rule").run()
     _ok(at)
     fam = get_family("instructions")
-    assert at.text_area(key="tpl_text_0_punctuation:no_comma_rules").value == \
-        fam.checker_info(run.group.example, RESPONSES[0])["punctuation:no_comma"]
+    rule = fam.rule_info(run.group.example)
+    assert at.text_area(key="tpl_text_0_punctuation:no_comma_rule").value == rule["punctuation:no_comma"]
     at.button(key="tpl_rerun").click().run()
     _ok(at)
     after = at.session_state["tpl_after"]
-    assert after["infos"] == [fam.checker_info(run.group.example, t) for t in RESPONSES]
+    assert after["infos"] == [rule] * len(RESPONSES)
     assert all("The checker read" not in p for p in after["replay"].prompts[0].values())
     df = next(d.value for d in at.dataframe if "AUROC before" in d.value.columns)
     want = [r["token AUROC"] for r in faithfulness_table(token_view(run.group, after["replay"]))]
     np.testing.assert_allclose(df["AUROC after"].astype(float), want, atol=1e-6)
     before = [r["token AUROC"] for r in faithfulness_table(token_view(run.group, run.replay))]
     np.testing.assert_allclose(df["AUROC before"].astype(float), before, atol=1e-6)
+
+
+def test_explore_regime_switch_and_oracle_row(app: AppTest):
+    """Switching Explore's regime re-derives v_k for the same responses (P_all changes, the responses do not); under
+    each reward's replayed ρ the oracle's row (ρ from what the checker read) shows, with the replayed ρ's AUROC; the
+    oracle as the measure makes the relevance row the oracle's."""
+    at = app
+    run = at.session_state["mrtpo_group"]
+    texts = [s.text for s in run.group.samples]
+    at.segmented_control(key="explore_info").set_value("rule").run()
+    _ok(at)
+    now = at.session_state["mrtpo_group"]
+    fam = get_family("instructions")
+    assert now.group.info == "rule" and [s.text for s in now.group.samples] == texts
+    assert now.group.verifier_info == [fam.rule_info(now.group.example)] * len(texts)
+    assert all("The checker read" not in p for p in now.replay.prompts[0].values())
+    rows = ROW.findall(at.get("html")[0].proto.body)
+    labels = [re.sub("<.*?>", " ", lab) for lab, _ in rows]
+    oracle = [j for j, lab in enumerate(labels) if lab.startswith("evidence (oracle) ρ")]
+    assert oracle and labels[oracle[0] - 1].startswith("relevance ρ")  # right under the replayed ρ
+    assert "ρ above vs this: AUROC" in labels[oracle[0]]
+    at.selectbox(key="explore_measure").set_value("evidence").run()
+    _ok(at)
+    body = at.get("html")[0].proto.body
+    assert "relevance ρ (evidence)" in body and "evidence (oracle) ρ" not in body  # not twice
+    df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
+    assert set(df["measure"]) == {"evidence"} and (df["token AUROC"].astype(float) > 0.99).all()
 
 
 def test_templates_use_the_measure_picked_on_explore(app: AppTest):
@@ -139,7 +167,7 @@ def test_templates_use_the_measure_picked_on_explore(app: AppTest):
     _ok(at)
     at.switch_page("pages/template-editor.py").run()
     _ok(at)
-    at.text_area(key="tpl_text_0_punctuation:no_comma").set_value("Never use a comma (,) anywhere.").run()
+    at.text_area(key="tpl_text_0_punctuation:no_comma_quoted").set_value("Never use a comma (,) anywhere.").run()
     at.button(key="tpl_rerun").click().run()
     _ok(at)
     assert any("measure js\\-support" in s.value for s in at.subheader)  # markdown-escaped
