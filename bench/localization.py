@@ -19,10 +19,11 @@ response) and [] (nothing specific) are left out and counted.  Instructions rewa
 Usage: PYTHONPATH=$PWD python bench/localization.py [--model default] [--families sql,instructions,tools]
        [--measures js,js-word,...] [--examples 24] [--group 4] [--max-new-tokens 96] [--seed 0] [--start 0]
        [--skip-sampled]
-       [--template FILE] [--rules-only] [--json out.json] [--no-doc]
+       [--template FILE] [--info rule,findings,quoted] [--json out.json] [--no-doc]
 
-The figures also go to docs/benchmarks.md, section ``localization`` (with ``--rules-only``, ``--seed N``,
-``--start N`` or ``--skip-sampled``: a section of its own, e.g. ``localization-seed1``; ``--no-doc``: printed only).
+The figures also go to docs/benchmarks.md, one section per regime, ``localization-<regime>`` (with ``--seed N``,
+``--start N`` or ``--skip-sampled``: a section of its own, e.g. ``localization-rule-seed1``; ``--no-doc``: printed
+only).
 """
 from __future__ import annotations
 
@@ -49,34 +50,15 @@ except ImportError:
     import report
 
 
-class RulesOnly:
-    """A task family whose verifier information is the checker's rule alone (``checker_info``: no quotes of what
-    the checker read), for ``--rules-only``: the figures of the verifier information before the quotes."""
-
-    def __init__(self, family):
-        self._family = family
-
-    def __getattr__(self, name):
-        return getattr(self._family, name)
-
-    def verifier_info(self, example, response, scores=None):
-        return self._family.checker_info(example, response)
-
-
-def family_for(name: str, rules_only: bool = False):
-    """The built-in family ``name``; wrapped in :class:`RulesOnly` for ``--rules-only``."""
-    return RulesOnly(get_family(name)) if rules_only else get_family(name)
-
-
 def reward_key(family: str, reward: str) -> str:
     """The row a reward is reported under: its name; for instructions, the constraint's category."""
     return reward.split(":")[0] if family == "instructions" else reward
 
 
-def hand_marked(lm, family: str, measures: list[str], template: Template | None = None,
-                rules_only: bool = False) -> dict:
-    """Every measure's metrics against the hand marks, and the agreement of the verifiers' evidence with them."""
-    fam = family_for(family, rules_only)
+def hand_marked(lm, family: str, measures: list[str], template: Template | None = None, info: str = "rule") -> dict:
+    """Every measure's metrics against the hand marks (verifier information in regime ``info``), and the agreement of
+    the verifiers' evidence with them."""
+    fam = get_family(family)
     tpl = template or template_for(fam)
     path = sample_data("localization", f"{family}.jsonl")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -88,11 +70,12 @@ def hand_marked(lm, family: str, measures: list[str], template: Template | None 
     for eid, items in by_ex.items():
         ex = fam.example(eid)
         scores = [fam.score(ex, r["response"]) for r in items]
-        # with the quotes of what each checker read, unless --rules-only
-        infos = [fam.verifier_info(ex, r["response"], sc) for r, sc in zip(items, scores)]
+        infos = [fam.verifier_info(ex, r["response"], sc, info) for r, sc in zip(items, scores)]
         res = replay_group(lm, fam.replay_prompt(ex), infos, [r["response"] for r in items], tpl)
+        # the oracle reads the verifiers' evidence (scored against the hand marks, as every measure)
+        evidence = [{k: v.evidence for k, v in sc.items()} for sc in scores]
         for m in measures:
-            for r, rr in zip(items, res.with_measure(m).responses):
+            for r, rr in zip(items, res.with_measure(m, evidence).responses):
                 for k, spans in r["spans"].items():
                     if k in rr.relevance:
                         pm = pair_metrics(rr.relevance[k], rr.offsets, spans, r["response"])
@@ -115,14 +98,20 @@ def _agreement_summary(rows: list[dict]) -> dict:
 
 
 def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, max_new_tokens: int,
-            template: Template | None = None, rules_only: bool = False, seed: int = 0, start: int = 0) -> dict:
-    """Every measure's metrics against the verifiers' evidence on sampled responses (all, even and odd examples)."""
-    fam = family_for(family, rules_only)
+            template: Template | None = None, infos: tuple[str, ...] = ("rule",), seed: int = 0, start: int = 0
+            ) -> dict:
+    """Per regime, every measure's metrics against the verifiers' evidence on sampled responses (all, even and odd
+    examples); the responses are sampled once and replayed once per regime."""
+    fam = get_family(family)
     rep = faithfulness_report(lm, fam, fam.examples()[start:start + n_examples], template or template_for(fam),
                               measures, group=group, max_new_tokens=max_new_tokens, seed=seed,
-                              progress=lambda s: print(f"  {family} {s}", flush=True))
-    out = {"seconds": rep["seconds"], "measures": {}}
-    for m, per in rep["pairs"].items():
+                              progress=lambda s: print(f"  {family} {s}", flush=True), infos=infos)
+    return {info: _grouped(family, r["pairs"], rep["seconds"]) for info, r in rep["infos"].items()}
+
+
+def _grouped(family: str, pairs: dict, seconds: dict) -> dict:
+    out = {"seconds": seconds, "measures": {}}
+    for m, per in pairs.items():
         grouped: dict[str, list] = {}
         for k, ps in per.items():
             grouped.setdefault(reward_key(family, k), []).extend(ps)
@@ -172,54 +161,55 @@ def main() -> None:
     ap.add_argument("--skip-sampled", action="store_true", help="only the hand-marked table and the agreement")
     ap.add_argument("--template", default=None, help="override every family's template (JSON file)")
     ap.add_argument("--json", default=None, help="also write every figure as JSON")
-    ap.add_argument("--rules-only", action="store_true",
-                    help="verifier information without the quotes of what each checker read (checker_info)")
+    ap.add_argument("--info", default="rule", help="verifier-information regimes, comma-separated (rule, findings, "
+                                                   "quoted): each one replay of the same responses (default rule)")
     report.add_doc_flag(ap)
     a = ap.parse_args()
     lm = load_model(a.model, a.device)
     tpl = Template.from_file(a.template) if a.template else None
-    families, measures = a.families.split(","), a.measures.split(",")
-    print(f"model {lm.name}; measures {', '.join(measures)}; verifier information: "
-          + ("rules only" if a.rules_only else "rules + quotes of what each checker read"))
+    families, measures, infos = a.families.split(","), a.measures.split(","), tuple(a.info.split(","))
+    print(f"model {lm.name}; measures {', '.join(measures)}; verifier information: {', '.join(infos)}")
+    out = {"model": lm.name, "hand_marked": {}, "sampled": {}}
     t0 = time.perf_counter()
-    hand = {f: hand_marked(lm, f, measures, tpl, a.rules_only) for f in families}
-    print_table("1. Hand-marked spans (sample_data/localization)", hand, measures)
+    for info in infos:
+        hand = out["hand_marked"][info] = {f: hand_marked(lm, f, measures, tpl, info) for f in families}
+        print_table(f"1. Hand-marked spans (sample_data/localization), v_k: {info}", hand, measures)
     print("\n3. Verifier evidence vs hand marks (token precision / recall of the evidence; identical spans)")
     for f, res in hand.items():
         print(f"{f:<13}" + ", ".join(f"{k}: {v['identical']}/{v['pairs']} identical, P {_f(v['precision'], '.2f')}"
                                      f" R {_f(v['recall'], '.2f')}" for k, v in res["agreement"].items()))
     print(f"({time.perf_counter() - t0:.0f} s)")
-    out = {"model": lm.name, "hand_marked": hand}
     if not a.skip_sampled:
         t0 = time.perf_counter()
-        samp = {f: sampled(lm, f, measures, a.examples, a.group, a.max_new_tokens, tpl, a.rules_only, a.seed,
-                           a.start)
-                for f in families}
-        print_table(f"2. Verifier evidence on sampled responses ({a.examples} examples from #{a.start} × G = "
-                    f"{a.group} per family, seed {a.seed})",
-                    samp, measures)
-        print_table("2b. ... even-indexed examples only", samp, measures, "choose")
-        print_table("2c. ... odd-indexed examples only", samp, measures, "report")
+        per_family = {f: sampled(lm, f, measures, a.examples, a.group, a.max_new_tokens, tpl, infos, a.seed, a.start)
+                      for f in families}
+        for info in infos:
+            samp = out["sampled"][info] = {f: per_family[f][info] for f in families}
+            title = (f"2. Verifier evidence on sampled responses ({a.examples} examples from #{a.start} × G = "
+                     f"{a.group} per family, seed {a.seed}), v_k: {info}")
+            print_table(title, samp, measures)
+            print_table("2b. ... even-indexed examples only", samp, measures, "choose")
+            print_table("2c. ... odd-indexed examples only", samp, measures, "report")
         print(f"({time.perf_counter() - t0:.0f} s)")
-        out["sampled"] = samp
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1, default=float), encoding="utf-8")
     if not a.no_doc:
-        name = section_name(a)
-        path = report.update_section(name, report.section("bench/localization.py", doc_text(
-            a, lm.name, measures, hand, out.get("sampled"))))
-        print(f"written to {path} (section {name})")
+        for info in infos:
+            name = section_name(a, info)
+            path = report.update_section(name, report.section("bench/localization.py", doc_text(
+                a, lm.name, measures, out["hand_marked"][info], out["sampled"].get(info), info)))
+            print(f"written to {path} (section {name})")
 
 
-def section_name(a) -> str:
-    """``localization``, or with the options that make a run differ from the default one: ``localization-rules-only``,
-    ``-seed1``, ``-start24``, ``-hand-only`` (``--skip-sampled``), in that order."""
-    parts = ["localization"] + (["rules-only"] if a.rules_only else []) + ([f"seed{a.seed}"] if a.seed else [])
+def section_name(a, info: str = "rule") -> str:
+    """``localization-<regime>``, with the options that make a run differ from the default one: ``-seed1``,
+    ``-start24``, ``-hand-only`` (``--skip-sampled``), in that order."""
+    parts = ["localization", info] + ([f"seed{a.seed}"] if a.seed else [])
     parts += ([f"start{a.start}"] if a.start else []) + (["hand-only"] if a.skip_sampled else [])
     return "-".join(parts)
 
 
-def doc_text(a, model: str, measures: list[str], hand: dict, samp: dict | None) -> str:
+def doc_text(a, model: str, measures: list[str], hand: dict, samp: dict | None, info: str = "rule") -> str:
     """The figures printed above as markdown for docs/benchmarks.md: token AUROC (lift) per measure and family on
     sampled responses (with the means over even- and odd-indexed examples) and on the hand marks, and the evidence's
     agreement with the hand marks."""
@@ -231,8 +221,9 @@ def doc_text(a, model: str, measures: list[str], hand: dict, samp: dict | None) 
     def mean(res, m, key="all"):
         return _f(float(np.mean([r["measures"][m][key]["auroc"] for r in res.values()])))
 
-    info = "rules only (`--rules-only`)" if a.rules_only else "rules + quotes of what each checker read"
-    parts = [f"Model {model}; verifier information: {info}. Token AUROC (lift) per family; the mean is over families."]
+    what = {"rule": "the rule alone (`rule`)", "findings": "the rule + what the checker found (`findings`)",
+            "quoted": "+ what the checker read, quoted (`quoted`)"}[info]
+    parts = [f"Model {model}; verifier information: {what}. Token AUROC (lift) per family; the mean is over families."]
     if samp:
         pairs = ", ".join(f"{f} {samp[f]['measures'][measures[0]]['all']['pairs']}" for f in families)
         parts.append(f"Verifier evidence on sampled responses: {a.examples} examples from #{a.start} × G = {a.group}, "

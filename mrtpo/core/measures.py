@@ -198,6 +198,12 @@ def _js_support(inp: MeasureInput) -> np.ndarray:
     return carry_forward(word_max(s, inp.offsets, inp.text), inp.logp_all)
 
 
+@register_measure("js-contrast-lead", "js-contrast, each token also taking the next one's contrasted score (the "
+                                      "lead) before the word max and the carrying")
+def _js_contrast_lead(inp: MeasureInput) -> np.ndarray:
+    return carry_forward(word_max(lead(contrast(inp.js, inp.js_others)), inp.offsets, inp.text), inp.logp_all)
+
+
 # ---------------------------------------------------------------------------------------------- the oracle
 ORACLE = "evidence"  # needs no replay: relevance from the checker's own evidence
 

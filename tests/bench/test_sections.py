@@ -112,12 +112,11 @@ def test_learning_section_name_and_text():
 
 
 def test_localization_section_name_and_text():
-    a = argparse.Namespace(rules_only=False, seed=0, start=0, skip_sampled=False, examples=24, group=4,
-                           max_new_tokens=96)
-    assert localization.section_name(a) == "localization"
-    assert localization.section_name(argparse.Namespace(**{**vars(a), "seed": 1})) == "localization-seed1"
-    assert localization.section_name(argparse.Namespace(**{**vars(a), "rules_only": True, "start": 24})) == (
-        "localization-rules-only-start24")
+    a = argparse.Namespace(seed=0, start=0, skip_sampled=False, examples=24, group=4, max_new_tokens=96)
+    assert localization.section_name(a) == "localization-rule"
+    assert localization.section_name(argparse.Namespace(**{**vars(a), "seed": 1})) == "localization-rule-seed1"
+    assert localization.section_name(argparse.Namespace(**{**vars(a), "start": 24}), "quoted") == (
+        "localization-quoted-start24")
 
     def s(auroc, lift, pairs=10):
         return {"auroc": auroc, "lift": lift, "pairs": pairs}
@@ -128,6 +127,7 @@ def test_localization_section_name_and_text():
 
     res = {"sql": fam(0.52), "tools": fam(0.74)}
     text = localization.doc_text(a, "default", ["js"], res, res)
+    assert "verifier information: the rule alone (`rule`)" in text
     assert "| measure | sql | tools | mean | even | odd |" in text
     assert "| `js` | 0.520 (1.50) | 0.740 (1.50) | 0.630 | 0.640 | 0.620 |" in text
     assert "| sql | format | 15 / 18 | 0.90 | 0.83 |" in text
