@@ -26,6 +26,7 @@ batch statistics.
 """
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -34,6 +35,8 @@ import torch
 
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
+from mrtpo.core.info import INFO
+from mrtpo.core.measures import needs_replay
 from mrtpo.errors import MrtpoError
 from mrtpo.replay import ReplayConfig, replay_group
 from mrtpo.templates import Template
@@ -88,21 +91,39 @@ def _content(c: Any) -> str:
     return str(c)
 
 
+def _takes_info(fn: Callable) -> bool:
+    """Whether ``fn`` accepts a keyword ``info`` (the verifier-information regime, :mod:`mrtpo.core.info`)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "info" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 class MRTPOGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` with mrtpo advantages (any registry estimator, MRTPO token credit).
 
     Extra arguments: ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}`` (needed by
-    MRTPO methods; ``example`` is the dataset row) and ``mrtpo_config`` (:class:`MRTPOConfig`).
+    MRTPO methods; ``example`` is the dataset row; a function that also takes a keyword ``info`` gets
+    ``MRTPOConfig.info``, the regime to build: ``rule``, ``findings`` or ``quoted``, else its texts are the rule by
+    construction) and ``mrtpo_config`` (:class:`MRTPOConfig`).
     After each generation ``self.mrtpo_last`` holds this process' ``trl_advantages`` (B,) as TRL computed them,
     ``advantages`` ((B,) or (B, T)), ``mask`` (B, T) and the replay statistics.
     """
 
     def __init__(self, *args, verifier_info_fn: VerifierInfoFn | None = None,
                  mrtpo_config: MRTPOConfig | None = None, **kwargs):
-        self.mrtpo_config = mrtpo_config or MRTPOConfig()
-        if self.mrtpo_config.tokens and verifier_info_fn is None:
-            raise MrtpoError(f"method '{self.mrtpo_config.method}' reallocates over tokens and needs "
+        self.mrtpo_config = cfg = mrtpo_config or MRTPOConfig()
+        if cfg.tokens and verifier_info_fn is None:
+            raise MrtpoError(f"method '{cfg.method}' reallocates over tokens and needs "
                              "verifier_info_fn(prompt, completion, example) -> {reward: text}")
+        if cfg.tokens and not needs_replay(cfg.measure):
+            raise MrtpoError(f"measure '{cfg.measure}' (the oracle) needs what each checker read; TRL's reward "
+                             "functions return numbers: pick a replay measure (js, js-contrast, ...)")
+        self._pass_info = verifier_info_fn is not None and _takes_info(verifier_info_fn)
+        if cfg.info != INFO and cfg.tokens and not self._pass_info:
+            raise MrtpoError(f"info='{cfg.info}': verifier_info_fn(prompt, completion, example) gives its own texts "
+                             f"(the '{INFO}' regime); to build the '{cfg.info}' one, let it take a keyword 'info'")
         self.verifier_info_fn = verifier_info_fn
         self.mrtpo_last: dict = {}
         self._mrtpo_batch: tuple | None = None
@@ -188,7 +209,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         return relevance_tensor(relevance, names, lengths, T)[0]  # (B, K, T)
 
     def _verifier_info(self, prompt, completion, example, names: list[str]) -> dict[str, str]:
-        info = self.verifier_info_fn(prompt, completion, example)
+        kw = {"info": self.mrtpo_config.info} if self._pass_info else {}
+        info = self.verifier_info_fn(prompt, completion, example, **kw)
         if not isinstance(info, dict):
             raise MrtpoError(f"verifier_info_fn must return a dict {{reward: text}}, got {type(info).__name__}")
         unknown = [k for k in info if k not in names]

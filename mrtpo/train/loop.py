@@ -211,11 +211,12 @@ class Trainer:
         clock.stop()
         return Rollout(groups, names, R, prompt_ids, resp_ids)
 
-    def credit_for(self, ro: Rollout, step: int, clock: PhaseClock) -> tuple[TokenCredit, list]:
+    def credit_for(self, ro: Rollout, step: int, clock: PhaseClock) -> tuple[TokenCredit, list, list[dict]]:
         """The step's credit: for MRTPO methods each group replayed with the current policy (eval, no grad) — or,
         with the oracle measure, the relevance read off the checkers' evidence, no replay — then
         :func:`assign_credit` over the trained tokens (the EOS that ends a response is trained but not replayed:
-        uniform credit there), at β_s = β · smoothstep((step − 1) / warmup)."""
+        uniform credit there), at β_s = β · smoothstep((step − 1) / warmup).  Returns the credit, the replays (None
+        per group without one) and the relevance used, per response {reward: ρ (T,)}."""
         replays: list = [None] * len(ro.groups)
         relevance: list[dict] = [{}] * ro.R.shape[0]
         if self.method.tokens and needs_replay(self.credit.measure):
@@ -229,7 +230,7 @@ class Trainer:
         rho, mask = relevance_tensor(relevance, ro.names, [len(r) for r in ro.resp_ids], pad=True)
         credit = assign_credit(ro.R, rho if self.method.tokens else None, mask, self.credit,
                                self.config.sampling.group_size, step=step - 1)
-        return credit, replays
+        return credit, replays, relevance
 
     def _update(self, ro: Rollout, tok_adv: torch.Tensor, mask: torch.Tensor, step: int) -> dict[str, float]:
         return self.policy.update(self.config, ro.prompt_ids, ro.resp_ids, tok_adv, mask,
@@ -241,7 +242,7 @@ class Trainer:
         torch.manual_seed(self._own_seed(s, 10_007))
         clock = PhaseClock(s, on_phase)
         ro = self.rollout(s, clock)
-        credit, replays = self.credit_for(ro, s, clock)
+        credit, replays, relevance = self.credit_for(ro, s, clock)
         clock.start("update")
         upd = self._update(ro, credit.tokens, credit.mask, s)
         clock.stop()
@@ -257,7 +258,7 @@ class Trainer:
                                                                   "time/probe")})
         if self.store is not None:
             clock.start("storing")
-            rows = sample_rows(self.lm, ro, credit, replays)
+            rows = sample_rows(self.lm, ro, credit, replays, relevance)
             due = checkpoint or s % self.config.checkpoint_every == 0
             self.recorder.write_step(s, metrics, rows, probe, self.policy.state(s) if due else None, clock)
             self._seen = self._store_mark()

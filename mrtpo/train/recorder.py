@@ -17,12 +17,12 @@ if TYPE_CHECKING:
     from mrtpo.train.timing import PhaseClock
 
 
-def sample_rows(lm: LoadedModel, ro: "Rollout", credit: TokenCredit, replays: Sequence[ReplayResult | None]
-                ) -> list[dict]:
+def sample_rows(lm: LoadedModel, ro: "Rollout", credit: TokenCredit, replays: Sequence[ReplayResult | None],
+                relevance: Sequence[dict]) -> list[dict]:
     """One stored row per sampled response: example, prompt, text, token ids and texts, whether it ended (an EOS was
     trained), rewards and reasons, the response advantage, each reward's share Â_ik / scale, the token advantages
-    and the relevance of the replayed rewards (what :func:`mrtpo.views.stored_step_view` recomputes the view from).
-    """
+    and the relevance the credit used (``relevance``: per response {reward: ρ (T,)}, from the replay or the oracle;
+    what :func:`mrtpo.views.stored_step_view` recomputes the view from)."""
     rows = []
     i = 0
     for b, g in enumerate(ro.groups):
@@ -39,7 +39,7 @@ def sample_rows(lm: LoadedModel, ro: "Rollout", credit: TokenCredit, replays: Se
                 "advantage": float(credit.final[i]),
                 "per_reward_advantage": {k: float(credit.uniform[i, ro.names.index(k)]) for k in g.reward_names},
                 "token_advantage": [round(float(x), 5) for x in credit.tokens[i, :T]],
-                "relevance": {k: [round(float(x), 5) for x in v] for k, v in rep.relevance.items()} if rep else {},
+                "relevance": {k: [round(float(x), 5) for x in v] for k, v in relevance[i].items()},
             })
             i += 1
     return rows

@@ -90,3 +90,30 @@ def test_faithfulness_command(tmp_path, capsys):
     assert data["seconds"]["total"] > 0 and "sample" in data["seconds"]
     assert main(["faithfulness", "--task", "tools", "--measure", "bogus", "--model", "tiny-random"]) == 2
     assert "unknown relevance measure 'bogus'" in capsys.readouterr().err
+
+
+def test_relevance_every_measure_from_one_replay_equals_the_single_calls(tmp_path, capsys):
+    """--measure all (or a comma list) writes {reward: {measure: [...]}} from one replay: each measure's lists equal
+    what a call with that one measure writes; the oracle is refused (cases hold texts, not checkers)."""
+    from mrtpo.core.measures import measure_names
+
+    case = {"id": "a", "prompt": "Write about tea.", "verifier_info": {"kw": "Include the keyword 'green'.",
+                                                                        "nc": "Do not use commas."},
+            "response": "Green tea, hot."}
+    inp = tmp_path / "c.jsonl"
+    inp.write_text(json.dumps(case) + "\n")
+    replay = [m for m in measure_names() if m != "evidence"]
+    args = ["--input", str(inp), "--model", "tiny-random", "--device", "cpu", "--quiet"]
+    assert main(["relevance", *args, "--output", str(tmp_path / "all.jsonl"), "--measure", ",".join(replay)]) == 0
+    both = json.loads((tmp_path / "all.jsonl").read_text())
+    assert set(both["relevance"]) == {"kw", "nc"} and list(both["relevance"]["kw"]) == replay
+    for m in replay:
+        assert main(["relevance", *args, "--output", str(tmp_path / f"{m}.jsonl"), "--measure", m]) == 0
+        one = json.loads((tmp_path / f"{m}.jsonl").read_text())
+        assert one["js"] == both["js"]
+        assert {k: v[m] for k, v in both["relevance"].items()} == one["relevance"], m
+    capsys.readouterr()
+    assert main(["relevance", *args, "--output", str(tmp_path / "x"), "--measure", "all"]) == 2
+    assert "--measure evidence (the oracle) needs what each checker read" in capsys.readouterr().err
+    assert main(["relevance", *args, "--output", str(tmp_path / "x"), "--measure", "js,nope"]) == 2
+    assert "unknown relevance measure 'nope'" in capsys.readouterr().err

@@ -180,3 +180,44 @@ def test_quotes_move_relevance_onto_what_the_checker_read(smol):
     assert len(aurocs["quotes"]) == 9 and not np.isnan(aurocs["quotes"]).any()
     assert np.mean(aurocs["quotes"]) > 0.75
     assert np.mean(aurocs["quotes"]) > np.mean(aurocs["rules"]) + 0.1
+
+
+# ---------------------------------------------------------------------------------------------- the oracle
+def test_evidence_measure_by_hand():
+    """The oracle: 1 on every token overlapping a span (a token partly inside counts; the whitespace token right
+    before an evidence token counts: the tokenizer's ' 10' split), 0 elsewhere, normalized to mean 1; uniform for
+    None (the whole response) and [] (nothing specific); refused where no checker says what it read."""
+    from mrtpo.core.measures import NO_EVIDENCE, evidence_scores, oracle_relevance
+
+    text = "pay 10 euros, now"
+    offsets = [(0, 3), (3, 4), (4, 5), (5, 6), (6, 12), (12, 13), (13, 17)]  # pay|' '|1|0|' euros'|,|' now'
+    np.testing.assert_array_equal(evidence_scores(offsets, text, [(4, 6)]), [0, 1, 1, 1, 0, 0, 0])  # ' ' before '1'
+    np.testing.assert_array_equal(evidence_scores(offsets, text, [(8, 9), (12, 13)]), [0, 0, 0, 0, 1, 1, 0])
+    np.testing.assert_allclose(oracle_relevance(offsets, text, [(12, 13)]), [0, 0, 0, 0, 0, 7, 0])  # T · 1 / 1
+    np.testing.assert_allclose(oracle_relevance(offsets, text, [(0, 3), (13, 17)]), [3.5, 0, 0, 0, 0, 0, 3.5])
+    for spans in (None, []):
+        np.testing.assert_array_equal(oracle_relevance(offsets, text, spans), np.ones(7))
+    with pytest.raises(MrtpoError, match="needs what each checker read"):
+        evidence_scores(offsets, text, NO_EVIDENCE)
+    inp = MeasureInput(np.zeros(7), np.zeros(7), np.zeros(7), offsets, text, evidence=[(4, 6)])
+    np.testing.assert_allclose(measure_relevance("evidence", inp), [0, 7 / 3, 7 / 3, 7 / 3, 0, 0, 0], rtol=1e-6)
+
+
+def test_evidence_measure_on_a_real_tokenization(smol):
+    """On the default model's tokens of a reply: the oracle's ρ is T / n on the n tokens the checker's evidence
+    touches (token AUROC 1 against that evidence), and the group's token view under it equals that."""
+    from mrtpo.core.faithfulness import pair_metrics, token_labels
+    from mrtpo.core.measures import oracle_relevance
+    from mrtpo.model import tokenize_response
+    from mrtpo.tasks import get_family
+
+    fam = get_family("instructions")
+    ex = fam.example("tea-note")
+    reply = "Tea, green tea, and a cup."
+    ids, offsets = tokenize_response(smol, reply)
+    ev = fam.score(ex, reply)["punctuation:no_comma"].evidence
+    assert ev == [(3, 4), (14, 15)]  # the two commas
+    rho = oracle_relevance(offsets, reply, ev)
+    lab = token_labels(offsets, ev, reply)
+    assert lab.sum() == 2 and np.allclose(rho[lab], len(ids) / 2) and np.allclose(rho[~lab], 0)
+    assert pair_metrics(rho, offsets, ev, reply).auroc == 1.0

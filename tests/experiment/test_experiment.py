@@ -375,3 +375,34 @@ def test_band_polygons_never_bridge_a_gap():
     assert xs == [1, 2, 2, 1, 1, None, 4, 4, 4, None, 6, 6, 6, None]
     assert ys == [0.3, 0.5, 0.2, 0.1, 0.3, None, 0.7, 0.4, 0.7, None, 0.9, 0.6, 0.9, None]
     assert band_polygons([1, 2], [None, None], [None, None]) == ([], [])
+
+
+def test_arms_differ_in_more_than_the_method_and_can_be_appended(tmp_path):
+    """An arm METHOD:FIELD=VALUE,... sets those fields on top of the shared config (the runs of one seed still share
+    the schedule: identical first groups); an arm appended later trains only its own runs; changing or dropping
+    an arm is refused; a malformed arm names its problem."""
+    from tests.train.test_measure_training import EvidenceToy
+
+    st = Store(tmp_path / "r.db")
+    base = exp_config().base
+    two = X.ExperimentConfig("arms", ["gdpo", "mrtpo:beta=0.25,measure=js-word"], 1, 1, base)
+    assert [r[2] for r in two.runs()] == ["arms.gdpo.s0", "arms.mrtpo.beta-0.25.measure-js-word.s0"]
+    rc = two.run_config("mrtpo:beta=0.25,measure=js-word", 0)
+    assert (rc.credit.method, rc.credit.beta, rc.credit.measure, rc.seed) == ("mrtpo", 0.25, "js-word", 0)
+    X.run_experiment(st, two, family=EvidenceToy())
+    three = X.ExperimentConfig("arms", [*two.methods, "mrtpo:measure=evidence,info=quoted"], 1, 1, base)
+    trained = []
+    X.run_experiment(st, three, on_run=lambda n, a, t: trained.append(n), family=EvidenceToy())
+    assert trained == ["arms.mrtpo.measure-evidence.info-quoted.s0"]
+    s = X.experiment_summary(X.read_experiment(st, three), n_boot=100)
+    assert list(s["methods"]) == three.methods and list(s["paired"]) == three.methods[1:]
+    first = [st.samples(st.require_run(n).id, 1) for _, _, n in three.runs()]
+    assert all([r["token_ids"] for r in f] == [r["token_ids"] for r in first[0]] for f in first)  # paired
+    with pytest.raises(MrtpoError, match=r"arms: gdpo mrtpo:beta=0.25,measure=js-word "
+                                         r"mrtpo:measure=evidence,info=quoted → gdpo mrtpo \("):
+        X.run_experiment(st, X.ExperimentConfig("arms", ["gdpo", "mrtpo"], 1, 1, base), family=EvidenceToy())
+    for bad, says in [("mrtpo:seed=1", "seed is set per run"), ("mrtpo:beta", "is not FIELD=VALUE"),
+                      ("mrtpo:nope=1", "unknown training config field 'nope'"), ("mrtpo:beta=2", "beta must be <= 1"),
+                      ("mrtpo:warmup=x", "warmup must be an integer")]:
+        with pytest.raises(MrtpoError, match=says):
+            X.ExperimentConfig("e", ["gdpo", bad], 1, 1, base).run_config(bad, 0)

@@ -152,3 +152,42 @@ def test_accelerate_two_processes(tmp_path, tiny):
         assert s["advantages_shape"][0] == 2 and len(s["advantages_shape"]) == 2
         assert s["max_abs_token_mean_minus_trl"] < 1e-5
     assert "done: 2 steps on 2 process(es)" in res.stdout
+
+
+def test_regime_and_oracle_in_trl(tmp_path, tiny):
+    """TRL's reward functions return numbers: the oracle measure is refused; a regime other than the rule needs a
+    verifier_info_fn that takes ``info`` (it then gets MRTPOConfig.info); a plain one gives the rule by
+    construction."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer
+
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Say something {i}."}], "target": i}
+                            for i in range(8)])
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=8, multi_objective_aggregation="normalize_then_sum", use_cpu=True,
+                      bf16=False, report_to="none", save_strategy="no", max_steps=1, disable_tqdm=True, seed=0)
+    got = []
+
+    def plain(prompt, completion, example):
+        return {"_reward_len": "length", "_reward_vowels": "vowel"}
+
+    def with_info(prompt, completion, example, info):
+        got.append(info)
+        return {"_reward_len": f"length ({info})", "_reward_vowels": "vowel"}
+
+    def make(fn, **cfg):
+        return MRTPOGRPOTrainer(model=copy.deepcopy(tiny.model), reward_funcs=[_reward_len, _reward_vowels], args=args,
+                                train_dataset=ds, processing_class=copy.deepcopy(tiny.tokenizer), verifier_info_fn=fn,
+                                mrtpo_config=MRTPOConfig(warmup=None, **cfg))
+
+    with pytest.raises(MrtpoError, match="measure 'evidence' \\(the oracle\\) needs what each checker read"):
+        make(plain, measure="evidence")
+    with pytest.raises(MrtpoError, match="info='quoted': verifier_info_fn.* gives its own texts .*keyword 'info'"):
+        make(plain, info="quoted")
+    tr = make(with_info, info="findings")
+    torch.manual_seed(0)
+    tr._generate_and_score_completions(_inputs())
+    assert got and set(got) == {"findings"}
+    assert make(plain).mrtpo_config.info == "rule"

@@ -67,3 +67,51 @@ def test_trl_config_measure(monkeypatch, tmp_path, tiny):
     torch.manual_seed(0)
     tr._generate_and_score_completions(_inputs())
     assert seen and set(seen) == {"js-contrast"}
+
+
+class EvidenceToy(ToyFamily):
+    """ToyFamily whose checkers say what they read: ``ascii`` the first three characters, ``lower`` nothing."""
+
+    def score(self, example, response):
+        out = super().score(example, response)
+        out["ascii"].evidence = [(0, 3)] if len(response) >= 3 else []
+        out["lower"].evidence = []
+        return out
+
+
+def test_the_oracle_trains_without_a_replay(tmp_path):
+    """measure = evidence: no replay phase; the relevance the credit used (and stored) is the oracle's, read off
+    each checker's evidence with the sampled tokens' offsets."""
+    from mrtpo.core.measures import oracle_relevance
+    from mrtpo.model import token_offsets
+    from mrtpo.store import Store
+
+    st = Store(tmp_path / "runs.db")
+    tr = Trainer(cfg(measure="evidence", probe_size=0), st, "o", family=EvidenceToy())
+    phases = []
+    m = tr.train(1, on_phase=lambda s, p, t: phases.append(p))[0]
+    assert "replay" not in phases and m["time/replay"] == 0.0
+    rows = st.samples(st.require_run("o").id, 1)
+    for row in rows:
+        offs = token_offsets(tr.lm, row["token_ids"])
+        want = oracle_relevance(offs, row["text"], [(0, 3)] if len(row["text"]) >= 3 else [])
+        np.testing.assert_allclose(row["relevance"]["ascii"], want, atol=1e-5)
+        np.testing.assert_allclose(row["relevance"]["lower"], np.ones(len(offs)), atol=1e-6)  # [] → uniform
+
+
+def test_the_regime_reaches_the_trainers_replay(monkeypatch):
+    """TrainConfig's info decides v_k in the trainer's replays: quoted P_all quotes what the checker read."""
+    seen = []
+    real = train_mod.replay_scored
+
+    def spy(lm, group, *a, **kw):
+        seen.append(group)
+        return real(lm, group, *a, **kw)
+
+    monkeypatch.setattr(train_mod, "replay_scored", spy)
+    for info in ("rule", "quoted"):
+        seen.clear()
+        Trainer(cfg(info=info, probe_size=0), family=EvidenceToy()).train(1)
+        assert seen and all(g.info == info for g in seen)
+        texts = [t for g in seen for v in g.verifier_info for t in v.values()]
+        assert all(("The checker read:" in t) == (info == "quoted" and t.startswith("Write ASCII")) for t in texts)
