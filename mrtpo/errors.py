@@ -9,8 +9,10 @@ class MrtpoError(Exception):
 
 
 class TaskFileError(MrtpoError):
-    """A task / cases / rollout file has a bad line: ``line`` (1-based) and ``field`` say where."""
+    """A task / cases / rollout file has a bad line: ``line`` (1-based) and ``field`` say where (line 0: the file as a
+    whole, e.g. unreadable; field "-": the line as a whole — neither is named then)."""
 
     def __init__(self, path: str, line: int, field: str, problem: str):
         self.path, self.line, self.field, self.problem = str(path), line, field, problem
-        super().__init__(f"{path}: line {line}: field '{field}': {problem}")
+        where = (f"line {line}: " if line > 0 else "") + (f"field '{field}': " if field != "-" else "")
+        super().__init__(f"{path}: {where}{problem}")

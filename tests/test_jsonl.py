@@ -95,7 +95,7 @@ def test_json_objects_raise_the_first_problem(tmp_path):
     p.write_text('{"a": 1}\n"text"\n{oops\n', encoding="utf-8")
     with pytest.raises(TaskFileError) as e:
         list(J.json_objects(p, err))
-    assert str(e.value) == "cases.jsonl: line 2: field '-': each line must be a JSON object"
+    assert str(e.value) == "cases.jsonl: line 2: each line must be a JSON object"
     p.write_bytes(b"\xff")
     with pytest.raises(TaskFileError) as e:
         list(J.json_objects(p, err))

@@ -1,6 +1,6 @@
 """``faithfulness``: does relevance fall on what the verifiers read? Sample a task family's examples, score them
 (every reward's evidence spans), replay every reward once and print, per reward × relevance measure, the token
-AUROC, lift and span-peak AUROC of relevance against the evidence (:mod:`mrtpo.faithfulness`), as JSON.
+AUROC, lift and span-peak AUROC of relevance against the evidence (:mod:`mrtpo.core.faithfulness`), as JSON.
 
     mrtpo faithfulness --task sql [--examples FILE] [--limit 20] [--group 4] [--measure js js-word ...]
 

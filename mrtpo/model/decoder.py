@@ -13,7 +13,7 @@ import torch
 from mrtpo.errors import MrtpoError
 from mrtpo.model.load import LoadedModel
 
-# Model plumbing shared by the replay (mrtpo.relevance), the sampler and the trainer's log-probs.
+# Model plumbing shared by the replay (mrtpo.replay), the sampler and the trainer's log-probs.
 PRECISIONS = ("auto", "model", "bfloat16")
 
 

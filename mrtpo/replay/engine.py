@@ -205,7 +205,7 @@ def replay_group(
     measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's).
     Returns per-response tokens, JS distances d (T,) and relevance ρ (T,) for every replayed reward.
 
-    The (1 + K') × G sequences P_all + y_i, P_\\k + y_i go through :func:`mrtpo.kvtrie.shared_hidden`: a trie of
+    The (1 + K') × G sequences P_all + y_i, P_\\k + y_i go through :func:`mrtpo.replay.kvtrie.shared_hidden`: a trie of
     their tokens, each shared prefix (the task prompt, the items before the one left out, response-independent
     verifier text) computed once and reused as KV cache, the rest in padded batches under the token budgets.
     """

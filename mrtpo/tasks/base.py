@@ -75,7 +75,7 @@ def clean_spans(spans: Iterable[Span], n: int) -> list[Span] | None:
 
 #: the quotes of what a checker read, at the end of its verifier information (:func:`quote_evidence`)
 QUOTE_SPAN_CHARS = 80  # one quote's characters at most (a longer span is cut and ends in "…")
-QUOTE_TOTAL_CHARS = 400  # all quotes of one reward together (the spans after that are left out: "…")
+QUOTE_TOTAL_CHARS = 400  # all quotes of one reward together, marks included (the spans after that are left out: "…")
 QUOTE_CONTEXT_BELOW = 8  # a span shorter than this is quoted with the word before it: "dog," rather than ","
 QUOTE_LEAD = " The checker read: "
 
@@ -97,21 +97,24 @@ def quote_evidence(response: str, evidence: Iterable[Span] | None) -> str:
         else:
             merged.append([s, e])
     parts: list[str] = []
-    total = 0
+    total = prev = 0
     for s, e in merged:
-        if e - s < QUOTE_CONTEXT_BELOW:
+        if e - s < QUOTE_CONTEXT_BELOW:  # the word before, never reaching back into the quote before
             j = s
-            while j > 0 and response[j - 1].isspace() and s - j < 20:
+            while j > prev and response[j - 1].isspace() and s - j < 20:
                 j -= 1
-            while j > 0 and not response[j - 1].isspace() and s - j < 20:
+            while j > prev and not response[j - 1].isspace() and s - j < 20:
                 j -= 1
+            while 0 < prev == j < s and response[j].isspace():  # stopped at the quote before: no leading space
+                j += 1
             s = j
+        prev = e
         q = response[s:e] if e - s <= QUOTE_SPAN_CHARS else response[s:s + QUOTE_SPAN_CHARS] + "…"
-        if total + len(q) > QUOTE_TOTAL_CHARS:
+        if total + len(q) + 4 > QUOTE_TOTAL_CHARS:  # + 4: its quote marks and the ", " (many short quotes add up)
             parts.append("…")
             break
         parts.append(f'"{q}"')
-        total += len(q)
+        total += len(q) + 4
     return QUOTE_LEAD + ", ".join(parts) + "." if parts else ""
 
 
@@ -129,17 +132,21 @@ class TaskFamily:
         raise NotImplementedError
 
     def example(self, key: str | int) -> Example:
-        """An example by id, or by 0-based index when ``key`` is an int or a digit string not used as id."""
+        """An example by 0-based index when ``key`` is an int, by id when it is a string (a digit string not used as
+        an id is an index too)."""
+        from mrtpo.errors import MrtpoError
+
         exs = self.examples()
-        for ex in exs:
-            if ex.id == str(key):
-                return ex
-        if isinstance(key, int) or (isinstance(key, str) and key.isdigit()):
+        if not exs:
+            raise MrtpoError(f"task '{self.name}' has no examples")
+        if isinstance(key, str):
+            for ex in exs:
+                if ex.id == key:
+                    return ex
+        if (isinstance(key, int) and not isinstance(key, bool)) or (isinstance(key, str) and key.isdigit()):
             i = int(key)
             if 0 <= i < len(exs):
                 return exs[i]
-        from mrtpo.errors import MrtpoError
-
         raise MrtpoError(f"task '{self.name}' has no example '{key}' "
                          f"(ids: {exs[0].id} ... {exs[-1].id}, or an index 0..{len(exs) - 1})")
 

@@ -5,7 +5,7 @@ Conventions (Captum / Inseq): advantages use a diverging scale pinned at 0 (blue
 Every number is in the hover tooltip (``title``); a legend says what the colors mean. The tokens a reward's checker
 read (its evidence, ``Score.evidence``) are underlined in that reward's rows with a dark bar that stays readable
 over every color (class ``ev``), and the relevance row's label gives that response's token AUROC and lift
-(:mod:`mrtpo.faithfulness`).
+(:mod:`mrtpo.core.faithfulness`).
 """
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def limits(view: TokenView, scale: str = "response", i: int | None = None,
 
     adv   = max |v| over the uniform shares Â_ik / scale (``per_reward``), the token rows A'_ikt, and the combined
             A_i (``final``) and A_it (``token_adv``);
-    moved = max |A'_ikt − Â_ik / scale| (:meth:`mrtpo.pipeline.TokenView.moved`);
+    moved = max |A'_ikt − Â_ik / scale| (:meth:`mrtpo.views.TokenView.moved`);
     rel   = max ρ_ikt.
     A limit of 0 (nothing to color) becomes 1, so every color stays transparent and no division by 0 happens."""
     if scale not in SCALES:
@@ -279,7 +279,7 @@ def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
 
 
 def faithfulness_html(view: TokenView) -> str:
-    """The group's faithfulness table (:func:`mrtpo.pipeline.faithfulness_table`) as HTML; '' without evidence."""
+    """The group's faithfulness table (:func:`mrtpo.views.faithfulness_table`) as HTML; '' without evidence."""
     rows = faithfulness_table(view)
     if not rows:
         return ""
@@ -344,7 +344,7 @@ def stored_sample_html(view: TokenView, i: int, row: dict) -> str:
     estimator's uniform advantage Â_ik / scale (the whole response one color), the method's token row A'_ikt and
     the stored relevance ρ; then the combined advantage (uniform vs the trainer's token advantages).
 
-    view: :func:`mrtpo.pipeline.stored_step_view` of the step; row: the stored row of response ``i``
+    view: :func:`mrtpo.views.stored_step_view` of the step; row: the stored row of response ``i``
     (``Store.samples``), for its rewards, reasons and which rewards were replayed.  Colors are scaled per response
     (the largest |advantage| and ρ of this response), so a small advantage is still visible; the legend gives the
     limits.  A response-level method, or a reward not replayed (constant in its group), has no token row."""

@@ -42,12 +42,12 @@ class TokenView:
     def moved(self, i: int, reward: str) -> np.ndarray:
         """(T,) what the token method moved of ``reward``'s advantage in response ``i``: its token row minus the
         estimator's uniform share, A'_ikt − Â_ik / scale = f_i · w_k Â_ik β_s (ρ_ikt − 1)
-        (:func:`mrtpo.advantages.token_advantages_per_reward`). Its token sum is 0 (ρ has mean 1): MRTPO only
+        (:func:`mrtpo.core.credit.token_advantages_per_reward`). Its token sum is 0 (ρ has mean 1): MRTPO only
         moves a reward's advantage between the response's tokens. All 0 for a response-level method or β = 0."""
         return self.token_adv_per_reward[i][reward] - float(self.per_reward[i, self.reward_names.index(reward)])
 
     def faithfulness(self, i: int, reward: str):
-        """:class:`mrtpo.faithfulness.PairMetrics` of response ``i``'s relevance for ``reward`` against its evidence
+        """:class:`mrtpo.core.faithfulness.PairMetrics` of response ``i``'s relevance for ``reward`` against its evidence
         (None without evidence, or for a reward not replayed)."""
         if not self.evidence or reward in self.skipped:
             return None

@@ -313,7 +313,7 @@ def test_non_utf8_inputs_name_file_and_byte(tmp_path, capsys):
         rc, _, err = _run(capsys, *argv)
         assert rc == 2 and where in err, argv
     rc, _, err = _run(capsys, "score", "--task", "tools", "--examples", f, "--responses", f)
-    assert rc == 2 and f"{f}: line 0: field '-': not UTF-8 text: byte 0xe9 at offset 57 (line 2)" in err
+    assert rc == 2 and f"{f}: not UTF-8 text: byte 0xe9 at offset 57 (line 2)" in err
     # a UTF-8 byte-order mark is not an error
     f.write_bytes(b"\xef\xbb\xbf" + json.dumps({"rewards": [[1], [0]]}).encode())
     rc, out, _ = _run(capsys, "advantages", "--method", "gdpo", "--group-size", "2", "--input", f)

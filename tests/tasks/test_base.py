@@ -50,7 +50,7 @@ class Toy(TaskFamily):
         return {"comma": Score(0.0 if commas else 1.0, "comma used" if commas else "", commas),
                 "short": Score(float(len(response) < 20))}
 
-    def checker_info(self, example, response):
+    def rule_info(self, example):
         return {"comma": "Use no commas.", "short": "Answer in under 20 characters."}
 
 
@@ -85,7 +85,8 @@ def test_short_span_rule_at_its_edge():
     assert QUOTE_CONTEXT_BELOW == 8
     assert quote_evidence(r, [(4, 12)]) == ' The checker read: "abcdefgh".'  # 8 characters: as it stands
     assert quote_evidence(r, [(4, 11)]) == ' The checker read: "Say abcdefg".'  # 7: with the word before it
-    assert quote_evidence(r, [(13, 16), (4, 12)]) == ' The checker read: "abcdefgh", "abcdefgh now".'  # text order
+    # text order; the second short span's word does not reach back into the first quote
+    assert quote_evidence(r, [(13, 16), (4, 12)]) == ' The checker read: "abcdefgh", "now".'
 
 
 def test_word_before_keeps_the_whitespace_and_stops_at_20_characters():
@@ -103,13 +104,18 @@ def test_quote_cut_at_80_characters():
 
 
 def test_quotes_stop_at_400_characters():
+    """The quotes of one reward hold at most 400 characters, their marks and separators included (each quote costs
+    its length + 4): many short quotes cannot add up past it."""
     assert QUOTE_TOTAL_CHARS == 400
-    blocks = [c * 80 for c in "abcde"]
+    blocks = [c * 76 for c in "abcde"]
     r = " ".join(blocks) + " tailword"
-    spans = [(81 * i, 81 * i + 80) for i in range(5)]
+    spans = [(77 * i, 77 * i + 76) for i in range(5)]
     five = ' The checker read: ' + ", ".join(f'"{b}"' for b in blocks)
-    assert quote_evidence(r, spans) == five + "."  # exactly 400 characters of quotes: all of them
-    assert quote_evidence(r, spans + [(405, 413)]) == five + ", …."  # one more ("tailword"): left out
+    assert quote_evidence(r, spans) == five + "."  # 5 × (76 + 4) = exactly 400: all of them
+    assert quote_evidence(r, spans + [(385, 393)]) == five + ", …."  # one more ("tailword"): left out
+    short = quote_evidence("," * 10_000, [(i, i + 1) for i in range(0, 10_000, 2)])
+    body = short[len(" The checker read: "):-len(", ….")]  # the quotes, their marks and separators
+    assert short.endswith(", ….") and len(body) + 2 <= 400  # + the last quote's ", " that the join does not write
 
 
 def test_no_quotes_for_the_whole_response_or_nothing():
@@ -157,9 +163,9 @@ def test_load_examples(tmp_path):
     ('{"prompt": "x"}', "line 2: field 'id': missing"),  # KeyError
     ('{"id": "q", "prompt": 5}', "line 2: field 'prompt': must be a string"),  # TypeError "field: problem"
     ('{"id": "q", "prompt": "x", "level": -1}', "line 2: field 'level': must be >= 0: got a negative level"),
-    ('{"id": "q", "prompt": "x", "bad": 1}', "line 2: field '-': something is off"),  # no field named
-    ('{"id": "q", "prompt": }', "line 2: field '-': not valid JSON (Expecting value at column 23)"),
-    ('["q", "x"]', "line 2: field '-': each line must be a JSON object"),
+    ('{"id": "q", "prompt": "x", "bad": 1}', "line 2: something is off"),  # no field named
+    ('{"id": "q", "prompt": }', "line 2: not valid JSON (Expecting value at column 23)"),
+    ('["q", "x"]', "line 2: each line must be a JSON object"),
 ])
 def test_load_examples_errors_name_line_and_field(tmp_path, line, message):
     p = tmp_path / "mine.jsonl"
@@ -174,6 +180,7 @@ def test_load_examples_unreadable_file(tmp_path):
     with pytest.raises(TaskFileError) as e:
         Toy().load_examples(tmp_path / "missing.jsonl")
     assert (e.value.line, e.value.problem) == (0, "cannot read: file not found")
+    assert str(e.value) == f"{tmp_path / 'missing.jsonl'}: cannot read: file not found"  # no "line 0", no field
 
 
 # ---------------------------------------------------------------------------------------------- verifier_info
@@ -181,11 +188,13 @@ def test_verifier_info_is_the_rule_then_the_quotes():
     fam = Toy()
     ex = fam.example("a")
     r = "Hello, dear friend, hi"
-    info = fam.verifier_info(ex, r)
-    assert info == {"comma": 'Use no commas. The checker read: "Hello,", "friend,".',
+    rule = {"comma": "Use no commas.", "short": "Answer in under 20 characters."}
+    assert fam.verifier_info(ex, r) == rule and fam.scored == 0  # the rule: no scoring at all
+    info = fam.verifier_info(ex, r, info="quoted")  # the rule, the finding (the reason of a zero), the quotes
+    assert info == {"comma": 'Use no commas. This reply: comma used. The checker read: "Hello,", "friend,".',
                     "short": "Answer in under 20 characters."}  # the whole response: no quote
     assert fam.scored == 1
-    given = {"comma": Score(0.0, "", [(0, 5)])}  # scores given: used as they are, not computed again
-    assert fam.verifier_info(ex, r, given) == {"comma": 'Use no commas. The checker read: "Hello".',
-                                               "short": "Answer in under 20 characters."}
+    given = {"comma": Score(0.0, "", [(0, 5)]), "short": Score(1.0)}  # scores given: used, not computed again
+    assert fam.verifier_info(ex, r, given, "quoted") == {"comma": 'Use no commas. The checker read: "Hello".',
+                                                         "short": "Answer in under 20 characters."}  # no reason
     assert fam.scored == 1
