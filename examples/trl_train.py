@@ -5,8 +5,8 @@ letter, reward ``short`` (graded) the length; each one's verifier information sa
 the tiny random model in seconds, and on a GPU with a real instruct model (see docs/integrations.md):
 
     python examples/trl_train.py --model tiny-random --max-steps 2
-    accelerate launch --num_processes 2 --cpu examples/trl_train.py --model /path/to/model --max-steps 2
-    accelerate launch examples/trl_train.py --model Qwen/Qwen2.5-0.5B-Instruct --method mrtpo --max-steps 200 \
+    accelerate launch --multi_gpu --num_processes 2 examples/trl_train.py --model tiny-random --batch-size 2
+    accelerate launch examples/trl_train.py --model Qwen/Qwen2.5-0.5B-Instruct --method mrtpo --max-steps 200 \\
         --num-generations 8 --batch-size 8 --max-completion-length 64 --bf16
 
 Every process prints one JSON line per step: the advantages' shape and max |token mean of mrtpo's advantages −

@@ -78,7 +78,7 @@ def number_list(v: Any, field: str, length: int | None = None, nonempty: bool = 
     if not isinstance(v, list):
         raise BadValue(field, f"must be a list of numbers, got {_shown(v)}")
     if length is not None and len(v) != length:
-        raise BadValue(field, f"has {len(v)} numbers, expected {length}")
+        raise BadValue(field, f"has {len(v)} number{'' if len(v) == 1 else 's'}, expected {length}")
     if nonempty and not v:
         raise BadValue(field, "is empty")
     return [number(x, f"{field}[{i}]", **kw) for i, x in enumerate(v)]
@@ -100,7 +100,8 @@ def number_matrix(v: Any, field: str, rows: int | None = None, cols: int | None 
         if not isinstance(r, list):
             raise BadValue(f"{field}[{i}]", f"must be a list of numbers (a row), got {_shown(r)}")
         if len(r) != k:
-            raise BadValue(f"{field}[{i}]", f"has {len(r)} numbers, expected {k} (the rows must be rectangular)")
+            raise BadValue(f"{field}[{i}]", f"has {len(r)} number{'' if len(r) == 1 else 's'}, expected {k} (the rows "
+                                              "must be rectangular)")
         out.append(number_list(r, f"{field}[{i}]", **kw))
     return out
 

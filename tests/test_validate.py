@@ -67,9 +67,9 @@ def test_number_matrix():
     assert (problem(V.number_matrix, [[1, 2], 3], "rewards")
             == "field 'rewards[1]': must be a list of numbers (a row), got 3")
     assert (problem(V.number_matrix, [[1, 2], [3]], "rewards")
-            == "field 'rewards[1]': has 1 numbers, expected 2 (the rows must be rectangular)")
+            == "field 'rewards[1]': has 1 number, expected 2 (the rows must be rectangular)")
     assert (problem(V.number_matrix, [1, 2], "rewards", cols=2)
-            == "field 'rewards[0]': has 1 numbers, expected 2 (the rows must be rectangular)")
+            == "field 'rewards[0]': has 1 number, expected 2 (the rows must be rectangular)")
     assert problem(V.number_matrix, [[1, 2], [3, "x"]], "rewards") == "field 'rewards[1][1]': must be a number, got 'x'"
     assert problem(V.number_matrix, [[1, math.inf]], "R") == "field 'R[0][1]': must be a finite number, got inf"
 

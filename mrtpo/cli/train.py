@@ -62,13 +62,13 @@ def register(sub) -> None:
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("runs", help="list the runs in the run store")
-    p.add_argument("--db", default=None)
+    p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
     p.add_argument("--json", action="store_true", help="one JSON object per run")
     p.set_defaults(fn=cmd_runs)
 
     p = sub.add_parser("compare", help="per-reward mean-reward curves of runs, side by side")
     p.add_argument("runs", nargs="+", help="two or more run names")
-    p.add_argument("--db", default=None)
+    p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
     p.add_argument("--every", type=V.int_flag(1), default=1, help="show every N-th step")
     p.add_argument("--key", action="append", default=None,
                    help="metric keys to compare (default: every reward/... key); repeatable")

@@ -123,7 +123,8 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     """Token ids (n, T ≤ max_new_tokens) of n continuations of ``prompt_ids``, computed in ``dtype``.
 
     The prompt goes through the decoder stack once (1 row); its keys and values are copied into one buffer of n rows
-    sized for prompt + max_new_tokens, which every decoding step writes in place (:func:`mrtpo.model.kvcache.buffer_cache`).
+    sized for prompt + max_new_tokens, which every decoding step writes in place
+    (:func:`mrtpo.model.kvcache.buffer_cache`).
     A step projects only the n last hidden states onto the vocabulary (in ``dtype``) and takes float32 logits through
     :func:`next_token_scores`; greedy takes the argmax. ``exact_draws`` draws with ``torch.multinomial``, as
     ``generate`` does (at the model's dtype: same seed, same samples); otherwise :func:`draw` draws from the same

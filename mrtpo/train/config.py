@@ -41,7 +41,7 @@ class TrainConfig:
     """Everything a run needs; stored with the run as one flat JSON object (:meth:`to_dict`)."""
 
     model: str = opt("default", "default | tiny-random | HF id | local folder")
-    device: str = opt("auto", "auto | cpu | cuda | cuda:N")
+    device: str = opt("auto", "auto | cpu | cuda | cuda:N | mps")
     task: str = opt("instructions", "task family: instructions | tools | sql")
     examples: str | None = opt(None, "examples JSONL in the family's format (default: built-in)")
     example_ids: list[str] | None = opt(None, "train on these example ids only")

@@ -16,8 +16,8 @@ from mrtpo.views.token_view import TokenView, token_view
 
 
 def faithfulness_table(view: TokenView) -> list[dict]:
-    """Per replayed reward, over the group's responses (:func:`mrtpo.core.faithfulness.group_summary`): pairs that count,
-    mean token AUROC, share above 0.5, mean lift, mean span-peak AUROC and the pairs left out (evidence = whole
+    """Per replayed reward, over the group's responses (:func:`mrtpo.core.faithfulness.group_summary`): pairs that
+    count, mean token AUROC, share above 0.5, mean lift, mean span-peak AUROC and the pairs left out (evidence = whole
     response, nothing specific, every token). [] when the group has no verifier evidence."""
     if not view.evidence:
         return []

@@ -47,8 +47,8 @@ class TokenView:
         return self.token_adv_per_reward[i][reward] - float(self.per_reward[i, self.reward_names.index(reward)])
 
     def faithfulness(self, i: int, reward: str):
-        """:class:`mrtpo.core.faithfulness.PairMetrics` of response ``i``'s relevance for ``reward`` against its evidence
-        (None without evidence, or for a reward not replayed)."""
+        """:class:`mrtpo.core.faithfulness.PairMetrics` of response ``i``'s relevance for ``reward`` against its
+        evidence (None without evidence, or for a reward not replayed)."""
         if not self.evidence or reward in self.skipped:
             return None
         spans = self.evidence[i].get(reward)

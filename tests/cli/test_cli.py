@@ -158,7 +158,7 @@ def _adv(capsys, tmp_path, data, *extra, raw=None):
     ({"rewards": [[1, 0], [0, 1]], "relevance": [{"r0": [1, 1], "r1": [1]}, {"r0": [1]}]}, "relevance[0]",
      "lists of different lengths"),
     ({"rewards": [[1, 0], [0, 1]], "weights": ["1", "2"]}, "weights[0]", "must be a number, got '1'"),
-    ({"rewards": [[1, 0], [0, 1]], "weights": [1]}, "weights", "has 1 numbers, expected 2"),
+    ({"rewards": [[1, 0], [0, 1]], "weights": [1]}, "weights", "has 1 number, expected 2"),
     ({"rewards": [[1, 0], [0, 1]], "weights": 2}, "weights", "must be a list of numbers"),
     ({"rewards": [[1], [0]], "reward_names": "r"}, "reward_names", "must be a list of strings"),
 ])
