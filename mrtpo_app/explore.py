@@ -12,7 +12,7 @@ import streamlit as st
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.credit import BETA, MEASURE
-from mrtpo.core.info import INFO
+from mrtpo.core.info import INFO, INFO_LABELS
 from mrtpo.core.measures import MEASURE_HELP, measure_names
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import SampleTry, ScoredGroup, score_group, varied_rewards
@@ -202,12 +202,13 @@ def _measure_picker(where) -> str:
                            help="; ".join(f"{k}: {h}" for k, h in MEASURE_HELP.items()))
 
 
-def _faithfulness(v) -> None:
-    """Per reward over the group: how well relevance finds the characters its checker read (the evidence)."""
+def _faithfulness(v, info: str) -> None:
+    """Per reward over the group: how well relevance finds the characters its checker read (the evidence), with the
+    regime of the verifier information it was replayed under."""
     rows = faithfulness_table(v)
     if not rows:
         return
-    st.markdown("**Faithfulness to the verifiers' evidence** (this group, all responses)")
+    st.markdown(f"**Faithfulness to the verifiers' evidence** (this group, all responses; v_k: {INFO_LABELS[info]})")
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     st.caption("Token AUROC: the chance that an evidence token has higher ρ than another token (0.5 = uniform "
                "credit); lift: the share of ρ on evidence tokens ÷ their share of tokens (1 = uniform); span-peak "
@@ -262,7 +263,7 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
                "relevance ρ (mean 1) that decided it. Blue pushes a token up, red down; 0 is transparent. Hover a "
                "token for its numbers. Underlined: the characters the reward's checker read (its evidence).")
     _topk_view(run, i)
-    _faithfulness(v)
+    _faithfulness(v, run.group.info)
     data = view_to_json(v, g)
     data.update({"template": run.template, "settings": {k: x for k, x in run.settings.items() if k != "id"},
                  "model": run.choices.model, "skipped_rewards": run.replay.skipped, "color_scale": scale})

@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from mrtpo.config import field_kind, leaf_fields
+from mrtpo.core.info import INFO_LABELS
 from mrtpo.core.advantages import method_names
 from mrtpo.experiment import experiment_summary, load_experiment, read_experiment
 from mrtpo.store import RunInfo, Store
@@ -174,7 +175,9 @@ def experiment_view(store: Store, db_path: str) -> None:
     st.markdown(f"**{md(name)}** — {md(b['task'])} · model {md(b['model'])} · {md(', '.join(exp.methods))} · "
                 f"{exp.seeds} seeds × "
                 f"{exp.steps} steps · G={b['group_size']} × B={b['prompts_per_step']} · lr {b['lr']:g} · "
-                f"β {b['beta']:g} (warmup {b['warmup']}){' · LoRA' if b['lora'] else ''}")
+                f"β {b['beta']:g} (warmup {b['warmup']}) · ρ {md(b.get('measure', 'js'))} · v_k "
+                f"{md(INFO_LABELS.get(b.get('info', 'rule'), ''))}{' · LoRA' if b['lora'] else ''} (an arm's own "
+                f"fields are in its name)")
     if finished < len(runs):
         st.info(f"In progress: {finished} of {len(runs)} runs finished. The statistics use the steps that every "
                 f"method of a seed has stored so far; press **Refresh** to update.")
