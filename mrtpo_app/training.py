@@ -15,8 +15,8 @@ import pandas as pd
 import streamlit as st
 
 from mrtpo.config import field_kind, leaf_fields
-from mrtpo.core.info import INFO_LABELS
 from mrtpo.core.advantages import method_names
+from mrtpo.core.info import INFO_LABELS
 from mrtpo.experiment import experiment_summary, load_experiment, read_experiment
 from mrtpo.store import RunInfo, Store
 from mrtpo.train import PHASES, TrainConfig, Trainer
