@@ -14,13 +14,18 @@ from mrtpo.tasks import family_names, get_family
 from mrtpo.tasks.ifeval_checks import _titles, check_bullet_lists, check_placeholders, check_postscript
 from mrtpo.tasks.ifeval_registry import INSTRUCTIONS
 
-FAMILIES = family_names()
+#: the families, and readers / comparison modes that score differently: "family@variant" -> its examples' loader
+VARIANTS = {
+    "tools@bfcl": lambda: _bfcl_examples(),
+}
+FAMILIES = family_names() + list(VARIANTS)
 REF = "\x01REF\x01"  # replaced by the example's right answer, so that the passing paths are exercised too
 
 FRAGMENTS = [
     "```sql\n", "```json\n", "```", "\n", "\n\n", " ", "\t", "\r\n", "\u2028", "SELECT ", "* FROM customers",
     "WITH RECURSIVE ", "UNION ALL ", ";", "--", "/*", "*/", "'", '"', "{", "}", "[", "]", "(", ")", ",", ":",
-    '"name": ', '"arguments": ', '"tool_calls": ', "get_weather(", "a=1", "\x00", "\ud800", "\udfff", "\x1b[31m",
+    '"name": ', '"arguments": ', '"tool_calls": ', "get_weather(", "a=1", "[math.factorial(", '[{"name": ',
+    "\x00", "\ud800", "\udfff", "\x1b[31m",
     "***", "******", "<<", ">>", "* ",
     "- ", "P.S.", "p. s.", "SECTION 1", "Paragraph", "My answer is yes.", "ALL CAPS", "1e999", "9" * 5000, REF,
 ]
@@ -32,8 +37,30 @@ _answer_starts = st.sampled_from(["SELECT ", "```sql\nSELECT ", REF, '{"name": '
 hostile_text = st.one_of(_pieces, st.tuples(_answer_starts, _pieces).map("".join))
 
 
+def _bfcl_examples():
+    """BFCL's own examples, compared as bfcl: one call, several candidates, several calls (skip without bfcl-eval)."""
+    pytest.importorskip("bfcl_eval")
+    task = get_family("tools")
+    return [task.load_examples(f"bfcl:{c}")[i] for c, i in (("simple_python", 0), ("multiple", 1), ("parallel", 3),
+                                                            ("parallel_multiple", 5), ("live_simple", 40))]
+
+
+_variant_cache: dict = {}
+
+
+def family_examples(family: str):
+    """(task family, its examples) of a name of FAMILIES."""
+    name = family.split("@")[0]
+    if family not in VARIANTS:
+        return get_family(name), get_family(name).examples()
+    if family not in _variant_cache:
+        _variant_cache[family] = VARIANTS[family]()
+    return get_family(name), _variant_cache[family]
+
+
 def right_answer(family: str, example) -> str:
     d = example.data
+    family = family.split("@")[0]
     if family == "sql":
         return d["reference"]
     if family == "tools":
@@ -58,8 +85,7 @@ def assert_well_formed(task, example, text: str) -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), text=hostile_text)
 def test_any_text_scores_without_raising(family, data, text):
-    task = get_family(family)
-    examples = task.examples()
+    task, examples = family_examples(family)
     example = examples[data.draw(st.integers(0, len(examples) - 1), label="example")]
     assert_well_formed(task, example, text.replace(REF, right_answer(family, example)))
 
@@ -75,8 +101,8 @@ def _one_example_per_instruction(task):
 
 
 def _examples_for(family):
-    task = get_family(family)
-    return task, (_one_example_per_instruction(task) if family == "instructions" else task.examples()[:3])
+    task, examples = family_examples(family)
+    return task, (_one_example_per_instruction(task) if family == "instructions" else examples[:3])
 
 
 SQL_BOMB = ("WITH RECURSIVE h0(s, n) AS (SELECT 'a', 0 UNION ALL SELECT s || s, n + 1 FROM h0 WHERE n < 18) "
