@@ -298,6 +298,8 @@ def cmd_explain(a) -> int:
     if a.task:
         fam = get_family(a.task)
         ex = pick_example(fam, a, a.example or 0)
+        for note in fam.notes(ex):
+            print(f"note: {note}", file=sys.stderr)
         texts = _responses_file(a.responses) if a.responses else None
         template = load_template(a.template, fam)
         lm = load_model_arg(a, prog)

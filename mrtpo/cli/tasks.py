@@ -26,6 +26,8 @@ def cmd_sample(a) -> int:
 
     fam = get_family(a.task)
     ex = pick_example(fam, a, a.example)
+    for note in fam.notes(ex):
+        print(f"note: {note}", file=sys.stderr)
     lm = load_model(a.model, a.device)
     g = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed)
     for i, s in enumerate(g.samples):

@@ -175,6 +175,11 @@ class TaskFamily:
             raise MrtpoError(f"task '{self.name}' has {have}, not '{mode}'")
         return [Example(e.id, e.prompt, {**e.data, "compare": mode}) for e in examples]
 
+    def notes(self, example: Example) -> list[str]:
+        """What a user should know about how this example is replayed (e.g. a constraint its prompt states in words
+        that could not be found); [] by default.  The CLI prints them on stderr."""
+        return []
+
     # -- rewards --------------------------------------------------------------------------------
     def reward_names(self, example: Example) -> list[str]:
         """The rewards of this example, in a fixed order (for instructions: the constraint ids)."""
