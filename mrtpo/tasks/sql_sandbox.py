@@ -57,7 +57,7 @@ MAX_SQL_CHARS = 20_000
 MAX_ROWS = 1000
 TIME_LIMIT_S = 1.0
 #: a query's limits on a user's database file (Spider, BIRD): rows, result bytes, seconds
-FILE_MAX_ROWS, FILE_MAX_BYTES, FILE_TIME_LIMIT_S = 100_000, 32_000_000, 5.0
+FILE_MAX_ROWS, FILE_MAX_BYTES, FILE_TIME_LIMIT_S = 100_000, 32_000_000, 3.0
 BUILD_TIME_LIMIT_S = 5.0
 #: how long after its time limit a worker that has not answered is killed
 KILL_GRACE_S = 0.25

@@ -17,6 +17,8 @@ from mrtpo.tasks.ifeval_registry import INSTRUCTIONS
 #: the families, and readers / comparison modes that score differently: "family@variant" -> its examples' loader
 VARIANTS = {
     "tools@bfcl": lambda: _bfcl_examples(),
+    "sql@spider": lambda: _benchmark_sql_examples(),
+    "instructions@ifeval": lambda: _ifeval_examples(),
 }
 FAMILIES = family_names() + list(VARIANTS)
 REF = "\x01REF\x01"  # replaced by the example's right answer, so that the passing paths are exercised too
@@ -43,6 +45,45 @@ def _bfcl_examples():
     task = get_family("tools")
     return [task.load_examples(f"bfcl:{c}")[i] for c, i in (("simple_python", 0), ("multiple", 1), ("parallel", 3),
                                                             ("parallel_multiple", 5), ("live_simple", 40))]
+
+
+def _benchmark_sql_examples():
+    """A Spider folder and a BIRD folder on a small database file (compared as spider and as bird)."""
+    import sqlite3
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.mkdtemp(prefix="mrtpo-hostile-"))
+    out = []
+    for kind, folder, ref in (("spider", "database", "query"), ("bird", "dev_databases", "SQL")):
+        (root / kind / folder / "pets").mkdir(parents=True)
+        con = sqlite3.connect(root / kind / folder / "pets" / "pets.sqlite")
+        con.execute("CREATE TABLE pets (name TEXT, kind TEXT, age INTEGER)")
+        con.executemany("INSERT INTO pets VALUES (?, ?, ?)", [("rex", "dog", 3), ("tom", "cat", 5), ("max", "dog", 1)])
+        con.commit()
+        con.close()
+        qs = [{"db_id": "pets", "question": q, ref: r, "evidence": "age in years"}
+              for q, r in (("Names?", "SELECT name FROM pets ORDER BY age"), ("Dogs?", "SELECT COUNT(*) FROM pets "
+                                                                                        "WHERE kind = 'dog'"))]
+        (root / kind / "dev.json").write_text(json.dumps(qs))
+        out += get_family("sql").load_examples(f"{kind}:{root / kind}")
+    return out
+
+
+def _ifeval_examples():
+    """IFEval-format lines (the prompt as written, constraints found in it)."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp(prefix="mrtpo-hostile-")) / "input_data.jsonl"
+    lines = [{"key": 1, "prompt": "Write a poem about tea. Do not use any commas. Answer in at least 3 sentences.",
+              "instruction_id_list": ["punctuation:no_comma", "length_constraints:number_sentences"],
+              "kwargs": [{}, {"num_sentences": 3, "relation": "at least"}]},
+             {"key": 2, "prompt": "Explain rain in ALL CAPS, with at least 5 capital words.",
+              "instruction_id_list": ["change_case:capital_word_frequency", "change_case:english_capital"],
+              "kwargs": [{"capital_frequency": 5, "capital_relation": "at least"}, {}]}]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return get_family("instructions").load_examples(path)
 
 
 _variant_cache: dict = {}
