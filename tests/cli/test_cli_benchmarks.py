@@ -92,3 +92,19 @@ def test_train_has_the_compare_flags():
 
     a = build_parser().parse_args(["train", "--steps", "1", "--task", "sql", "--sql-compare", "bird"])
     assert a.sql_compare == "bird" and a.tools_compare is None
+
+
+def test_score_and_sample_an_ifeval_file(tmp_path, capsys):
+    line = {"key": 1001, "prompt": "Write about Japan. Do not use any commas and answer in lowercase letters.",
+            "instruction_id_list": ["punctuation:no_comma", "change_case:english_lowercase"], "kwargs": [{}, {}]}
+    data = _jsonl(tmp_path / "input_data.jsonl", [line])
+    reply = "the weather in japan is very nice and the people there are friendly to everyone"
+    resp = _jsonl(tmp_path / "r.jsonl", [{"example_id": "1001", "response": reply}])
+    assert main(["score", "--task", "instructions", "--examples", str(data), "--responses", str(resp)]) == 0
+    out = _lines(capsys.readouterr().out)[0]
+    assert out["scores"] == {"punctuation:no_comma": 1.0, "change_case:english_lowercase": 1.0}
+    assert out["verifier_info"]["punctuation:no_comma"].startswith("Do not use any commas")
+    # the two constraints share a sentence: sample says so on stderr
+    assert main(["sample", "--task", "instructions", "--examples", str(data), "--example", "1001", "--group", "1",
+                 "--max-new-tokens", "4", "--model", "tiny-random", "--device", "cpu"]) == 0
+    assert "note: change_case:english_lowercase: its sentence was not found" in capsys.readouterr().err
