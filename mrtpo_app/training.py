@@ -20,7 +20,7 @@ from mrtpo.core.info import INFO_LABELS
 from mrtpo.experiment import experiment_summary, load_experiment, read_experiment
 from mrtpo.store import RunInfo, Store
 from mrtpo.train import PHASES, TrainConfig, Trainer
-from mrtpo.views import render
+from mrtpo.views import panels, render
 from mrtpo_app import charts
 from mrtpo_app.ui import guard, md, show_error
 
@@ -238,4 +238,4 @@ def experiment_view(store: Store, db_path: str) -> None:
         col.markdown(f"**{m}** (run {exp.run_name(m, seed)})")
         with col:
             st.html(f"<style>{render.CSS}.mrtpo .lab{{flex:0 0 95px}}</style>"  # narrower labels in columns
-                    f"{render.probe_shift_html(probes[m][pi]['tokens'], reward, a, b, int(step), vmax, vdiff)}")
+                    f"{panels.probe_shift_html(probes[m][pi]['tokens'], reward, a, b, int(step), vmax, vdiff)}")

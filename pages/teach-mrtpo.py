@@ -10,7 +10,7 @@ import torch
 from mrtpo.core.advantages import compute
 from mrtpo.core.credit import BETA
 from mrtpo.templates import ALL
-from mrtpo.views import render
+from mrtpo.views import panels, render
 from mrtpo_app import state as S
 from mrtpo_app import topk
 from mrtpo_app.sidebar import page
@@ -127,4 +127,4 @@ st.subheader("What v_k adds to the prompt")
 st.caption(f"P_all as the model sees it; highlighted: the text that P_\\k lacks, i.e. v_k for reward "
            f"{md(k6)}. Everything else is the same in both prompts, so any difference between p_t and q_t comes "
            f"from this text.")
-st.html(render.prompt_diff_html(dist["prompts"][k6], dist["prompts"]["__all__"]))
+st.html(panels.prompt_diff_html(dist["prompts"][k6], dist["prompts"]["__all__"]))

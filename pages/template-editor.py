@@ -9,7 +9,7 @@ from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
 from mrtpo.errors import MrtpoError
 from mrtpo.templates import Template
-from mrtpo.views import faithfulness_table, relevance_change, render, token_view
+from mrtpo.views import faithfulness_table, panels, relevance_change, render, token_view
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short, show_error
@@ -115,7 +115,7 @@ if not shown:
             "**Replay every reward** to compare relevance anyway.")
     st.stop()
 st.subheader(f"Relevance of response #{i}: before and after (measure {md(measure)})")
-st.html(f"<style>{render.CSS}</style>{render.relevance_diff_html(before, new, shown)}")
+st.html(f"<style>{render.CSS}</style>{panels.relevance_diff_html(before, new, shown)}")
 st.dataframe(pd.DataFrame(relevance_change(before, new, shown)), hide_index=True, width="stretch")
 _faithfulness_change(g, after["before"], after["replay"])
 if st.button("Use this template and these texts in Explore", key="tpl_adopt"):

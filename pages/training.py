@@ -12,7 +12,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model import DEFAULT_MODEL, default_model_cached
 from mrtpo.store import default_path, validate_run_name
 from mrtpo.train import TrainConfig
-from mrtpo.views import render, stored_step_view
+from mrtpo.views import panels, render, stored_step_view
 from mrtpo.views.curves import TOP, by_type, metric_title, reward_keys
 from mrtpo_app import charts
 from mrtpo_app import state as S
@@ -170,7 +170,7 @@ else:
         beta_s = store.metrics(run.id).get("beta_s", {}).get(int(step), 0.0) or 0.0
         with guard("the stored step"):
             sview = stored_step_view(rows, cfg.credit.method, cfg.sampling.group_size, beta_s, cfg.credit.cap)
-        st.html(f"<style>{render.CSS}</style>{render.stored_sample_html(sview, i, rows[i])}")
+        st.html(f"<style>{render.CSS}</style>{panels.stored_sample_html(sview, i, rows[i])}")
         note = (" At this step β_s = 0 (the warmup's first step), so the token rows equal the uniform ones."
                 if tokens and beta_s == 0 else "")
         st.caption(f"Per reward: {cfg.credit.parsed.estimator_label}'s uniform advantage (the whole "

@@ -83,6 +83,40 @@ def error_text(e: Exception) -> str:
     return f"internal error ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); please report it"
 
 
+def compare_args(p: argparse.ArgumentParser) -> None:
+    """``--sql-compare`` and ``--tools-compare``: how the task's checker compares a reply with the reference."""
+    from mrtpo.tasks import COMPARE_MODES
+
+    p.add_argument("--sql-compare", choices=COMPARE_MODES["sql"], default=None,
+                   help="sql task: rows compared as mrtpo does (strict: multisets, order when the reference's "
+                        "outermost query orders), as Spider does (spider: any column order) or as BIRD does (bird: "
+                        "sets of rows); default: the examples' own (spider:/bird: folders: their benchmark's)")
+    p.add_argument("--tools-compare", choices=COMPARE_MODES["tools"], default=None,
+                   help="tools task: values compared leniently (lenient: '5' == 5, any case) or as BFCL's AST "
+                        "checker does (bfcl: exact types, BFCL's string clean-up); default: the examples' own "
+                        "(bfcl: data: bfcl)")
+
+
+def _compared(fam, a, examples: list) -> list:
+    from mrtpo.tasks import apply_compare
+
+    return apply_compare(fam, examples, sql_compare=getattr(a, "sql_compare", None),
+                         tools_compare=getattr(a, "tools_compare", None))
+
+
+def task_examples(fam, a) -> list:
+    """The examples of ``--examples`` (or the family's built-in ones), compared as ``--sql-compare`` /
+    ``--tools-compare`` ask."""
+    return _compared(fam, a, fam.load_examples(a.examples) if a.examples else fam.examples())
+
+
+def pick_example(fam, a, key):
+    """One example of :func:`task_examples` by id or index."""
+    if a.examples:
+        return find_example(task_examples(fam, a), key, a.examples)
+    return _compared(fam, a, [fam.example(key)])[0]
+
+
 def find_example(examples, key, path):
     for i, ex in enumerate(examples):
         if ex.id == str(key) or str(i) == str(key):

@@ -12,14 +12,15 @@ from mrtpo.cli.common import (
     NONNEG,
     POSITIVE,
     Progress,
+    compare_args,
     credit_args,
     error_text,
-    find_example,
     lines_summary,
     load_model_arg,
     load_template,
     measure_list,
     model_args,
+    pick_example,
     quiet_arg,
     sampling_args,
     write_json,
@@ -305,10 +306,9 @@ def cmd_explain(a) -> int:
     tries = []
     if a.task:
         fam = get_family(a.task)
-        if a.examples:
-            ex = find_example(fam.load_examples(a.examples), a.example or 0, a.examples)
-        else:
-            ex = fam.example(a.example or 0)
+        ex = pick_example(fam, a, a.example or 0)
+        for note in fam.notes(ex):
+            print(f"note: {note}", file=sys.stderr)
         texts = _responses_file(a.responses) if a.responses else None
         template = load_template(a.template, fam)
         lm = load_model_arg(a, prog)
@@ -392,7 +392,9 @@ def register(sub) -> None:
     p = sub.add_parser("explain", help="self-contained HTML heatmaps for one prompt and its responses")
     p.add_argument("--task", default=None, help="task family: sql | instructions | tools")
     p.add_argument("--example", default=None, help="example id or index (default 0)")
-    p.add_argument("--examples", default=None, help="your own examples file (JSONL, the family's format)")
+    p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
+                                                     "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")
+    compare_args(p)
     p.add_argument("--responses", default=None, help='JSONL lines {"response"} instead of sampling')
     p.add_argument("--input", default=None,
                    help='group JSON {"prompt", "verifier_info", "responses", "rewards", "reward_names"?}')

@@ -12,7 +12,17 @@ from __future__ import annotations
 import sys
 import time
 
-from mrtpo.cli.common import POSITIVE, SEED, TEMPERATURE, load_template, measure_list, model_args, write_json
+from mrtpo.cli.common import (
+    POSITIVE,
+    SEED,
+    TEMPERATURE,
+    compare_args,
+    load_template,
+    measure_list,
+    model_args,
+    task_examples,
+    write_json,
+)
 from mrtpo.errors import MrtpoError
 
 
@@ -26,7 +36,7 @@ def cmd_faithfulness(a) -> int:
     measures = list(dict.fromkeys(m for ms in (a.measure or [[MEASURE]]) for m in ms))
     infos = list(dict.fromkeys(a.info or [INFO]))
     fam = get_family(a.task)
-    examples = fam.load_examples(a.examples) if a.examples else fam.examples()
+    examples = task_examples(fam, a)
     if not examples:
         raise MrtpoError(f"{a.examples}: no examples in the file")
     examples = examples[: a.limit]
@@ -54,7 +64,9 @@ def register(sub) -> None:
 
     p = sub.add_parser("faithfulness", help="token AUROC / lift of relevance against the verifiers' evidence spans")
     p.add_argument("--task", required=True, help="sql | instructions | tools")
-    p.add_argument("--examples", default=None, help="your own examples file (JSONL, the family's format)")
+    p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
+                                                     "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")
+    compare_args(p)
     p.add_argument("--limit", type=POSITIVE, default=20, help="the first N examples (default 20)")
     p.add_argument("--group", type=POSITIVE, default=GROUP_SIZE,
                    help=f"responses sampled per example (default {GROUP_SIZE})")

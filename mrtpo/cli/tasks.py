@@ -7,12 +7,14 @@ import sys
 from mrtpo import validate as V
 from mrtpo.cli.common import (
     LINES_EPILOG,
+    compare_args,
     credit_args,
     error_text,
-    find_example,
     lines_summary,
     model_args,
+    pick_example,
     sampling_args,
+    task_examples,
 )
 from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, json_lines
@@ -24,7 +26,9 @@ def cmd_sample(a) -> int:
     from mrtpo.tasks import get_family
 
     fam = get_family(a.task)
-    ex = find_example(fam.load_examples(a.examples), a.example, a.examples) if a.examples else fam.example(a.example)
+    ex = pick_example(fam, a, a.example)
+    for note in fam.notes(ex):
+        print(f"note: {note}", file=sys.stderr)
     lm = load_model(a.model, a.device)
     g = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed)
     for i, s in enumerate(g.samples):
@@ -38,7 +42,7 @@ def cmd_score(a) -> int:
     from mrtpo.tasks import get_family
 
     fam = get_family(a.task)
-    examples = fam.load_examples(a.examples) if a.examples else fam.examples()
+    examples = task_examples(fam, a)
     by_id = {ex.id: ex for ex in examples}
     ok = bad = 0
     for n, obj, problem in json_lines(a.responses):
@@ -81,18 +85,26 @@ def cmd_score(a) -> int:
 
 
 
+EXAMPLES_HELP = ("examples: a JSONL file in the family's format (default: built-in), or a benchmark: "
+                 "bfcl:CATEGORY (tools; e.g. bfcl:simple_python, bfcl:parallel), spider:DIR or bird:DIR (sql), an "
+                 "IFEval-format file (instructions)")
+
+
 def register(sub) -> None:
     p = sub.add_parser("sample", help="sample a group for a task example; print responses with rewards")
     p.add_argument("--task", required=True)
     p.add_argument("--example", default="0", help="example id or index")
-    p.add_argument("--examples", default=None, help="your own examples file (JSONL)")
+    p.add_argument("--examples", default=None, help=EXAMPLES_HELP)
+    compare_args(p)
     sampling_args(p)
     model_args(p)
     p.set_defaults(fn=cmd_sample)
 
     p = sub.add_parser("score", help="score given responses against task examples", epilog=LINES_EPILOG)
     p.add_argument("--task", required=True)
-    p.add_argument("--examples", default=None, help="examples JSONL in the family's format (default: built-in)")
-    p.add_argument("--responses", required=True, help='JSONL lines {"example_id", "response"}')
+    p.add_argument("--examples", default=None, help=EXAMPLES_HELP)
+    compare_args(p)
+    p.add_argument("--responses", required=True, help='JSONL lines {"example_id", "response"}; for a list of '
+                                                      "tool calls, the response is the JSON list as text")
     credit_args(p, "info")
     p.set_defaults(fn=cmd_score)

@@ -171,6 +171,56 @@ def gdpo(rewards, group_size, weights=None, *, eps: float = 1e-4, unbiased: bool
     return _finalize(per, keep, eps, unbiased, {"zscore": z})
 
 
+def loo_baseline(rewards: torch.Tensor, group_size: int, leave_one_out: bool = True):
+    """Per response and reward, NeMo-RL's baseline b and unbiased std s (``calculate_baseline_and_std_per_prompt``).
+
+    rewards: (N, K), NaN = not scored (left out of every baseline).  With ``leave_one_out`` the statistics are over
+    the *other* scored responses of the group (RLOO); else over all of them.  s = 0 where fewer than 2 values enter
+    it; a group with at most one scored response keeps b = r (advantage 0).  Computed in two passes (deviations from
+    b), so a constant set of values gives s = 0 exactly.  Returns (b, s), each (N, K).
+    """
+    g = _groups(rewards.float(), group_size)  # (B, G, K)
+    valid = ~torch.isnan(g)
+    x = torch.nan_to_num(g, nan=0.0)
+    G = g.shape[1]
+    others = valid.unsqueeze(1).expand(-1, G, -1, -1).clone()  # (B, i, j, K): j enters response i's statistics
+    if leave_one_out:
+        others &= ~torch.eye(G, dtype=torch.bool, device=g.device)[None, :, :, None]
+    m = others.sum(2).float()  # (B, G, K)
+    b = (x.unsqueeze(1) * others).sum(2) / m.clamp_min(1)
+    dev = torch.where(others, x.unsqueeze(1) - b.unsqueeze(2), torch.zeros_like(b.unsqueeze(2)))
+    s = torch.where(m > 1, ((dev ** 2).sum(2) / (m - 1).clamp_min(1)).sqrt(), torch.zeros_like(b))
+    alone = valid.sum(1, keepdim=True).expand_as(b) <= 1
+    b = torch.where(alone, x, b)
+    s = torch.where(alone, torch.zeros_like(s), s)
+    return b.reshape(rewards.shape), s.reshape(rewards.shape)
+
+
+@register("gdpo-loo", "GDPO-LOO")
+def gdpo_loo(rewards, group_size, weights=None, *, eps: float = 1e-6, leave_one_out: bool = True) -> Advantages:
+    """NeMo-RL's GDPO (``GDPOAdvantageEstimator``): per reward a leave-one-out baseline and std, weighted sum, then
+    normalization over the batch's responses.
+
+    b_ik, s_ik = the mean and unbiased std of the group's *other* scored rewards k (:func:`loo_baseline`);
+    Â_ik = (R_ik − b_ik) / (s_ik + eps) where s_ik > 0, else R_ik − b_ik (a group of one: 0; NaN: 0);
+    a_i = Σ_k w_k Â_ik;  A_i = (a_i − mean a) / std a (unbiased, over every response of the batch, no eps), or
+    a_i − mean a where that std is 0.  Normalizes per response, as NeMo-RL does.  ``leave_one_out=False`` uses the
+    whole group for b and s (NeMo's ``use_leave_one_out_baseline: false``).
+    """
+    r = rewards.float()
+    b, s = loo_baseline(r, group_size, leave_one_out)
+    diff = r - b
+    z = torch.nan_to_num(torch.where(s > 0, diff / (s + eps), diff), nan=0.0)
+    per = z * _weights(weights, z.shape[1], z)
+    sums = per.sum(-1)
+    center = sums.mean()
+    std = sums.std() if sums.numel() > 1 else sums.new_zeros(())
+    scale = torch.where(std > 0, std, torch.ones_like(std))
+    keep = torch.ones(z.shape[0], dtype=torch.bool, device=z.device)
+    return Advantages(per, (sums - center) / scale, center, scale, keep,
+                      {"zscore": z, "baseline": torch.nan_to_num(b, nan=0.0), "std": s})
+
+
 def dara_weights(z: torch.Tensor, group_size: int, w_max: float = 5.0, tol: float = 1e-8):
     """DARA densities and weights from GDPO's Â (N, K).
 

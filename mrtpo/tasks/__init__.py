@@ -14,6 +14,9 @@ _FAMILIES = {
 _ALIASES = {"text-to-sql": "sql", "ifeval": "instructions", "instruction": "instructions",
             "tool": "tools", "tool-calling": "tools"}
 _cache: dict[str, TaskFamily] = {}
+#: each family's comparison modes (the first: the default of its JSONL files); kept here, light, for the CLI's
+#: flags and TrainConfig (the families' own ``compare_modes`` are the same, a test checks it)
+COMPARE_MODES = {"sql": ("strict", "spider", "bird"), "tools": ("lenient", "bfcl")}
 
 
 def family_names() -> list[str]:
@@ -31,4 +34,17 @@ def get_family(name: str) -> TaskFamily:
     return _cache[key]
 
 
-__all__ = ["Example", "Score", "TaskFamily", "get_family", "family_names"]
+def apply_compare(family: TaskFamily, examples: list[Example], **modes: str | None) -> list[Example]:
+    """``examples`` compared as ``modes`` asks (``sql_compare="bird"``, ``tools_compare="bfcl"``; None: the
+    examples' own).  A mode given for another family is an error naming its flag."""
+    for key, mode in modes.items():
+        if mode is None:
+            continue
+        name = key.removesuffix("_compare")
+        if name != family.name:
+            raise MrtpoError(f"--{name}-compare applies to the {name} task, not '{family.name}'")
+        examples = family.with_compare(examples, mode)
+    return examples
+
+
+__all__ = ["COMPARE_MODES", "Example", "Score", "TaskFamily", "apply_compare", "get_family", "family_names"]

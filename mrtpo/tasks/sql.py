@@ -6,9 +6,11 @@ Rewards, in this order:
 * ``valid``   — the SQL (the block's body; the whole reply if there is no block) parses with sqlglot
   in the sqlite dialect and is one SELECT / WITH ... SELECT statement (UNION etc. included).
 * ``correct`` — run in a read-only sandbox (:mod:`mrtpo.tasks.sql_sandbox`), its rows equal the
-  reference query's rows: compared as multisets, in order only when the reference has a top-level
+  reference query's rows, as the example's comparison mode says (:mod:`mrtpo.tasks.sql_compare`):
+  ``strict`` (the default) compares multisets, in order only when the reference has a top-level
   ORDER BY; numbers are compared as floats rounded to 6 decimals (so 3 and 3.0 are equal); column
-  names are ignored, column order is not.
+  names are ignored, column order is not.  ``spider`` is Spider's test-suite rule (any column order,
+  order when the reference says "order by"), ``bird`` BIRD's (sets of rows).
 
 Evidence (``Score.evidence``: the characters of the reply each checker read, for a zero as for a one):
 
@@ -35,7 +37,10 @@ Your own examples: a JSONL file, one JSON object per line (``SqlTask().load_exam
 * ``id`` (string), ``question`` (string), ``reference`` (one SELECT query): required.
 * exactly one of ``db`` (the name of a bundled database) or ``schema_sql`` (your own script of
   CREATE TABLE / CREATE INDEX / CREATE VIEW / INSERT statements; no ATTACH, PRAGMA or extensions).
-* optional ``difficulty`` (free text, kept for display). Other fields are ignored.
+* optional ``difficulty`` (free text, kept for display), ``compare`` (``strict``, ``spider`` or ``bird``).
+  Other fields are ignored.
+
+Benchmarks as they are on disk: ``spider:PATH`` and ``bird:PATH`` (:mod:`mrtpo.tasks.sql_bench`).
 
 The reference must run in the sandbox and return at least one row (and at most 1000 rows); a
 question whose answer is empty would reward any query returning nothing. The task prompt shows the
@@ -55,7 +60,14 @@ from sqlglot import exp
 
 from mrtpo.errors import MrtpoError
 from mrtpo.tasks.base import Example, Score, Span, TaskFamily, clean_spans, sample_data
-from mrtpo.tasks.sql_compare import compare_results, has_order_by, plural, show_row, unwrap
+from mrtpo.tasks.sql_compare import (
+    SQL_COMPARE_MODES,
+    compare_rows,
+    order_matters,
+    plural,
+    show_row,
+    unwrap,
+)
 from mrtpo.tasks.sql_evidence import ABLATION_AFTER_S, correct_evidence
 from mrtpo.tasks.sql_sandbox import MAX_SQL_CHARS, Database, Result, SqlRunError, text_problem
 from mrtpo.tasks.text import quoted, stripped
@@ -91,8 +103,17 @@ def script_db(script: str) -> Database:
     return Database("custom", script)
 
 
+REFERENCE_TIME_LIMIT_S = 30.0  # a reference query on a user's database file (BIRD's evaluator allows 30 s)
+COMPARE_WORDS = {"strict": "", "spider": " as Spider compares results (the same rows, in any column order)",
+                 "bird": " as BIRD compares results (the same set of rows)"}
+
+
 def example_db(example: Example) -> Database:
     """The database an example's queries run on."""
+    if example.data.get("db_path"):
+        from mrtpo.tasks.sql_bench import file_db
+
+        return file_db(example.data["db"], example.data["db_path"])
     if example.data.get("schema_sql"):
         return script_db(example.data["schema_sql"])
     return bundled_db(example.data["db"])
@@ -100,7 +121,7 @@ def example_db(example: Example) -> Database:
 
 @functools.lru_cache(maxsize=1024)
 def _reference_result(db: Database, reference: str) -> Result:
-    return db.run(reference)
+    return db.run(reference, time_limit=REFERENCE_TIME_LIMIT_S if db.path else None)
 
 
 def build_prompt(schema: str, question: str) -> str:
@@ -256,10 +277,21 @@ class SqlTask(TaskFamily):
         self._examples: list[Example] | None = None
 
     # -- examples ---------------------------------------------------------------------------------
+    compare_modes = SQL_COMPARE_MODES
+
     def examples(self) -> list[Example]:
         if self._examples is None:
             self._examples = self.load_examples(DATA_DIR / "questions.jsonl")
         return list(self._examples)
+
+    def load_examples(self, path) -> list[Example]:
+        """Examples from a JSONL file, or a benchmark folder with ``spider:PATH`` / ``bird:PATH``."""
+        kind, _, spec = str(path).partition(":")
+        if isinstance(path, str) and kind in ("spider", "bird") and spec:
+            from mrtpo.tasks.sql_bench import load
+
+            return load(kind, spec, build_prompt)
+        return super().load_examples(path)
 
     def parse_example(self, obj: dict[str, Any]) -> Example:
         ex_id = _text_field(obj, "id")
@@ -294,7 +326,11 @@ class SqlTask(TaskFamily):
             raise ValueError(f"reference: does not run: {e}") from None
         if not result.rows:
             raise ValueError("reference: returns no rows (an empty answer would reward any query returning nothing)")
-        data["ordered"] = has_order_by(reference)
+        compare = obj.get("compare", "strict")
+        if compare not in SQL_COMPARE_MODES:
+            raise ValueError(f"compare: must be one of {', '.join(SQL_COMPARE_MODES)}, not {compare!r}")
+        data["compare"] = compare
+        data["ordered"] = order_matters(reference, compare)
         if isinstance(obj.get("difficulty"), str):
             data["difficulty"] = obj["difficulty"]
         prompt = build_prompt(db.schema, question)
@@ -307,10 +343,17 @@ class SqlTask(TaskFamily):
     def check(self, example: Example, response: str) -> Check:
         """Run all three checkers on ``response`` (cached: score and verifier_info share one run)."""
         d = example.data
-        ordered = d.get("ordered", has_order_by(d["reference"]))
+        mode = d.get("compare", "strict")
+        ordered = order_matters(d["reference"], mode)
         # keep huge replies out of the cache
         check = _check if len(response) <= _MAX_CACHED_CHARS else _check.__wrapped__
-        return check(example_db(example), d["reference"], bool(ordered), response)
+        db = example_db(example)
+        try:
+            _reference_result(db, d["reference"])
+        except SqlRunError as e:
+            raise MrtpoError(f"example {example.id}: its reference query does not run on database '{db.name}': "
+                             f"{e}") from None
+        return check(db, d["reference"], bool(ordered), response, mode)
 
     def score(self, example: Example, response: str) -> dict[str, Score]:
         c = self.check(example, response)
@@ -326,10 +369,11 @@ class SqlTask(TaskFamily):
 
     def rule_info(self, example: Example) -> dict[str, str]:
         ref = " ".join(example.data["reference"].split())
-        order = " in this order" if example.data.get("ordered") else ""
+        mode = example.data.get("compare", "strict")
+        order = " in this order" if order_matters(example.data["reference"], mode) else ""
         expected = _reference_result(example_db(example), example.data["reference"])
-        correct = (f"The result must equal that of the reference query {ref}{order}, which returns "
-                   f"{describe_rows(expected)}.")
+        correct = (f"The result must equal that of the reference query {ref}{order}{COMPARE_WORDS[mode]}, "
+                   f"which returns {describe_rows(expected)}.")
         return {"format": FORMAT_RULE, "valid": VALID_RULE, "correct": correct}
 
     def findings(self, example: Example, response: str, scores: dict[str, Score]) -> dict[str, str]:
@@ -343,7 +387,7 @@ class SqlTask(TaskFamily):
 
 
 @functools.lru_cache(maxsize=512)
-def _check(db: Database, reference: str, ordered: bool, response: str) -> Check:
+def _check(db: Database, reference: str, ordered: bool, response: str, mode: str = "strict") -> Check:
     expected = _reference_result(db, reference)
     a, b = sql_span(response)
     sql = response[a:b]
@@ -354,8 +398,8 @@ def _check(db: Database, reference: str, ordered: bool, response: str) -> Check:
     except SqlRunError as e:
         run_error = str(e)
     if result is not None:
-        difference = compare_results(result.rows, expected.rows, ordered)
-        spans = (correct_evidence(db, sql, result.rows, ordered) if time.perf_counter() - t0 < ABLATION_AFTER_S
+        difference = compare_rows(result.rows, expected.rows, mode, ordered)
+        spans = (correct_evidence(db, sql, result.rows, ordered, mode) if time.perf_counter() - t0 < ABLATION_AFTER_S
                  else [(0, len(sql))])
         evidence = clean_spans([(a + s, a + e) for s, e in spans], len(response))
     return Check(check_format(response), sql, parse_select(sql), run_error, result, expected, difference, (a, b),

@@ -1,14 +1,28 @@
-"""Comparing a query's result with the reference's, as the SQL family's ``correct`` reward does: multisets of rows
-(numbers rounded to 6 decimals, 3 == 3.0), ordered only when the reference's outermost query has ORDER BY; a
-difference is described in words (the reason of a 0)."""
+"""Comparing a query's result with the reference's, as the SQL family's ``correct`` reward does, in one of three
+modes (a difference is described in words: the reason of a 0):
+
+``strict``  (mrtpo's own, the default for JSONL files): multisets of rows (numbers rounded to 6 decimals,
+            3 == 3.0), ordered only when the reference's outermost query has ORDER BY; columns in order.
+``spider``  Spider's test-suite rule (``result_eq`` of taoyds/test-suite-sql-eval ``exec_eval.py``): bags of rows,
+            in order only when the reference contains "order by" anywhere, the columns in any order (some
+            permutation of them makes the bags equal); values compared exactly (3 == 3.0, '3' != 3).  Applied to the
+            queries as given (Spider's evaluator also drops DISTINCT from both and runs them on several database
+            variants; mrtpo runs them on the one database).
+``bird``    BIRD's execution accuracy: the *sets* of rows are equal (``set(predicted) == set(gold)``), order,
+            duplicates and nothing else ignored; values compared exactly.
+"""
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import Counter
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
+
+SQL_COMPARE_MODES = ("strict", "spider", "bird")
+MAX_PERMUTATIONS = 5000  # column orders the spider mode tries at most (Spider samples rows instead)
 
 
 def unwrap(tree: exp.Expression) -> exp.Expression:
@@ -79,3 +93,89 @@ def show_row(row: tuple | None) -> str:
 
 def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+# -- the benchmarks' rules ----------------------------------------------------------------------------------------
+def order_matters(reference: str, mode: str) -> bool:
+    """Whether the mode compares the rows in order: strict, a top-level ORDER BY; spider, "order by" anywhere in
+    the reference (as Spider's evaluator decides); bird, never."""
+    if mode == "bird":
+        return False
+    if mode == "spider":
+        return "order by" in reference.lower()
+    return has_order_by(reference)
+
+
+def compare_rows(got: list[tuple], expected: list[tuple], mode: str, ordered: bool) -> str:
+    """'' when the result equals the reference's under ``mode`` (module docstring), else the difference."""
+    if mode == "spider":
+        return spider_difference(got, expected, ordered)
+    if mode == "bird":
+        return bird_difference(got, expected)
+    return compare_results(got, expected, ordered)
+
+
+def _unordered(row: tuple) -> tuple:
+    return tuple(sorted(row, key=lambda x: str(x) + str(type(x))))
+
+
+def _permutations(gold: list[tuple], pred: list[tuple]):
+    """Column orders of ``pred`` that could equal ``gold``: pred's column j may stand for gold's column i only when
+    every value of j is among i's values (Spider prunes with 20 random rows; all rows here, the same verdicts)."""
+    n = len(gold[0])
+    gold_sets = [{row[i] for row in gold} for i in range(n)]
+    allowed = [[j for j in range(n) if all(row[j] in gold_sets[i] for row in pred)] for i in range(n)]
+
+    def extend(prefix: list[int]):
+        if len(prefix) == n:
+            yield tuple(prefix)
+            return
+        for j in allowed[len(prefix)]:
+            if j not in prefix:
+                yield from extend(prefix + [j])
+
+    return itertools.islice(extend([]), MAX_PERMUTATIONS)
+
+
+def spider_difference(got: list[tuple], expected: list[tuple], ordered: bool) -> str:
+    """Spider's ``result_eq(gold, predicted, order_matters)`` as a difference ('' when equal)."""
+    if not got and not expected:
+        return ""
+    if len(got) != len(expected):
+        return f"returned {plural(len(got), 'row')}; expected {len(expected)}"
+    if len(got[0]) != len(expected[0]):
+        return f"returned {plural(len(got[0]), 'column')}; expected {len(expected[0])}"
+    s_got, s_exp = [_unordered(r) for r in got], [_unordered(r) for r in expected]
+    if (s_got != s_exp) if ordered else (set(s_got) != set(s_exp)):
+        if not ordered or set(s_got) != set(s_exp) or Counter(s_got) != Counter(s_exp):
+            return _first_difference(got, expected, s_got, s_exp)
+        return "right rows in the wrong order (the reference orders them)"
+    for perm in _permutations(expected, got):
+        moved = [tuple(row[j] for j in perm) for row in got]
+        if (moved == expected) if ordered else (Counter(moved) == Counter(expected)):
+            return ""
+    if ordered and Counter(s_got) == Counter(s_exp):
+        return "right rows in the wrong order (the reference orders them)"
+    return "the rows differ from the reference's (as a bag, in any column order)"
+
+
+def _first_difference(got, expected, s_got, s_exp) -> str:
+    extra = next((got[i] for i, r in enumerate(s_got) if r not in set(s_exp)), None)
+    missing = next((expected[i] for i, r in enumerate(s_exp) if r not in set(s_got)), None)
+    if extra is not None:
+        return f"row {show_row(extra)} is not in the expected result" + (
+            f" (expected e.g. {show_row(missing)})" if missing is not None else "")
+    return "the rows repeat differently from the reference's"
+
+
+def bird_difference(got: list[tuple], expected: list[tuple]) -> str:
+    """BIRD's execution accuracy, ``set(predicted) == set(gold)``, as a difference ('' when equal)."""
+    g, e = set(got), set(expected)
+    if g == e:
+        return ""
+    extra = next((r for r in got if r not in e), None)
+    missing = next((r for r in expected if r not in g), None)
+    if extra is not None:
+        return f"row {show_row(extra)} is not in the expected result" + (
+            f" (expected e.g. {show_row(missing)})" if missing is not None else "")
+    return f"row {show_row(missing)} is missing (compared as sets of rows)"

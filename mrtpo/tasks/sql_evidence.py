@@ -11,7 +11,7 @@ from sqlglot.dialects.sqlite import SQLite
 from sqlglot.tokens import TokenType as _T
 
 from mrtpo.tasks.base import Span
-from mrtpo.tasks.sql_compare import compare_results
+from mrtpo.tasks.sql_compare import compare_rows
 from mrtpo.tasks.sql_sandbox import Database, SqlRunError
 
 MAX_ABLATIONS = 16  # clause removals run per reply (more clauses: the whole query is the evidence)
@@ -155,10 +155,10 @@ def clauses(sql: str) -> list[Clause] | None:
     return out
 
 
-def correct_evidence(db: Database, sql: str, rows: list[tuple], ordered: bool) -> list[Span]:
+def correct_evidence(db: Database, sql: str, rows: list[tuple], ordered: bool, mode: str = "strict") -> list[Span]:
     """Spans of ``sql`` that `correct` read: the clauses (:func:`clauses`) whose removal changes the result as the
-    checker compares it (other rows, or an error), plus those that cannot be removed; the whole query when it has
-    no plain clause structure or more than ``MAX_ABLATIONS`` removable clauses."""
+    checker compares it in ``mode`` (other rows, or an error), plus those that cannot be removed; the whole query
+    when it has no plain clause structure or more than ``MAX_ABLATIONS`` removable clauses."""
     parts = clauses(sql)
     whole = [(0, len(sql))] if sql else []
     if parts is None or sum(c.without is not None for c in parts) > MAX_ABLATIONS:
@@ -171,7 +171,7 @@ def correct_evidence(db: Database, sql: str, rows: list[tuple], ordered: bool) -
             except SqlRunError:
                 spans.append(c.span)
                 continue
-            if not compare_results(got.rows, rows, ordered):
+            if not compare_rows(got.rows, rows, mode, ordered):
                 continue
         spans.append(c.span)
     return spans or whole

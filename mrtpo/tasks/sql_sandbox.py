@@ -56,6 +56,8 @@ from mrtpo.tasks.sql_worker import (
 MAX_SQL_CHARS = 20_000
 MAX_ROWS = 1000
 TIME_LIMIT_S = 1.0
+#: a query's limits on a user's database file (Spider, BIRD): rows, result bytes, seconds
+FILE_MAX_ROWS, FILE_MAX_BYTES, FILE_TIME_LIMIT_S = 100_000, 32_000_000, 3.0
 BUILD_TIME_LIMIT_S = 5.0
 #: how long after its time limit a worker that has not answered is killed
 KILL_GRACE_S = 0.25
@@ -284,23 +286,47 @@ atexit.register(lambda: _pool.close())
 
 # -- databases ----------------------------------------------------------------------------------------
 class Database:
-    """A SQLite database built from a script, kept in memory by the worker processes.
+    """A SQLite database built from a script, kept in memory by the worker processes (or a user's database file,
+    :meth:`from_file`).
 
     ``name`` is for messages; ``script`` the CREATE/INSERT text. Building runs the script in a worker under an
     authorizer (no ATTACH, PRAGMA, extensions), a time limit and the worker's hard limits; a bad script raises
     SqlRunError. ``tables`` are the table names, ``schema`` the CREATE TABLE statements as written.
+    ``max_rows`` / ``max_bytes`` / ``time_limit``: a query's limits on it (larger for a file: a benchmark's
+    answers can be long and its databases large).
     """
 
-    def __init__(self, name: str, script: str):
-        self.name, self.script = name, script
-        problem = text_problem(script, "script")
-        if problem:
-            raise SqlRunError(problem)
-        self.key = hashlib.sha256(script.encode("utf-8")).hexdigest()[:32]
-        tables, schema = self._request(("build", self.key, script, BUILD_TIME_LIMIT_S), BUILD_TIME_LIMIT_S)
+    max_rows, max_bytes, time_limit = MAX_ROWS, MAX_RESULT_BYTES, TIME_LIMIT_S
+
+    def __init__(self, name: str, script: str, *, path: str | None = None):
+        self.name, self.script, self.path = name, script, path
+        if path is not None:
+            self.key = hashlib.sha256(f"{path}\0{script}".encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            self.max_rows, self.max_bytes, self.time_limit = FILE_MAX_ROWS, FILE_MAX_BYTES, FILE_TIME_LIMIT_S
+            tables, schema = self._request(self._load_request(), BUILD_TIME_LIMIT_S)
+        else:
+            problem = text_problem(script, "script")
+            if problem:
+                raise SqlRunError(problem)
+            self.key = hashlib.sha256(script.encode("utf-8")).hexdigest()[:32]
+            tables, schema = self._request(self._load_request(), BUILD_TIME_LIMIT_S)
         self.tables: list[str] = list(tables)
         #: the CREATE TABLE statements as written in the script (with their inline comments)
         self.schema: str = schema
+
+    @classmethod
+    def from_file(cls, name: str, path: str | Path) -> "Database":
+        """A user's SQLite file, opened read-only and immutable (nothing is written to it or beside it: no journal,
+        no lock); SqlRunError when it is not a SQLite database.  The file's size and modification time are part of
+        its identity, so a changed file is opened again."""
+        p = Path(path).resolve()
+        st = p.stat()
+        return cls(name, f"{st.st_size}:{st.st_mtime_ns}", path=str(p))
+
+    def _load_request(self) -> tuple:
+        if self.path is not None:
+            return ("open", self.key, self.path, BUILD_TIME_LIMIT_S)
+        return ("build", self.key, self.script, BUILD_TIME_LIMIT_S)
 
     def _request(self, request: tuple, time_limit: float) -> tuple:
         """The worker's reply to ``request`` less its status; the database is (re)built in the worker first
@@ -308,7 +334,7 @@ class Database:
         with _pool.worker() as w:
             reply = w.call(request, time_limit)
             if reply[0] == "unknown-db":
-                built = w.call(("build", self.key, self.script, BUILD_TIME_LIMIT_S), BUILD_TIME_LIMIT_S)
+                built = w.call(self._load_request(), BUILD_TIME_LIMIT_S)
                 if built[0] != "ok":
                     raise SqlRunError(f"the database '{self.name}' does not build: {built[1]}")
                 reply = w.call(request, time_limit)
@@ -316,10 +342,13 @@ class Database:
             raise SqlRunError(reply[1] if len(reply) > 1 else f"the SQL worker answered {reply[0]!r}")
         return reply[1:]
 
-    def run(self, sql: str, max_rows: int = MAX_ROWS, time_limit: float = TIME_LIMIT_S) -> Result:
+    def run(self, sql: str, max_rows: int | None = None, time_limit: float | None = None) -> Result:
         """Run one read-only query; its rows, or SqlRunError saying why not."""
         precheck(sql)
-        columns, rows = self._request(("run", self.key, first_statement(sql), max_rows, time_limit), time_limit)
+        max_rows = self.max_rows if max_rows is None else max_rows
+        time_limit = self.time_limit if time_limit is None else time_limit
+        request = ("run", self.key, first_statement(sql), max_rows, time_limit, self.max_bytes)
+        columns, rows = self._request(request, time_limit)
         return Result(list(columns), [tuple(r) for r in rows])
 
     def content_hash(self) -> str:

@@ -29,11 +29,15 @@ Protocol: frames of a 4-byte big-endian length and a :mod:`marshal` payload (Non
 tuples, lists only), requests on stdin, replies on stdout. The worker first sends ``("ready",)``. Then::
 
     ("build", key, script, time_limit)       -> ("ok", tables, schema) | ("error", reason)
-    ("run", key, sql, max_rows, time_limit)  -> ("ok", columns, rows)  | ("error", reason) | ("unknown-db",)
+    ("open", key, path, time_limit)          -> ("ok", tables, schema) | ("error", reason)
+    ("run", key, sql, max_rows, time_limit[, max_bytes])
+                                             -> ("ok", columns, rows)  | ("error", reason) | ("unknown-db",)
     ("hash", key)                            -> ("ok", sha256 hex)     | ("unknown-db",)
 
-``key`` names a database built from ``script``; the worker keeps the ``MAX_DATABASES`` most recently used
-and answers ``("unknown-db",)`` for others, upon which the parent sends the script again.
+``key`` names a database built from ``script``, or a user's database file opened read-only and immutable
+(``mode=ro&immutable=1``: SQLite writes nothing next to it, no journal, no lock; its text decoded as UTF-8 with
+bad bytes replaced); the worker keeps the ``MAX_DATABASES`` most recently used and answers ``("unknown-db",)`` for
+others, upon which the parent sends the script (or the path) again.
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ import struct
 import sys
 import time
 from collections import OrderedDict
+from urllib.parse import quote
 
 MAX_VALUE_BYTES = 1_000_000
 MAX_RESULT_BYTES = 1_000_000
@@ -168,6 +173,11 @@ def _error_reason(e: BaseException, denied: list[str], time_limit: float) -> str
     return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
 
 
+def _text(b: bytes) -> str:
+    """A user's database's TEXT value (bytes that are not UTF-8, as some of Spider's hold, replaced)."""
+    return b.decode("utf-8", "replace")
+
+
 def _value_bytes(v) -> int:
     if isinstance(v, str):
         return len(v.encode("utf-8", "surrogatepass"))
@@ -209,6 +219,9 @@ class Worker:
         except BaseException:
             owner.close()
             raise
+        return self._keep(key, owner, uri, rows)
+
+    def _keep(self, key: str, owner: sqlite3.Connection, uri: str, rows: list) -> tuple:
         tables = [r[0] for r in rows]
         schema = "\n\n".join(r[1].strip() + ";" for r in rows)
         self.dbs[key] = (owner, uri, tables, schema)
@@ -216,12 +229,44 @@ class Worker:
             self.dbs.popitem(last=False)[1][0].close()
         return ("ok", tables, schema)
 
-    def run(self, key: str, sql: str, max_rows: int, time_limit: float) -> tuple:
+    def open(self, key: str, path: str, time_limit: float) -> tuple:
+        """Open the database file ``path`` read-only and immutable as database ``key`` (its schema read once)."""
+        if key in self.dbs:
+            self.dbs.move_to_end(key)
+            _, _, tables, schema = self.dbs[key]
+            return ("ok", tables, schema)
+        uri = f"file:{quote(path)}?immutable=1"
+        try:
+            owner = sqlite3.connect(uri + "&mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as e:
+            return ("error", f"cannot open it: {e}")
+        owner.text_factory = _text
+        denied = _guard(owner, READ_ACTIONS, time_limit)
+        _cpu_backstop(time_limit)
+        try:
+            rows = owner.execute("SELECT name, sql FROM sqlite_master "
+                                 "WHERE type = 'table' AND sql IS NOT NULL ORDER BY rowid").fetchall()
+            problem = "" if rows else "it has no table"
+        except (sqlite3.Error, sqlite3.Warning, MemoryError, ValueError) as e:
+            problem = _error_reason(e, denied, time_limit)
+        except BaseException:
+            owner.close()
+            raise
+        if problem:
+            owner.close()
+            return ("error", problem)
+        owner.set_authorizer(None)
+        owner.set_progress_handler(None, 0)
+        return self._keep(key, owner, uri, rows)
+
+    def run(self, key: str, sql: str, max_rows: int, time_limit: float, max_bytes: int = MAX_RESULT_BYTES) -> tuple:
         """Run one read-only statement on database ``key``: its columns and rows, or why not."""
         if key not in self.dbs:
             return ("unknown-db",)
         self.dbs.move_to_end(key)
         conn = sqlite3.connect(self.dbs[key][1] + "&mode=ro", uri=True, isolation_level=None)
+        if "immutable=1" in self.dbs[key][1]:
+            conn.text_factory = _text
         try:
             conn.execute("PRAGMA query_only = 1")  # before the authorizer, which denies PRAGMA
             conn.execute("PRAGMA temp_store = MEMORY")
@@ -236,8 +281,8 @@ class Worker:
                     if len(rows) == max_rows:
                         return ("error", f"returned more than {max_rows} rows")
                     size += sum(map(_value_bytes, row))
-                    if size > MAX_RESULT_BYTES:
-                        return ("error", f"the result is larger than {MAX_RESULT_BYTES} bytes")
+                    if size > max_bytes:
+                        return ("error", f"the result is larger than {max_bytes} bytes")
                     rows.append(tuple(row))
             except (sqlite3.Error, sqlite3.Warning, MemoryError, ValueError) as e:
                 return ("error", _error_reason(e, denied, time_limit))
@@ -259,6 +304,8 @@ class Worker:
         try:
             if op == "build":
                 return self.build(*args)
+            if op == "open":
+                return self.open(*args)
             if op == "run":
                 return self.run(*args)
             if op == "hash":

@@ -1,42 +1,50 @@
-"""Tool calling: pick the right tool from its JSON schema and fill in its arguments.
+"""Tool calling: pick the right tools from their JSON schemas and fill in their arguments.
 
-Each example gives a user request and 1-4 tool schemas; the policy answers with one JSON object
-``{"name": ..., "arguments": {...}}``. Three rewards, in this order:
+Each example gives a user request and tool schemas; the policy answers with one JSON object
+``{"name": ..., "arguments": {...}}``, or — for an example that asks for a list (several calls, or BFCL's
+format) — a JSON list of such objects.  Three rewards, in this order:
 
-``format``     1 if the whole answer is exactly one JSON object with the keys ``name`` (a string)
-               and ``arguments`` (an object) and nothing else, optionally inside a single
-               ```json (or plain ```) fence; else 0.
-``function``   1 if the called function's name equals the expected name (exact, after stripping
-               surrounding whitespace); else 0.
-``arguments``  ``hits / (needed + errors)`` (1.0 when both are 0), where
-               * needed = the expected arguments that may not be omitted,
+``format``     1 if the whole answer is exactly one JSON object with the keys ``name`` (a string) and ``arguments``
+               (an object) and nothing else, or a non-empty JSON list of such objects where a list is allowed (the
+               example asks for one, or compares as ``bfcl``), optionally inside a single ```json (or plain ```)
+               fence; else 0.
+``function``   the expected calls matched by a reply call of the same name, over max(expected calls, reply
+               calls): 1 when the reply calls exactly the expected functions (exact name; surrounding whitespace
+               ignored in the lenient mode), 0 when no call is found.
+``arguments``  ``hits / (needed + errors)`` summed over the calls (1.0 when both are 0), where
+               * needed = the expected arguments that may not be omitted (the schema's required ones and every
+                 expected one not optional),
                * hits   = needed arguments given with an accepted value,
-               * errors = optional arguments given with a value that is not accepted, plus
-                 arguments whose name is not among the expected arguments at all.
+               * errors = optional arguments given with a value that is not accepted, arguments not expected at
+                 all, a call whose arguments cannot be read, each expected call missing and each extra call.
                So: exact call -> 1; one of two required arguments wrong or missing -> 1/2;
                both right plus one unexpected argument -> 2/3; no call found -> 0.
+
+Calls are paired with the expected ones as BFCL's checker does (any order): each expected call, in order, takes
+the first unpaired reply call that is fully right; the rest pair by name, then in order.  ``format``, ``function``
+and ``arguments`` all 1 is BFCL's verdict (``ast_checker``'s ``valid``) in the ``bfcl`` comparison.
+
+Value comparison (:mod:`mrtpo.tasks.tools_compare`): ``lenient`` (the default for JSONL files) normalizes types —
+``"5" == 5 == 5.0``, strings case- and whitespace-insensitive, ``"true"`` for true; ``bfcl`` (the default for BFCL
+data, selectable for any file) is BFCL's AST checker's: exact types (an int for a scalar float only), strings
+standardized (spaces and ``,./-_*^`` removed, lowercased), membership in the acceptable values.
 
 Evidence (``Score.evidence``: the characters of the answer each checker read, for a zero as for a one):
 
 ``format``     the fences (an opening one with its ``json`` header); the braces and the keys (quotes included)
-               of the JSON object the answer is, or else of the first JSON object the tolerant parser decodes
-               (the call's), and the text outside that object (each side stripped); [] when no JSON object is
-               found and there is no fence.
-``function``   the called name's value (quotes left out); [] when no call is found.
+               of the JSON object the answer is (of a list: its brackets and each element's braces and keys), or
+               else of the first JSON object the tolerant parser decodes, and the text outside it (each side
+               stripped); [] when no JSON object is found and there is no fence.
+``function``   each called name's value (quotes left out); [] when no call is found.
 ``arguments``  each argument's key and value (quotes included); the whole value when ``arguments`` is not an
-               object (e.g. a JSON string); [] when the call has none.
-
-Value comparison normalizes types: numbers compare by value (``"5" == 5 == 5.0``, also a
-numeric string against a number); strings compare case-insensitively with surrounding whitespace
-stripped and inner runs of whitespace collapsed; booleans also match ``"true"``/``"false"``;
-lists compare element by element in order; objects compare key by key.
+               object (e.g. a JSON string); [] when the calls have none.
 
 Parsing is tolerant so that ``function`` and ``arguments`` still get a signal when ``format`` fails:
 the answer's first JSON object that looks like a call is used (prose around it is ignored; a
 missing closing brace is repaired; ``arguments`` given as a JSON string or under the key
 ``parameters`` is accepted; ``{"function": {"name", "arguments"}}`` and ``{"tool_calls": [...]}``
-wrappers are unwrapped). A Python-style call ``name(a=1, b="x")`` is read with :mod:`ast`
-(literals only, nothing is evaluated).
+wrappers are unwrapped); a JSON list of calls before it gives several calls. Python-style calls
+``name(a=1, b="x")`` and BFCL's ``[f(a=1), g(b=2)]`` are read with :mod:`ast` (literals only, nothing is evaluated).
 
 JSONL format of examples (one object per line)::
 
@@ -51,65 +59,58 @@ JSONL format of examples (one object per line)::
 
 ``optional`` lists expected arguments that may be left out (a default applies). When the field is
 absent, the expected arguments that the called tool's schema does not mark ``required`` are optional.
-An optional argument that *is* given must still have an accepted value.
+An optional argument that *is* given must still have an accepted value.  Also:
 
+* ``expected`` may be a list of calls (several calls, in any order; the reply is then a JSON list), each with its
+  own ``accept`` and ``optional``;
+* ``possible_answer`` instead of ``expected``: BFCL's answer, ``[{"function name": {"param": [acceptable values,
+  "" = may be omitted]}}, ...]`` (an object parameter's values as ``{key: [acceptable values]}``);
+* ``system``: text shown before the schemas; ``compare``: ``"lenient"`` (default) or ``"bfcl"``.
+
+``--examples bfcl:CATEGORY`` reads BFCL v4's own data (:mod:`mrtpo.tasks.tools_bfcl`), keeping its ids.
 The built-in examples (``sample_data/tools/examples.jsonl``) are converted from the Berkeley
-Function Calling Leaderboard (Apache-2.0; see ``sample_data/tools/NOTICE``) with :func:`from_bfcl`.
+Function Calling Leaderboard (Apache-2.0; see ``sample_data/tools/NOTICE``).
 """
 from __future__ import annotations
 
 import json
-import math
+from pathlib import Path
 from typing import Any
 
 from mrtpo.errors import MrtpoError
 from mrtpo.tasks.base import Example, Score, Span, TaskFamily, clean_spans, sample_data
 from mrtpo.tasks.text import clip, stripped
-from mrtpo.tasks.tools_parse import (
-    Located,
-    fence_content,
-    fences,
-    locate_call,
-    strip_fence,
-)
+from mrtpo.tasks.tools_bfcl import from_bfcl
+from mrtpo.tasks.tools_compare import COMPARE_MODES, CallCheck, check_call, names_match, values_equal
+from mrtpo.tasks.tools_examples import build_prompt, load_bfcl, parse_line
+from mrtpo.tasks.tools_parse import Located, fence_content, fences, locate_calls, strip_fence
 
 EXAMPLES_PATH = sample_data("tools", "examples.jsonl")
 REWARDS = ["format", "function", "arguments"]
 FORMAT_RULE = ('Answer with only one JSON object {"name": "<function name>", "arguments": {...}}, '
                "optionally inside one ```json fence, and nothing else.")
-_JSON_TYPES = {"object", "string", "number", "integer", "boolean", "array", "null"}
+FORMAT_RULE_LIST = ('Answer with only a JSON list of objects {"name": "<function name>", "arguments": {...}}, one '
+                    "per call, optionally inside one ```json fence, and nothing else.")
+
+__all__ = ["ToolsTask", "EXAMPLES_PATH", "REWARDS", "COMPARE_MODES", "build_prompt", "format_ok", "from_bfcl",
+           "values_equal"]
 
 
-# ---------------------------------------------------------------------------------------------
-# the task prompt
-
-def build_prompt(request: str, tools: list[dict[str, Any]]) -> str:
-    """The task prompt x: the tool schemas (one JSON line each), the request, the answer format."""
-    schemas = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
-    return (
-        f"You can call these functions:\n{schemas}\n\n"
-        f"Request: {request}\n\n"
-        'Answer with only one JSON object {"name": "<function name>", "arguments": {<argument>: <value>}} '
-        "that calls the right function, and nothing else."
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# parsing the answer
+def _call_problem(obj: Any) -> str:
+    """'' when ``obj`` is exactly a call object {name: str, arguments: object}, else what is wrong."""
+    if not isinstance(obj, dict):
+        return f"is a JSON {type(obj).__name__}, not an object"
+    if set(obj) != {"name", "arguments"}:
+        return f"has the keys {clip(str(sorted(obj)), 80)}, expected exactly ['arguments', 'name']"
+    if not isinstance(obj["name"], str):
+        return "has a 'name' that is not a string"
+    if not isinstance(obj["arguments"], dict):
+        return "has 'arguments' that is not an object"
+    return ""
 
 
-
-
-def _show(value: Any) -> str:
-    """A JSON rendering of a decoded value for a reason, at most 80 characters."""
-    try:
-        return clip(json.dumps(value, ensure_ascii=False), 80)
-    except (RecursionError, ValueError, TypeError):
-        return f"a {type(value).__name__} nested too deeply to show"
-
-
-def format_ok(response: str) -> tuple[bool, str]:
-    """The ``format`` check: (passed, reason when not)."""
+def format_ok(response: str, list_ok: bool = False) -> tuple[bool, str]:
+    """The ``format`` check: (passed, reason when not); ``list_ok``: a JSON list of calls passes too."""
     body = response.strip()
     inner = strip_fence(body)
     if inner is not None:
@@ -119,11 +120,20 @@ def format_ok(response: str) -> tuple[bool, str]:
     try:
         obj = json.loads(body)
     except json.JSONDecodeError as e:
-        return False, f"the answer is not one valid JSON object ({e.msg} at column {e.colno})"
+        what = "value" if list_ok else "object"
+        return False, f"the answer is not one valid JSON {what} ({e.msg} at column {e.colno})"
     except RecursionError:
         return False, "the answer's JSON is nested too deeply to read"
     except ValueError as e:  # e.g. an integer of more than 4300 digits
         return False, f"the answer is not one valid JSON object ({clip(str(e).split(';')[0], 80)})"
+    if isinstance(obj, list) and list_ok:
+        if not obj:
+            return False, "the answer is an empty list (give one object per call)"
+        for i, c in enumerate(obj):
+            problem = _call_problem(c)
+            if problem:
+                return False, f"call {i + 1} of the list {problem}"
+        return True, ""
     if not isinstance(obj, dict):
         return False, f"the answer is a JSON {type(obj).__name__}, not an object"
     if set(obj) != {"name", "arguments"}:
@@ -135,9 +145,9 @@ def format_ok(response: str) -> tuple[bool, str]:
     return True, ""
 
 
-def format_evidence(response: str, found: "Located") -> list[Span]:
-    """What ``format`` read (see the module docstring): the fences; the braces and keys of the JSON object the
-    answer is (else of the first JSON object the tolerant parser decoded) and the text outside that object."""
+def format_evidence(response: str, found: Located) -> list[Span]:
+    """What ``format`` read (see the module docstring): the fences; the braces and keys of the JSON value the
+    answer is (else of the first JSON object the tolerant parser decoded) and the text outside it."""
     fenced = fence_content(response)
     spans = fences(response) if fenced is not None or "```" in response else []
     body = fenced or stripped(response, 0, len(response))
@@ -155,99 +165,38 @@ def format_evidence(response: str, found: "Located") -> list[Span]:
     return spans
 
 
-# -- where a call lies in the answer (the evidence) -------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------
-# comparing values
-
-def _number(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            x = float(v.strip())
-        except ValueError:
-            return None
-        return x if math.isfinite(x) else None
-    return None
-
-
-def _text(v: str) -> str:
-    return " ".join(v.split()).casefold()
-
-
-def values_equal(got: Any, want: Any) -> bool:
-    """Whether ``got`` matches ``want`` under the type normalization of the module docstring."""
-    if isinstance(want, bool) or isinstance(got, bool):
-        b = {"true": True, "false": False}
-        g = b.get(_text(got)) if isinstance(got, str) else got
-        w = b.get(_text(want)) if isinstance(want, str) else want
-        return isinstance(g, bool) and isinstance(w, bool) and g == w
-    gn, wn = _number(got), _number(want)
-    if gn is not None and wn is not None:
-        return math.isclose(gn, wn, rel_tol=1e-9, abs_tol=1e-9)
-    if isinstance(got, str) and isinstance(want, str):
-        return _text(got) == _text(want)
-    if isinstance(got, (list, tuple)) and isinstance(want, (list, tuple)):
-        return len(got) == len(want) and all(values_equal(g, w) for g, w in zip(got, want))
-    if isinstance(got, dict) and isinstance(want, dict):
-        return set(got) == set(want) and all(values_equal(got[k], want[k]) for k in want)
-    return got is None and want is None
-
-
-# ---------------------------------------------------------------------------------------------
-# checking an example file's fields
-
-def _check_tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list) or not tools:
-        raise ValueError("tools: must be a non-empty list of tool schemas")
-    names = set()
-    for i, t in enumerate(tools):
-        where = f"tools[{i}]"
-        if not isinstance(t, dict):
-            raise ValueError(f"{where}: must be an object with name, description, parameters")
-        if not isinstance(t.get("name"), str) or not t["name"].strip():
-            raise ValueError(f"{where}.name: must be a non-empty string")
-        if t["name"] in names:
-            raise ValueError(f"{where}.name: duplicate tool name '{t['name']}'")
-        names.add(t["name"])
-        if not isinstance(t.get("description", ""), str):
-            raise ValueError(f"{where}.description: must be a string")
-        p = t.get("parameters")
-        if not isinstance(p, dict):
-            raise ValueError(f"{where}.parameters: must be an object with type, properties, required")
-        if p.get("type", "object") != "object":
-            raise ValueError(f"{where}.parameters: type must be 'object', not {p.get('type')!r}")
-        props = p.get("properties", {})
-        if not isinstance(props, dict) or not all(isinstance(v, dict) for v in props.values()):
-            raise ValueError(f"{where}.parameters: properties must map argument names to schemas")
-        for arg, sch in props.items():
-            typ = sch.get("type")
-            if typ is not None and typ not in _JSON_TYPES:
-                raise ValueError(f"{where}.parameters: argument '{arg}' has unknown type {typ!r}")
-        req = p.get("required", [])
-        if not isinstance(req, list) or not all(isinstance(r, str) for r in req):
-            raise ValueError(f"{where}.parameters: required must be a list of argument names")
-        missing = [r for r in req if r not in props]
-        if missing:
-            raise ValueError(f"{where}.parameters: required names unknown arguments {missing}")
-    return tools
+def pair_calls(calls: list[dict], expected: list[dict], functions: dict, mode: str):
+    """BFCL's pairing (module docstring): ([(expected index, reply index or None, CallCheck)], unpaired reply
+    indices)."""
+    checks = {(i, j): check_call(c, e, functions[e["name"]], mode, notes=len(expected) == len(calls) == 1)
+              for i, e in enumerate(expected) for j, c in enumerate(calls)}
+    pairs: dict[int, int] = {}
+    rules = (lambda i, j: checks[i, j].passed, lambda i, j: checks[i, j].name_ok, lambda i, j: True)
+    for rule in rules:
+        for i in range(len(expected)):
+            if i in pairs:
+                continue
+            j = next((j for j in range(len(calls)) if j not in pairs.values() and rule(i, j)), None)
+            if j is not None:
+                pairs[i] = j
+    out = [(i, pairs.get(i), (checks[i, pairs[i]] if len(expected) == len(calls) == 1 else
+                              check_call(calls[pairs[i]], e, functions[e["name"]], mode)) if i in pairs else
+            check_call(None, e, functions[e["name"]], mode)) for i, e in enumerate(expected)]
+    return out, [j for j in range(len(calls)) if j not in pairs.values()]
 
 
 class ToolsTask(TaskFamily):
-    """Tool calling: one JSON call ``{"name", "arguments"}``; rewards format, function, arguments."""
+    """Tool calling: JSON calls ``{"name", "arguments"}``; rewards format, function, arguments."""
 
     name = "tools"
-    description = ("Call the right tool with the right arguments as one JSON object; rewards: format "
-                   "(one JSON object), function (the right name), arguments (fraction of arguments right).")
+    description = ("Call the right tools with the right arguments as JSON; rewards: format "
+                   "(one JSON object or list of calls), function (the right names), arguments (fraction right).")
     template = {
         "prompt": "{prompt}\n\nThe checkers will verify:\n{verifier_info}",
         "item": "- {text}",
         "separator": "\n",
     }
+    compare_modes = COMPARE_MODES
 
     def __init__(self) -> None:
         self._examples: list[Example] | None = None
@@ -261,147 +210,83 @@ class ToolsTask(TaskFamily):
             self._examples = self.load_examples(EXAMPLES_PATH)
         return self._examples
 
+    def load_examples(self, path: str | Path) -> list[Example]:
+        """Examples from a JSONL file, or BFCL's data with ``bfcl:CATEGORY`` / ``bfcl:FILE``."""
+        if isinstance(path, str) and path.startswith("bfcl:"):
+            return load_bfcl(path[len("bfcl:"):])
+        return super().load_examples(path)
+
     def parse_example(self, obj: dict[str, Any]) -> Example:
         """One example from the JSONL format of the module docstring (KeyError / ValueError on bad fields)."""
-        ex_id, request, tools, expected = obj["id"], obj["request"], obj["tools"], obj["expected"]
-        if not isinstance(ex_id, (str, int)) or isinstance(ex_id, bool) or str(ex_id) == "":
-            raise ValueError("id: must be a non-empty string")
-        if not isinstance(request, str) or not request.strip():
-            raise ValueError("request: must be a non-empty string")
-        tools = _check_tools(tools)
-        if not isinstance(expected, dict):
-            raise ValueError("expected: must be an object {name, arguments}")
-        name, args = expected["name"], expected.get("arguments", {})
-        tool = next((t for t in tools if t["name"] == name), None)
-        if tool is None:
-            raise ValueError(f"expected.name: '{name}' is not one of the tools {[t['name'] for t in tools]}")
-        if not isinstance(args, dict):
-            raise ValueError("expected.arguments: must be an object")
-        props = tool["parameters"].get("properties", {})
-        unknown = [a for a in args if a not in props]
-        if unknown:
-            raise ValueError(f"expected.arguments: {unknown} are not parameters of '{name}'")
-        accept = obj.get("accept", {})
-        if not isinstance(accept, dict) or not all(isinstance(v, list) and v for v in accept.values()):
-            raise ValueError("accept: must map argument names to non-empty lists of accepted values")
-        stray = [a for a in accept if a not in args]
-        if stray:
-            raise ValueError(f"accept: {stray} are not in expected.arguments")
-        required = tool["parameters"].get("required", [])
-        optional = obj.get("optional", [a for a in args if a not in required])
-        if not isinstance(optional, list) or not all(isinstance(a, str) and a in args for a in optional):
-            raise ValueError("optional: must be a list of names from expected.arguments")
-        missing_req = [r for r in required if r not in args]
-        if missing_req:
-            raise ValueError(f"expected.arguments: required arguments {missing_req} of '{name}' are missing")
-        data = {"request": request, "tools": tools, "expected": {"name": name, "arguments": args},
-                "accept": accept, "optional": optional}
-        return Example(id=str(ex_id), prompt=build_prompt(request, tools), data=data)
+        return parse_line(obj)
+
+    def reference_reply(self, example: Example) -> str:
+        """A reply that gets full marks: the expected call(s), each argument's first acceptable value."""
+        return json.dumps(example.data["expected"], ensure_ascii=False)
 
     # -- rewards --------------------------------------------------------------------------------
     def reward_names(self, example: Example) -> list[str]:
         return list(REWARDS)
 
     def score(self, example: Example, response: str) -> dict[str, Score]:
-        ok, why = format_ok(response)
-        found = locate_call(response)
-        call, n = found.call, len(response)
-        function, arguments = self._score_function(example, call), self._score_arguments(example, call)
-        function.evidence = clean_spans([found.name] if found.name else [], n)
-        arguments.evidence = clean_spans(found.arguments, n)
-        return {"format": Score(1.0 if ok else 0.0, why, clean_spans(format_evidence(response, found), n)),
+        d = example.data
+        mode = d["compare"]
+        ok, why = format_ok(response, d["reply"] == "list" or mode == "bfcl")
+        found = locate_calls(response)
+        calls = [f.call for f in found if f.call is not None]
+        function, arguments = self._judge(d, calls, mode)
+        n = len(response)
+        function.evidence = clean_spans([f.name for f in found if f.name], n)
+        arguments.evidence = clean_spans([s for f in found for s in f.arguments], n)
+        return {"format": Score(1.0 if ok else 0.0, why, clean_spans(format_evidence(response, found[0]), n)),
                 "function": function, "arguments": arguments}
 
-    def _score_function(self, example: Example, call: dict[str, Any] | None) -> Score:
-        want = example.data["expected"]["name"]
-        if call is None:
-            return Score(0.0, "no function call found in the answer")
-        if call["name"].strip() == want:
-            return Score(1.0)
-        return Score(0.0, f"called '{clip(call['name'], 80)}', expected '{want}'")
-
-    def _score_arguments(self, example: Example, call: dict[str, Any] | None) -> Score:
-        if call is None or call["arguments"] is None:
-            return Score(0.0, "no arguments object found in the answer")
-        want: dict[str, Any] = example.data["expected"]["arguments"]
-        accept: dict[str, list] = example.data["accept"]
-        optional = set(example.data["optional"])
-        got: dict[str, Any] = call["arguments"]
-        needed = [a for a in want if a not in optional]
-        hits, errors, notes = 0, 0, []
-        for arg, value in want.items():
-            allowed = [value] + [v for v in accept.get(arg, []) if v is not value]
-            if arg not in got:
-                if arg not in optional:
-                    notes.append(f"missing '{arg}'")
+    def _judge(self, d: dict, calls: list[dict], mode: str) -> tuple[Score, Score]:
+        expected = d["calls"]
+        if not calls:
+            return (Score(0.0, "no function call found in the answer"),
+                    Score(0.0, "no arguments object found in the answer"))
+        pairs, extra = pair_calls(calls, expected, d["functions"], mode)
+        several = len(expected) > 1
+        fnotes, anotes = [], []
+        if len(calls) != len(expected):
+            fnotes.append(f"{len(calls)} call{'s' if len(calls) != 1 else ''}, expected {len(expected)}")
+        hits = needed = errors = matched = 0
+        for i, j, check in pairs:
+            want = expected[i]["name"]
+            c: CallCheck = check
+            if j is None:
+                errors += 1
+                needed += c.needed
+                anotes.append(f"no call of '{want}'")
                 continue
-            if any(values_equal(got[arg], v) for v in allowed):
-                hits += arg not in optional
-            else:
-                errors += arg in optional
-                notes.append(f"'{arg}' is {_show(got[arg])}, expected {_show(value)}")
-        extra = [a for a in got if a not in want]
+            got = calls[j]["name"]
+            matched += names_match(got, want, mode)
+            if not names_match(got, want, mode):
+                fnotes.append(f"called '{clip(got, 80)}', expected '{want}'")
+            hits, needed = hits + c.hits, needed + c.needed
+            errors += c.errors + (calls[j]["arguments"] is None)
+            anotes += [f"{want}: {note}" if several else note for note in c.notes]
         errors += len(extra)
-        if extra:
-            notes.append(f"unexpected argument(s) {clip(str(extra), 80)}")
-        denom = len(needed) + errors
-        value = 1.0 if denom == 0 else hits / denom
-        return Score(value, "; ".join(notes))
+        if extra and (several or len(calls) > 1):
+            anotes.append(f"{len(extra)} extra call{'s' if len(extra) > 1 else ''}")
+        f_value = matched / max(len(expected), len(calls))
+        denom = needed + errors
+        a_value = 1.0 if denom == 0 else hits / denom
+        return Score(f_value, "; ".join(fnotes)), Score(a_value, "; ".join(anotes))
 
     def rule_info(self, example: Example) -> dict[str, str]:
-        exp = example.data["expected"]
-        args = json.dumps(exp["arguments"], ensure_ascii=False, separators=(",", ":"))
-        return {"format": FORMAT_RULE,
-                "function": f'The function to call is "{exp["name"]}".',
-                "arguments": f"The arguments are {args}."}
-
-
-# ---------------------------------------------------------------------------------------------
-# converting Berkeley Function Calling Leaderboard entries
-
-_BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array", "any": "string"}
-
-
-def _bfcl_schema(node: Any) -> Any:
-    """BFCL's Python-flavoured schema types (dict, float, tuple) as JSON-schema types."""
-    if isinstance(node, list):
-        return [_bfcl_schema(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {}
-    for k, v in node.items():
-        if k == "type" and isinstance(v, str):
-            out[k] = _BFCL_TYPES.get(v, v)
-        elif k == "properties" and isinstance(v, dict):
-            out[k] = {name: _bfcl_schema(s) for name, s in v.items()}
+        d = example.data
+        refs = d["expected"] if isinstance(d["expected"], list) else [d["expected"]]
+        dump = lambda a: json.dumps(a, ensure_ascii=False, separators=(",", ":"))  # noqa: E731
+        if len(refs) == 1:
+            function = f'The function to call is "{refs[0]["name"]}".'
+            arguments = f"The arguments are {dump(refs[0]['arguments'])}."
         else:
-            out[k] = _bfcl_schema(v)
-    return out
-
-
-def from_bfcl(entry: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
-    """One BFCL "simple"/"multiple" entry and its possible answer as a line of our JSONL format.
-
-    BFCL lists the accepted values of each argument; ``""`` among them means "may be omitted".
-    The first other value becomes the expected one, the rest go to ``accept``.
-    Raises ValueError for entries this format cannot hold (several turns or calls).
-    """
-    turns = entry["question"]
-    if len(turns) != 1 or len(turns[0]) != 1 or turns[0][0].get("role") != "user":
-        raise ValueError("question: only single-turn, single-message entries are supported")
-    if len(answer["ground_truth"]) != 1:
-        raise ValueError("ground_truth: only entries with exactly one expected call are supported")
-    (name, possible), = answer["ground_truth"][0].items()
-    args, accept, optional = {}, {}, []
-    for arg, values in possible.items():
-        vals = [v for v in values if v != ""]
-        if not vals:
-            continue
-        if len(vals) < len(values):
-            optional.append(arg)
-        args[arg] = vals[0]
-        if len(vals) > 1:
-            accept[arg] = vals
-    return {"id": entry["id"], "request": turns[0][0]["content"],
-            "tools": [_bfcl_schema(t) for t in entry["function"]],
-            "expected": {"name": name, "arguments": args}, "accept": accept, "optional": optional}
+            function = "The functions to call are " + ", ".join(f'"{r["name"]}"' for r in refs) + " (in any order)."
+            arguments = "The calls' arguments are " + "; ".join(f"{r['name']} {dump(r['arguments'])}"
+                                                                 for r in refs) + "."
+        if d["compare"] == "bfcl":
+            arguments += " Values are compared as BFCL does (exact types; strings without case, spaces or ,./-_*^)."
+        return {"format": FORMAT_RULE_LIST if d["reply"] == "list" else FORMAT_RULE,
+                "function": function, "arguments": arguments}

@@ -1,29 +1,29 @@
-"""Finding the call in a tool-calling reply: a JSON object ``{name, arguments}`` (fenced or not, among other text) or a
-Python-style call ``name(a=1)``, with the character spans of its name, its keys and values (the evidence of the
-tools family's rewards).  Tolerant and bounded: at most :data:`MAX_PARSE_CHARS` characters and a fixed number of
-candidate positions are read, so a hostile reply stays fast.
+"""Finding the calls in a tool-calling reply: a JSON object ``{name, arguments}`` (fenced or not, among other text),
+a JSON list of such objects, or Python-style calls (:mod:`mrtpo.tasks.tools_pyparse`), with the character spans of
+each name, key and value (the evidence of the tools family's rewards).  Tolerant and bounded: at most
+:data:`MAX_PARSE_CHARS` characters and a fixed number of candidate positions are read, so a hostile reply stays
+fast.
 """
 from __future__ import annotations
 
-import ast
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from mrtpo.tasks.base import Span
-
-_MAX_TRIES = 64  # candidate positions the tolerant parser tries, so long answers stay fast
-
+from mrtpo.tasks.tools_pyparse import (
+    MAX_CALLS,
+    MAX_DEPTH,
+    MAX_TRIES,
+    Located,
+    depth_exceeds,
+    python_call,
+    python_calls,
+)
 
 MAX_PARSE_CHARS = 100_000  # the tolerant parser reads this much of an answer
-
-
-_MAX_CALL_CHARS = 20_000  # longest Python-style call it hands to ast
-
-
-_MAX_DEPTH = 64  # deepest nesting of lists/objects read as a call's arguments
-
+__all__ = ["MAX_PARSE_CHARS", "Located", "fence_content", "fences", "locate_call", "locate_calls", "parse_call",
+           "strip_fence"]
 
 _FENCE_HEADER = re.compile(r"[ \t]*(?:json\b)?", re.IGNORECASE)
 
@@ -58,27 +58,13 @@ def fences(text: str) -> list[Span]:
     return spans
 
 
-def _depth_exceeds(obj: Any, limit: int) -> bool:
-    """Whether lists/dicts in ``obj`` nest more than ``limit`` deep (iterative, so any depth is safe)."""
-    stack = [(obj, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (list, dict)):
-            if depth > limit:
-                return True
-            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
-    return False
-
-
-
-
 def _as_call(obj: Any) -> dict[str, Any] | None:
     """Normalize a decoded object to {"name": str, "arguments": dict|None}, or None if no call.
 
-    Unwraps (at most ``_MAX_DEPTH`` levels) a list's first element, ``{"tool_calls": ...}`` and
+    Unwraps (at most ``MAX_DEPTH`` levels) a list's first element, ``{"tool_calls": ...}`` and
     ``{"function": {...}}``; ``arguments`` may also be a JSON string or be given as ``parameters``.
     """
-    for _ in range(_MAX_DEPTH):
+    for _ in range(MAX_DEPTH):
         if isinstance(obj, list) and obj:
             obj = obj[0]
         elif isinstance(obj, dict) and "tool_calls" in obj:
@@ -98,7 +84,7 @@ def _as_call(obj: Any) -> dict[str, Any] | None:
             args = json.loads(args)
         except (ValueError, RecursionError):
             pass
-    if not isinstance(args, dict) or _depth_exceeds(args, _MAX_DEPTH):
+    if not isinstance(args, dict) or depth_exceeds(args, MAX_DEPTH):
         args = None
     return {"name": name, "arguments": args}
 
@@ -107,12 +93,12 @@ def _json_objects(text: str):
     """Every JSON object decodable from a '{' in ``text`` (left to right), repairing up to 3 missing '}', as
     ``(object, start, repair)`` (``repair``: the '}'s appended, '' for none).
 
-    At most ``_MAX_TRIES`` positions are tried; a repair is tried only when decoding failed at the end of the
+    At most ``MAX_TRIES`` positions are tried; a repair is tried only when decoding failed at the end of the
     text (a failure earlier cannot be mended by a '}' at the end), so each try reads the text once.
     """
     dec = json.JSONDecoder()
     for n, m in enumerate(re.finditer(r"\{", text)):
-        if n == _MAX_TRIES:
+        if n == MAX_TRIES:
             return
         start = m.start()
         try:
@@ -129,25 +115,6 @@ def _json_objects(text: str):
                 break
             except (ValueError, RecursionError):
                 continue
-
-
-# -- where a call lies in the answer (the evidence) -------------------------------------------------------
-@dataclass
-class Located:
-    """A call read from an answer and where its parts lie (character spans of the answer).
-
-    top:       the decoded JSON object the call came from (braces included), None for a Python-style call;
-    top_keys:  that object's keys (quotes included);
-    name:      the function name's value (quotes left out);
-    arguments: each argument's key and value (quotes included), or the whole value of a non-object
-               ``arguments`` (e.g. a JSON string); [] when there is none.
-    """
-
-    call: dict[str, Any] | None
-    top: Span | None = None
-    top_keys: list[Span] = field(default_factory=list)
-    name: Span | None = None
-    arguments: list[Span] = field(default_factory=list)
 
 
 _WS = re.compile(r"[ \t\n\r]*")
@@ -184,7 +151,7 @@ def _locate_json(src: str, start: int, n: int) -> Located:
     members, end = _members(src, start)
     out = Located(None, clip((start, end)), [clip(k) for k, _ in members.values()])
     pos = start
-    for _ in range(_MAX_DEPTH):  # the unwrapping of _as_call, on positions
+    for _ in range(MAX_DEPTH):  # the unwrapping of _as_call, on positions
         if src[pos] == "[":
             first = _WS.match(src, pos + 1).end()
             if src[first] == "]":
@@ -217,66 +184,6 @@ def _locate_json(src: str, start: int, n: int) -> Located:
     return out
 
 
-def _line_starts(text: str) -> list[int]:
-    starts = [0]
-    for m in re.finditer("\n", text):
-        starts.append(m.end())
-    return starts
-
-
-def _ast_offset(text: str, starts: list[int], lineno: int, col: int) -> int:
-    """The character offset in ``text`` of ast's (1-based line, UTF-8 byte column)."""
-    line_start = starts[lineno - 1]
-    line = text[line_start:]
-    return line_start + len(line.encode("utf-8", "surrogatepass")[:col].decode("utf-8", "ignore"))
-
-
-_PY_CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\s*\(")  # the look-behind keeps the scan linear
-
-
-def _closing_parens(text: str) -> dict[int, int]:
-    """{index of '(': index of its matching ')'} for the balanced pairs of ``text`` (one pass)."""
-    pairs, stack = {}, []
-    for m in re.finditer(r"[()]", text):
-        if m.group() == "(":
-            stack.append(m.start())
-        elif stack:
-            pairs[stack.pop()] = m.start()
-    return pairs
-
-
-def _python_call(text: str) -> Located | None:
-    """A call written as Python, ``name(a=1, b='x')``, read with ast (literal values only), with its spans."""
-    closing = None
-    for n, m in enumerate(_PY_CALL.finditer(text)):
-        if n == _MAX_TRIES:
-            return None
-        if closing is None:
-            closing = _closing_parens(text)
-        close = closing.get(m.end() - 1)
-        if close is None or close + 1 - m.start() > _MAX_CALL_CHARS:
-            continue
-        snippet = text[m.start():close + 1]
-        try:
-            node = ast.parse(snippet, mode="eval").body
-            if not isinstance(node, ast.Call) or not node.keywords or node.args:
-                continue
-            args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
-        except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
-            continue
-        if _depth_exceeds(args, _MAX_DEPTH):
-            continue
-        starts, spans = _line_starts(snippet), []
-        for kw in node.keywords:
-            if kw.arg:
-                k0 = _ast_offset(snippet, starts, kw.lineno, kw.col_offset)
-                v0 = _ast_offset(snippet, starts, kw.value.lineno, kw.value.col_offset)
-                v1 = _ast_offset(snippet, starts, kw.value.end_lineno, kw.value.end_col_offset)
-                spans += [(m.start() + k0, m.start() + k0 + len(kw.arg)), (m.start() + v0, m.start() + v1)]
-        return Located({"name": m.group(1), "arguments": args}, name=m.span(1), arguments=spans)
-    return None
-
-
 def parse_call(response: str) -> dict[str, Any] | None:
     """The function call in ``response`` (tolerant; see the module docstring), or None.
 
@@ -285,16 +192,24 @@ def parse_call(response: str) -> dict[str, Any] | None:
     return locate_call(response).call
 
 
+def _searched(response: str) -> tuple[int, str]:
+    """(offset, text) of what the parsers read: a single fence's content (an empty fence: the whole answer), at most
+    ``MAX_PARSE_CHARS`` characters."""
+    fenced = fence_content(response)
+    if fenced is not None and fenced[1] > fenced[0]:
+        return fenced[0], response[fenced[0]:fenced[1]][:MAX_PARSE_CHARS]
+    return 0, response[:MAX_PARSE_CHARS]
+
+
 def locate_call(response: str) -> Located:
     """:func:`parse_call`'s call with the spans of the answer it was read from (:class:`Located`).
 
     ``top`` is the first JSON object decoded (the call's, or, when no object holds a call, the first one at all)."""
-    fenced = fence_content(response)
-    if fenced is not None and fenced[1] > fenced[0]:  # an empty fence: the whole answer is searched
-        off, text = fenced[0], response[fenced[0]:fenced[1]]
-    else:
-        off, text = 0, response
-    text = text[:MAX_PARSE_CHARS]
+    off, text = _searched(response)
+    return _shift(_locate_single(text), off)
+
+
+def _locate_single(text: str) -> Located:
     first: Located | None = None
     for obj, start, tail in _json_objects(text):
         call = _as_call(obj)
@@ -306,18 +221,78 @@ def locate_call(response: str) -> Located:
             found = Located(None)
         found.call = call
         if call is not None:
-            return _shift(found, off)
+            return found
         first = found
-    py = _python_call(text)
+    py = python_call(text)
     if py is not None:
         if first is not None:
             py.top, py.top_keys = first.top, first.top_keys
-        return _shift(py, off)
+        return py
     m = re.search(r'"name"\s*:\s*"([^"\n]+)"', text)  # broken JSON: at least the name
     out = first or Located(None)
     if m:
         out.call, out.name = {"name": m.group(1), "arguments": None}, m.span(1)
-    return _shift(out, off)
+    return out
+
+
+def locate_calls(response: str) -> list[Located]:
+    """Every call of the answer with its spans: the elements of the first JSON list of calls (also the list of a
+    ``{"tool_calls": [...]}`` wrapper) or Python list of calls ``[f(a=1), g(b=2)]`` (BFCL's format) that starts
+    before the name of the call :func:`locate_call` finds; else that one call (its ``call`` None when there is
+    none).  The elements of a list share ``top`` (the list, brackets included) and ``top_keys`` (each element's
+    braces and keys)."""
+    off, text = _searched(response)
+    single = _locate_single(text)
+    limit = single.name[0] if single.name else None
+    many = _json_calls(text, limit)
+    if many is None:
+        many = python_calls(text, limit)
+    return [_shift(c, off) for c in many] if many else [_shift(single, off)]
+
+
+def _json_calls(text: str, limit: int | None) -> list[Located] | None:
+    """The first JSON list (starting before ``limit``) whose elements are all call objects, each located."""
+    for n, m in enumerate(re.finditer(r"\[", text)):
+        if n == MAX_TRIES or (limit is not None and m.start() >= limit):
+            return None
+        try:
+            obj, end = _DECODER.raw_decode(text, m.start())
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(obj, list) or not 0 < len(obj) <= MAX_CALLS:
+            continue
+        calls = [_as_call(e) if isinstance(e, dict) else None for e in obj]
+        if any(c is None for c in calls):
+            continue
+        items, keys = [], []
+        try:
+            for (e0, _), call in zip(_elements(text, m.start()), calls):
+                loc = _locate_json(text, e0, len(text))
+                loc.call = call
+                keys += [(loc.top[0], loc.top[0] + 1), (loc.top[1] - 1, loc.top[1]), *loc.top_keys]
+                items.append(loc)
+        except (ValueError, IndexError, RecursionError):  # cannot happen for decoded text
+            continue
+        for loc in items:
+            loc.top, loc.top_keys = (m.start(), end), keys
+        return items
+    return None
+
+
+def _elements(src: str, i: int) -> list[Span]:
+    """The spans of the elements of the JSON array at ``src[i] == '['`` (``src`` is known to decode there)."""
+    out: list[Span] = []
+    i = _WS.match(src, i + 1).end()
+    if src[i] == "]":
+        return out
+    while True:
+        v0 = i
+        i = _DECODER.raw_decode(src, i)[1]
+        out.append((v0, i))
+        i = _WS.match(src, i).end()
+        if src[i] == "]":
+            return out
+        i = _WS.match(src, i + 1).end()  # past the ','
 
 
 def _shift(found: Located, off: int) -> Located:

@@ -11,6 +11,7 @@ from mrtpo.config import check_fields, from_flat, opt, part, to_flat
 from mrtpo.core.credit import CreditConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.model import SamplingConfig
+from mrtpo.tasks import COMPARE_MODES
 from mrtpo.templates import Template
 from mrtpo.train.policy import AGGREGATIONS
 
@@ -43,7 +44,12 @@ class TrainConfig:
     model: str = opt("default", "default | tiny-random | HF id | local folder")
     device: str = opt("auto", "auto | cpu | cuda | cuda:N | mps")
     task: str = opt("instructions", "task family: instructions | tools | sql")
-    examples: str | None = opt(None, "examples JSONL in the family's format (default: built-in)")
+    examples: str | None = opt(None, "examples JSONL in the family's format (default: built-in), or a benchmark: "
+                                     "bfcl:CATEGORY, spider:DIR, bird:DIR, an IFEval-format file")
+    sql_compare: str | None = opt(None, "sql task: rows compared as strict (mrtpo) | spider | bird (default: the "
+                                        "examples' own)", choices=COMPARE_MODES["sql"])
+    tools_compare: str | None = opt(None, "tools task: values compared as lenient | bfcl (BFCL's AST checker; "
+                                          "default: the examples' own)", choices=COMPARE_MODES["tools"])
     example_ids: list[str] | None = opt(None, "train on these example ids only")
     credit: CreditConfig = part(CreditConfig)
     sampling: SamplingConfig = part(SamplingConfig)

@@ -83,7 +83,7 @@ def _relevance(N, K, T, lengths, seed=0):
     return normalize_relevance(d, mask[:, None].expand(N, K, T)), mask
 
 
-@pytest.mark.parametrize("method", ["gdpo", "dara", "gd2po", "gd2po-snr", "grpo"])
+@pytest.mark.parametrize("method", ["gdpo", "dara", "gd2po", "gd2po-snr", "grpo", "gdpo-loo"])
 def test_mrtpo_properties(method):
     R = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 1, 1], [0, 0, 1], [1, 0, 0], [0, 1, 1], [1, 1, 0], [0, 0, 0]],
                      dtype=torch.float32)
@@ -326,6 +326,8 @@ def test_token_advantages_are_bounded_by_the_per_reward_scale(batch):
     # ... and the reallocated part is bounded by the per-reward scale, whatever eps: a group z-score has
     # |Â| ≤ (G − 1) / sqrt(G) (DARA weighs it by up to w_max = 5); GRPO's centered rewards are at most 2 here
     unit = 2.0 if method == "grpo" else (G - 1) / math.sqrt(G) * (5.0 if method.startswith("dara") else 1.0)
+    if method == "gdpo-loo":  # a leave-one-out z-score has no such bound (the others' std can be small)
+        unit = float(adv.per_reward.abs().max())
     spread = (unit * beta * rho.amax(-1)).sum(-1)[:, None]
     assert torch.all((tok - adv.final[:, None] * mask).abs() <= spread * (1 + 1e-4) + 1e-5)
     # the token mean is the response-level advantage; β = 0 gives it exactly on every token
@@ -358,3 +360,48 @@ def test_rows_keep_the_batch_statistics_and_grpo_divisors():
         part = C.token_advantages(adv.rows(slice(0, 2)), rho[:2], mask[:2], beta=0.5)
         assert torch.allclose(part, full[:2]), method
         assert full.abs().max() < 10  # equal sums in group 0 never divide the reallocation by eps
+
+
+# ---------------------------------------------------------------------------------------------- gdpo-loo (NeMo-RL)
+def test_gdpo_loo_matches_nemo_unit_test_without_leave_one_out():
+    # NeMo-RL tests/unit/algorithms/test_advantage_estimator.py (use_leave_one_out_baseline False): three rewards
+    # of one group of two, (1, 1), (1, -1), (1, 0) -> [0.7071, -0.7071]
+    R = torch.tensor([[1.0, 1.0, 1.0], [1.0, -1.0, 0.0]])
+    out = A.gdpo_loo(R, 2, leave_one_out=False)
+    np.testing.assert_allclose(out.final.numpy(), [0.7071, -0.7071], atol=1e-4)
+    np.testing.assert_allclose(out.per_reward.numpy(), [[0, 0.7071, 0.7071], [0, -0.7071, -0.7071]], atol=1e-4)
+
+
+def test_gdpo_loo_hand_worked_leave_one_out():
+    # one group of three, two rewards: each response's baseline and std are over the other two
+    R = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    h = 0.5 / (SQ(0.5) + 1e-6)  # others (0, 1) or (1, 0): b = 0.5, s = 0.7071
+    z = np.array([[h, -1.0], [-1.0, h], [h, h]])  # others (1, 1): b = 1, s = 0 -> r - b unscaled
+    a = z.sum(1)
+    expect = (a - a.mean()) / np.std(a, ddof=1)
+    out = A.compute("gdpo-loo", R, 3)
+    np.testing.assert_allclose(out.per_reward.numpy(), z, rtol=1e-6)
+    np.testing.assert_allclose(out.final.numpy(), expect, rtol=1e-5)
+    np.testing.assert_allclose(out.final.numpy(), [-0.57735, -0.57735, 1.15470], atol=1e-4)
+    b, s = A.loo_baseline(R, 3)
+    np.testing.assert_allclose(b.numpy(), [[0.5, 1.0], [1.0, 0.5], [0.5, 0.5]])
+    np.testing.assert_allclose(s.numpy(), [[SQ(0.5), 0.0], [0.0, SQ(0.5)], [SQ(0.5), SQ(0.5)]], rtol=1e-6)
+
+
+def test_gdpo_loo_weights_groups_of_one_nan_and_constant_batches():
+    R = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    w = torch.tensor([2.0, 0.5])
+    out = A.gdpo_loo(R, 3, w)
+    np.testing.assert_allclose(out.per_reward.numpy(), A.gdpo_loo(R, 3).per_reward.numpy() * w.numpy(), rtol=1e-6)
+    # a group of one keeps its reward as baseline: advantage 0; a batch of equal sums: only the mean is taken
+    assert torch.equal(A.gdpo_loo(R, 1).final, torch.zeros(3))
+    assert torch.equal(A.gdpo_loo(torch.ones(4, 2), 2).final, torch.zeros(4))
+    # two responses: the other one is the baseline, no std (one value), so r - b unscaled
+    two = A.gdpo_loo(torch.tensor([[1.0], [0.0]]), 2)
+    np.testing.assert_allclose(two.per_reward.numpy(), [[1.0], [-1.0]])
+    # NaN = not scored: left out of the others' baseline, advantage 0 for itself
+    nan = A.gdpo_loo(torch.tensor([[1.0], [0.0], [float("nan")], [1.0]]), 4)
+    assert nan.per_reward[2, 0] == 0 and torch.isfinite(nan.final).all()
+    np.testing.assert_allclose(nan.diagnostics["baseline"][:, 0].numpy()[[0, 1, 3]], [0.5, 1.0, 0.5])
+    assert "gdpo-loo" in A.method_names() and "mrtpo+gdpo-loo" in A.method_names()
+    assert A.parse_method("mrtpo+gdpo-loo").estimator_label == "GDPO-LOO"

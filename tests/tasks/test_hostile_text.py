@@ -14,13 +14,20 @@ from mrtpo.tasks import family_names, get_family
 from mrtpo.tasks.ifeval_checks import _titles, check_bullet_lists, check_placeholders, check_postscript
 from mrtpo.tasks.ifeval_registry import INSTRUCTIONS
 
-FAMILIES = family_names()
+#: the families, and readers / comparison modes that score differently: "family@variant" -> its examples' loader
+VARIANTS = {
+    "tools@bfcl": lambda: _bfcl_examples(),
+    "sql@spider": lambda: _benchmark_sql_examples(),
+    "instructions@ifeval": lambda: _ifeval_examples(),
+}
+FAMILIES = family_names() + list(VARIANTS)
 REF = "\x01REF\x01"  # replaced by the example's right answer, so that the passing paths are exercised too
 
 FRAGMENTS = [
     "```sql\n", "```json\n", "```", "\n", "\n\n", " ", "\t", "\r\n", "\u2028", "SELECT ", "* FROM customers",
     "WITH RECURSIVE ", "UNION ALL ", ";", "--", "/*", "*/", "'", '"', "{", "}", "[", "]", "(", ")", ",", ":",
-    '"name": ', '"arguments": ', '"tool_calls": ', "get_weather(", "a=1", "\x00", "\ud800", "\udfff", "\x1b[31m",
+    '"name": ', '"arguments": ', '"tool_calls": ', "get_weather(", "a=1", "[math.factorial(", '[{"name": ',
+    "\x00", "\ud800", "\udfff", "\x1b[31m",
     "***", "******", "<<", ">>", "* ",
     "- ", "P.S.", "p. s.", "SECTION 1", "Paragraph", "My answer is yes.", "ALL CAPS", "1e999", "9" * 5000, REF,
 ]
@@ -32,8 +39,69 @@ _answer_starts = st.sampled_from(["SELECT ", "```sql\nSELECT ", REF, '{"name": '
 hostile_text = st.one_of(_pieces, st.tuples(_answer_starts, _pieces).map("".join))
 
 
+def _bfcl_examples():
+    """BFCL's own examples, compared as bfcl: one call, several candidates, several calls (skip without bfcl-eval)."""
+    pytest.importorskip("bfcl_eval")
+    task = get_family("tools")
+    return [task.load_examples(f"bfcl:{c}")[i] for c, i in (("simple_python", 0), ("multiple", 1), ("parallel", 3),
+                                                            ("parallel_multiple", 5), ("live_simple", 40))]
+
+
+def _benchmark_sql_examples():
+    """A Spider folder and a BIRD folder on a small database file (compared as spider and as bird)."""
+    import sqlite3
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.mkdtemp(prefix="mrtpo-hostile-"))
+    out = []
+    for kind, folder, ref in (("spider", "database", "query"), ("bird", "dev_databases", "SQL")):
+        (root / kind / folder / "pets").mkdir(parents=True)
+        con = sqlite3.connect(root / kind / folder / "pets" / "pets.sqlite")
+        con.execute("CREATE TABLE pets (name TEXT, kind TEXT, age INTEGER)")
+        con.executemany("INSERT INTO pets VALUES (?, ?, ?)", [("rex", "dog", 3), ("tom", "cat", 5), ("max", "dog", 1)])
+        con.commit()
+        con.close()
+        qs = [{"db_id": "pets", "question": q, ref: r, "evidence": "age in years"}
+              for q, r in (("Names?", "SELECT name FROM pets ORDER BY age"), ("Dogs?", "SELECT COUNT(*) FROM pets "
+                                                                                        "WHERE kind = 'dog'"))]
+        (root / kind / "dev.json").write_text(json.dumps(qs))
+        out += get_family("sql").load_examples(f"{kind}:{root / kind}")
+    return out
+
+
+def _ifeval_examples():
+    """IFEval-format lines (the prompt as written, constraints found in it)."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(tempfile.mkdtemp(prefix="mrtpo-hostile-")) / "input_data.jsonl"
+    lines = [{"key": 1, "prompt": "Write a poem about tea. Do not use any commas. Answer in at least 3 sentences.",
+              "instruction_id_list": ["punctuation:no_comma", "length_constraints:number_sentences"],
+              "kwargs": [{}, {"num_sentences": 3, "relation": "at least"}]},
+             {"key": 2, "prompt": "Explain rain in ALL CAPS, with at least 5 capital words.",
+              "instruction_id_list": ["change_case:capital_word_frequency", "change_case:english_capital"],
+              "kwargs": [{"capital_frequency": 5, "capital_relation": "at least"}, {}]}]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return get_family("instructions").load_examples(path)
+
+
+_variant_cache: dict = {}
+
+
+def family_examples(family: str):
+    """(task family, its examples) of a name of FAMILIES."""
+    name = family.split("@")[0]
+    if family not in VARIANTS:
+        return get_family(name), get_family(name).examples()
+    if family not in _variant_cache:
+        _variant_cache[family] = VARIANTS[family]()
+    return get_family(name), _variant_cache[family]
+
+
 def right_answer(family: str, example) -> str:
     d = example.data
+    family = family.split("@")[0]
     if family == "sql":
         return d["reference"]
     if family == "tools":
@@ -58,8 +126,7 @@ def assert_well_formed(task, example, text: str) -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), text=hostile_text)
 def test_any_text_scores_without_raising(family, data, text):
-    task = get_family(family)
-    examples = task.examples()
+    task, examples = family_examples(family)
     example = examples[data.draw(st.integers(0, len(examples) - 1), label="example")]
     assert_well_formed(task, example, text.replace(REF, right_answer(family, example)))
 
@@ -75,8 +142,8 @@ def _one_example_per_instruction(task):
 
 
 def _examples_for(family):
-    task = get_family(family)
-    return task, (_one_example_per_instruction(task) if family == "instructions" else task.examples()[:3])
+    task, examples = family_examples(family)
+    return task, (_one_example_per_instruction(task) if family == "instructions" else examples[:3])
 
 
 SQL_BOMB = ("WITH RECURSIVE h0(s, n) AS (SELECT 'a', 0 UNION ALL SELECT s || s, n + 1 FROM h0 WHERE n < 18) "

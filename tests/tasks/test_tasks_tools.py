@@ -237,19 +237,30 @@ def test_bundled_examples(task):
 
 
 def test_from_bfcl():
+    # BFCL's answer goes in as it is (possible_answer, compared as bfcl): the former conversion copied an object
+    # parameter's {key: [alternatives]} in as its value and marked required arguments optional
     entry = {"id": "simple_0", "question": [[{"role": "user", "content": "Area of base 10, height 5."}]],
              "function": [{"name": "area", "description": "Area.", "parameters": {
                  "type": "dict", "properties": {"base": {"type": "integer"}, "height": {"type": "float"},
-                                                "unit": {"type": "string"}}, "required": ["base", "height"]}}]}
-    answer = {"id": "simple_0", "ground_truth": [{"area": {"base": [10], "height": [5.0, 5],
-                                                           "unit": ["units", ""]}}]}
-    line = from_bfcl(entry, answer)
+                                                "unit": {"type": "string"}, "box": {"type": "dict"}},
+                 "required": ["base", "height"]}}]}
+    gt = [{"area": {"base": [10], "height": [5.0, 5, ""], "unit": ["units", ""],
+                    "box": [{"w": [1, 2], "h": [3, ""]}]}}]
+    line = from_bfcl(entry, {"id": "simple_0", "ground_truth": gt})
     assert line["tools"][0]["parameters"]["type"] == "object"
     assert line["tools"][0]["parameters"]["properties"]["height"]["type"] == "number"
-    assert line["expected"] == {"name": "area", "arguments": {"base": 10, "height": 5.0, "unit": "units"}}
-    assert line["accept"] == {"height": [5.0, 5]} and line["optional"] == ["unit"]
+    assert line["possible_answer"] == gt and line["compare"] == "bfcl"
     ex = ToolsTask().parse_example(line)
-    assert ex.data["optional"] == ["unit"]
+    call = ex.data["calls"][0]
+    assert call["optional"] == ["height", "unit"] and call["values"]["height"] == [5.0, 5]
+    assert ex.data["expected"] == [{"name": "area", "arguments": {"base": 10, "height": 5.0, "unit": "units",
+                                                                   "box": {"w": 1, "h": 3}}}]
+    assert values(ToolsTask(), ex, ToolsTask().reference_reply(ex)) == {"format": 1.0, "function": 1.0,
+                                                                          "arguments": 1.0}
+    # height is required by the schema although its answer lists "": leaving it out fails, as in BFCL
+    r = '[{"name": "area", "arguments": {"base": 10, "box": {"w": 2}}}]'
+    s = ToolsTask().score(ex, r)
+    assert s["arguments"].value == pytest.approx(2 / 3) and s["arguments"].reason == "missing 'height'"
 
 
 def test_localization_data(task):

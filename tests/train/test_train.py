@@ -200,6 +200,17 @@ def test_bad_config_is_a_clear_error():
         TrainConfig.from_dict(dict(aggregation="sum"))
     with pytest.raises(MrtpoError, match="unknown training config field"):
         TrainConfig.from_dict({"lr": 1e-3, "bogus": 1})
+    with pytest.raises(MrtpoError, match="sql_compare must be one of strict, spider, bird"):
+        TrainConfig.from_dict({"task": "sql", "sql_compare": "exact"})
+
+
+def test_the_comparison_mode_reaches_the_trained_examples():
+    tr = Trainer(TrainConfig.from_dict(dict(model="tiny-random", device="cpu", task="sql", sql_compare="bird",
+                                            group_size=2, prompts_per_step=1, max_new_tokens=4, probe_size=0)))
+    assert {e.data["compare"] for e in tr.examples} == {"bird"}
+    with pytest.raises(MrtpoError, match="--tools-compare applies to the tools task, not 'sql'"):
+        Trainer(TrainConfig.from_dict(dict(model="tiny-random", device="cpu", task="sql", tools_compare="bfcl",
+                                           probe_size=0)))
 
 
 def test_full_finetuning_keeps_float32_master_weights(tiny):

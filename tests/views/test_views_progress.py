@@ -16,7 +16,7 @@ from mrtpo.tasks import get_family
 from mrtpo.templates import ALL, Template
 from mrtpo.train import PHASES, TrainConfig, Trainer
 from mrtpo.views import stored_step_view
-from mrtpo.views.render import prompt_diff_html, stored_sample_html
+from mrtpo.views.panels import prompt_diff_html, stored_sample_html
 from tests.train.test_train import ToyFamily as TrainToyFamily
 
 
