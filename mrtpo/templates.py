@@ -146,15 +146,32 @@ class Template:
         return _substitute(self.prompt, {"prompt": prompt, "verifier_info": self.separator.join(items)})
 
     def variants(self, prompt: str, verifier_info: dict[str, str], rewards: list[str] | None = None,
-                 limit: int | None = None) -> dict[str, str]:
-        """{"__all__": P_all message, reward: P_\\reward message for each reward in ``rewards`` (default all)}."""
-        out = {"__all__": self.fill(prompt, verifier_info, limit=limit)}
-        for k in rewards if rewards is not None else list(verifier_info):
+                 limit: int | None = None, reworded: bool = False) -> dict[str, str]:
+        """{"__all__": P_all message, reward: P_\\reward message for each reward in ``rewards`` (default all)}; with
+        ``reworded``, also P_k′ under :func:`reworded_key` (k, j) for each rewording j of :data:`REWORDINGS`: P_all
+        with v_k said in other words (an empty v_k stays empty)."""
+        names = rewards if rewards is not None else list(verifier_info)
+        out = {ALL: self.fill(prompt, verifier_info, limit=limit)}
+        for k in names:
             out[k] = self.fill(prompt, verifier_info, drop=k, limit=limit)
+        for k in names if reworded else []:
+            for j, (before, after) in enumerate(REWORDINGS):
+                text = verifier_info[k]
+                info = {**verifier_info, k: f"{before}{text}{after}" if text.strip() else text}
+                out[reworded_key(k, j)] = self.fill(prompt, info, limit=limit)
         return out
 
 
 ALL = "__all__"
+
+#: the rewordings of P_k′ (the js-reworded measure): v_k framed in other words, its content unchanged, so that what
+#: changes between P_all and P_k′ is what any edit of v_k's text changes (before, after)
+REWORDINGS = (("In other words: ", ""), ("", " (This is what is checked.)"))
+
+
+def reworded_key(reward: str, j: int) -> str:
+    """The variant key of reward ``reward``'s ``j``-th rewording in :meth:`Template.variants`."""
+    return f"__reworded{j}__:{reward}"
 
 
 def template_fields(template: str, what: str = "template") -> list[str]:

@@ -32,6 +32,9 @@ class MeasureInput:
     # the characters reward k's checker read (Score.evidence: spans, [] nothing specific, None the whole response);
     # NO_EVIDENCE where there is no checker to say (typed rewards, TRL reward functions, uploaded rollouts)
     evidence: list[tuple[int, int]] | None | object = NO_EVIDENCE
+    # (R, T): d between π(·|P_all, y<t) and π(·|P_k′, y<t), P_k′ = P_all with v_k reworded (mrtpo.templates
+    # REWORDINGS); None where the replay ran without rewordings (only js-reworded reads it)
+    js_reworded: np.ndarray | None = None
 
 
 #: a relevance measure: MeasureInput -> (T,) scores ≥ 0; :func:`measure_relevance` normalizes them to ρ (mean 1)
@@ -202,6 +205,31 @@ def _js_support(inp: MeasureInput) -> np.ndarray:
                                       "lead) before the word max and the carrying")
 def _js_contrast_lead(inp: MeasureInput) -> np.ndarray:
     return carry_forward(word_max(lead(contrast(inp.js, inp.js_others)), inp.offsets, inp.text), inp.logp_all)
+
+
+def reworded_contrast(js: np.ndarray, reworded: np.ndarray | None) -> np.ndarray:
+    """What removing v_k moves beyond what rewording it moves: max(0, d_kt − mean_j d′_jt).
+
+    js: (T,); reworded: (R, T), d′_j = JS(π(·|P_all, y<t), π(·|P_k′j, y<t)) where P_k′j says v_k in other words.
+    A token whose distribution shifts under any edit of v_k's text (an uncertain position) is not thereby relevant
+    to k; one that depends on what v_k *says* moves when it is removed and stays when it is reworded."""
+    if reworded is None:
+        raise MrtpoError("the 'js-reworded' measure needs a replay with v_k reworded (replay_group(..., reword=True)); "
+                         "this replay has none")
+    return np.maximum(0.0, np.asarray(js, dtype=np.float32) - np.asarray(reworded, dtype=np.float32).mean(0))
+
+
+@register_measure("js-reworded", "max(0, d_kt − mean over rewordings of v_k of d′_kt), d′ the JS between P_all and "
+                                 "P_all with v_k reworded (two more prompts per reward); then the lead, word max and "
+                                 "carried forward as in js-contrast-lead")
+def _js_reworded(inp: MeasureInput) -> np.ndarray:
+    s = lead(reworded_contrast(inp.js, inp.js_reworded))
+    return carry_forward(word_max(s, inp.offsets, inp.text), inp.logp_all)
+
+
+def needs_rewording(measure: str) -> bool:
+    """Whether ``measure`` reads P_k′ (v_k reworded): the replay then runs R more prompts per reward."""
+    return get_measure(measure) is _js_reworded
 
 
 # ---------------------------------------------------------------------------------------------- the oracle

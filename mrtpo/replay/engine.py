@@ -27,7 +27,7 @@ import torch
 
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.js import js_distance
-from mrtpo.core.measures import measure_relevance, needs_replay
+from mrtpo.core.measures import measure_relevance, needs_replay, needs_rewording
 from mrtpo.errors import MrtpoError
 from mrtpo.model import (
     Decoder,
@@ -42,7 +42,7 @@ from mrtpo.model import (
 )
 from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
-from mrtpo.templates import ALL, Template, TemplateError
+from mrtpo.templates import ALL, REWORDINGS, Template, TemplateError, reworded_key
 
 if TYPE_CHECKING:
     from mrtpo.groups import ScoredGroup
@@ -87,9 +87,15 @@ class _Plan:
     prompt_ids: list[dict[str, list[int]]]
     rewards: list[str]
     skipped: list[str]
+    reworded: dict[str, list[str]]  # reward -> the variant keys of its rewordings (P_k′; empty without rewording)
+
+    @property
+    def variants(self) -> list[str]:
+        """Every prompt variant's key: P_all, each P_\\k, each P_k′."""
+        return [ALL] + self.rewards + [v for vs in self.reworded.values() for v in vs]
 
 
-def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
+def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool = False) -> _Plan:
     template = template or Template()
     G = len(responses)
     infos = list(verifier_info) if isinstance(verifier_info, (list, tuple)) else [verifier_info] * G
@@ -102,7 +108,7 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
     for i, (r, info) in enumerate(zip(responses, infos)):
         text, rid, off = _response_tokens(lm, r)
         try:  # each message's length is checked before it is built (at most MAX_FILLED_CHARS characters) ...
-            msgs = template.variants(prompt, info, act)
+            msgs = template.variants(prompt, info, act, reworded=reword)
         except TemplateError as e:
             raise TemplateError(f"the prompts for response {i}: {e}") from None
         full = {v: lm.chat_prompt(m) for v, m in msgs.items()}
@@ -112,10 +118,11 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
                 enc_cache[t] = lm.encode(t)
             toks[v] = enc_cache[t]
             # ... and in tokens against the model's context here, before any forward pass (P_all, the longest, first)
-            name = "P_all" if v == ALL else f"P_\\{v} (without reward '{v}')"
+            name = "P_all" if v == ALL else f"P_\\{v} (without reward '{v}')" if v in act else f"P_all reworded ({v})"
             check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}")
         texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
-    return _Plan(texts, ids, offs, ptexts, pids, act, skip)
+    reworded = {k: [reworded_key(k, j) for j in range(len(REWORDINGS))] if reword else [] for k in act}
+    return _Plan(texts, ids, offs, ptexts, pids, act, skip, reworded)
 
 
 def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype, measure: str = "js"
@@ -132,7 +139,8 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
     bias = None if bias is None else bias.detach().float()
     cap = getattr(lm.model.config, "final_logit_softcapping", None)
     exact = dtype == torch.float32
-    chunk = max(1, stats.pop("logits_budget") // (Wt.shape[1] * (1 + len(plan.rewards))))
+    others = plan.variants[1:]  # every P_\\k, then every P_k′
+    chunk = max(1, stats.pop("logits_budget") // (Wt.shape[1] * (1 + len(others))))
 
     def logprobs(z: torch.Tensor) -> torch.Tensor:
         if bias is not None:
@@ -141,13 +149,13 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
             z = torch.tanh(z / cap) * cap
         return torch.log_softmax(z, dim=-1)
 
-    rows_max = min(chunk, max((len(r) for r in plan.resp_ids), default=1)) * (1 + len(plan.rewards))
+    rows_max = min(chunk, max((len(r) for r in plan.resp_ids), default=1)) * (1 + len(others))
     z32 = torch.empty((rows_max, Wt.shape[1]), device=Wt.device)
     zlow = None if exact else torch.empty((rows_max, Wt.shape[1]), dtype=dtype, device=Wt.device)
     out = []
     for i, rid in enumerate(plan.resp_ids):
         T = len(rid)
-        js = {k: torch.zeros(T) for k in plan.rewards}
+        js = {k: torch.zeros(T) for k in others}  # d of every variant against P_all
         ids = torch.tensor(rid, dtype=torch.long, device=Wt.device).unsqueeze(1)  # (T, 1) the sampled tokens
         lp_all = torch.zeros(T)
         lp_k = {k: torch.zeros(T) for k in plan.rewards}
@@ -155,7 +163,7 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
             h_all = hidden_of(i, ALL)[s : s + chunk]  # (n, H)
             n = h_all.shape[0]
             # rewards whose P_\k state equals P_all's here (an empty item) have d = 0 and are not projected
-            todo = [k for k in plan.rewards if not torch.equal(hidden_of(i, k)[s : s + chunk], h_all)]
+            todo = [k for k in others if not torch.equal(hidden_of(i, k)[s : s + chunk], h_all)]
             rows = [h_all] + [hidden_of(i, k)[s : s + chunk] if exact else
                               hidden_of(i, k)[s : s + chunk].float() - h_all.float() for k in todo]
             m = sum(r.shape[0] for r in rows)
@@ -174,11 +182,13 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
                 z_k = z[j * n : (j + 1) * n] if exact else z[j * n : (j + 1) * n].add_(z_all)
                 lq = logprobs(z_k)
                 js[k][s : s + chunk] = js_distance(lp, lq, p=p).cpu()
-                lp_k[k][s : s + n] = lq.gather(1, y)[:, 0].cpu()
+                if k in lp_k:
+                    lp_k[k][s : s + n] = lq.gather(1, y)[:, 0].cpu()
         rr = ResponseRelevance(
             text=plan.texts[i], token_ids=rid, offsets=plan.offsets[i],
-            js={k: v.numpy() for k, v in js.items()}, relevance={}, skipped=list(plan.skipped),
-            logp_all=lp_all.numpy(), logp_without={k: v.numpy() for k, v in lp_k.items()}, measure=measure)
+            js={k: js[k].numpy() for k in plan.rewards}, relevance={}, skipped=list(plan.skipped),
+            logp_all=lp_all.numpy(), logp_without={k: v.numpy() for k, v in lp_k.items()}, measure=measure,
+            js_reworded={k: torch.stack([js[v] for v in vs]).numpy() for k, vs in plan.reworded.items() if vs})
         rr.relevance = {k: measure_relevance(measure, rr.measure_input(k)) for k in plan.rewards}
         out.append(rr)
     return ReplayResult(responses=out, prompts=plan.prompt_texts, rewards=plan.rewards, skipped=plan.skipped,
@@ -195,6 +205,7 @@ def replay_group(
     rewards: np.ndarray | torch.Tensor | None = None,
     config: ReplayConfig | None = None,
     measure: str = "js",
+    reword: bool | None = None,
 ) -> ReplayResult:
     """Batched leave-one-out replay of one group, with KV reuse across variants.
 
@@ -203,6 +214,8 @@ def replay_group(
     responses:     G responses, as text (tokenized with offsets) or sampled token ids / Samples.
     rewards:       optional (G, K) rewards in verifier_info's key order; constant columns are skipped.
     measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's).
+    reword:        also replay P_k′ (v_k reworded, R = len(REWORDINGS) per reward) for ``js-reworded``; default:
+                   when ``measure`` needs it.
     Returns per-response tokens, JS distances d (T,) and relevance ρ (T,) for every replayed reward.
 
     The (1 + K') × G sequences P_all + y_i, P_\\k + y_i go through :func:`mrtpo.replay.kvtrie.shared_hidden`: a trie of
@@ -214,9 +227,10 @@ def replay_group(
         raise MrtpoError(f"the '{measure}' measure reads each checker's evidence, not a replay: give the scored group "
                          "(replay_scored) or its evidence (ReplayResult.with_measure)")
     t0 = time.perf_counter()
-    plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
+    plan = _plan(lm, prompt, verifier_info, responses, template, rewards,
+                 needs_rewording(measure) if reword is None else reword)
     dtype = compute_dtype(lm, cfg.precision)
-    keys = [(i, v) for i in range(len(plan.resp_ids)) for v in [ALL] + plan.rewards]
+    keys = [(i, v) for i in range(len(plan.resp_ids)) for v in plan.variants]
     seqs = [plan.prompt_ids[i][v] + plan.resp_ids[i] for i, v in keys]
     # the state before response token t predicts it: positions S - 1 ... S + T - 2
     want = [(len(plan.prompt_ids[i][v]) - 1, len(plan.prompt_ids[i][v]) - 1 + len(plan.resp_ids[i])) for i, v in keys]
@@ -241,15 +255,17 @@ def naive_replay_group(
     template: Template | None = None,
     rewards: np.ndarray | torch.Tensor | None = None,
     measure: str = "js",
+    reword: bool | None = None,
 ) -> ReplayResult:
     """Reference replay: every (variant, response) sequence alone, full prompt, full logits, no cache."""
     t0 = time.perf_counter()
-    plan = _plan(lm, prompt, verifier_info, responses, template, rewards)
+    plan = _plan(lm, prompt, verifier_info, responses, template, rewards,
+                 needs_rewording(measure) if reword is None else reword)
     stats = {"prefix_tokens": 0, "forward_tokens": 0, "forward_passes": 0, "logits_budget": 1 << 62}
     backbone = decoder_stack(lm.model)
     hidden = {}
     for i, rid in enumerate(plan.resp_ids):
-        for v in [ALL] + plan.rewards:
+        for v in plan.variants:
             p = plan.prompt_ids[i][v]
             ids = torch.tensor([p + rid], device=lm.device)
             h = backbone(input_ids=ids, use_cache=False).last_hidden_state[0]
@@ -260,11 +276,13 @@ def naive_replay_group(
 
 
 def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
-                  config: ReplayConfig | None = None, measure: str = "js") -> ReplayResult:
+                  config: ReplayConfig | None = None, measure: str = "js", reword: bool | None = None
+                  ) -> ReplayResult:
     """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``; relevance from the
     measure named ``measure`` (:data:`mrtpo.core.measures.MEASURES`; the oracle reads the group's evidence, after a
     replay that gives the tokens and the JS distances shown beside it)."""
     replay_with = measure if needs_replay(measure) else "js"
     rep = replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
-                       rewards=group.rewards if skip_constant else None, config=config, measure=replay_with)
+                       rewards=group.rewards if skip_constant else None, config=config, measure=replay_with,
+                       reword=reword)
     return rep if replay_with == measure else rep.with_measure(measure, group.evidence or None)

@@ -28,6 +28,7 @@ class ResponseRelevance:
     logp_all: np.ndarray | None = None  # (T,) log π(y_t | P_all, y<t)
     logp_without: dict[str, np.ndarray] = field(default_factory=dict)  # reward -> (T,) log π(y_t | P_\k, y<t)
     measure: str = "js"
+    js_reworded: dict[str, np.ndarray] = field(default_factory=dict)  # reward -> (R, T) d′ under v_k reworded
 
     def measure_input(self, reward: str, evidence=NO_EVIDENCE) -> "MeasureInput":
         """What a relevance measure reads for ``reward`` (see :class:`MeasureInput`); ``evidence``: the spans its
@@ -37,7 +38,7 @@ class ResponseRelevance:
         rest = [v for k, v in self.js.items() if k != reward]
         others = np.array(rest, dtype=np.float32).reshape(len(rest), T)
         return MeasureInput(self.js[reward], lp, self.logp_without.get(reward, lp), self.offsets, self.text, others,
-                            evidence)
+                            evidence, self.js_reworded.get(reward))
 
     def with_measure(self, name: str, evidence: dict | None = None) -> "ResponseRelevance":
         """The same response with ``relevance`` from measure ``name`` (no model call); ``evidence``: {reward: the

@@ -111,8 +111,10 @@ def test_relevance_every_measure_from_one_replay_equals_the_single_calls(tmp_pat
     for m in replay:
         assert main(["relevance", *args, "--output", str(tmp_path / f"{m}.jsonl"), "--measure", m]) == 0
         one = json.loads((tmp_path / f"{m}.jsonl").read_text())
-        assert one["js"] == both["js"]
-        assert {k: v[m] for k, v in both["relevance"].items()} == one["relevance"], m
+        # js-reworded makes the one replay also run P_k′: other batches, so equal up to float rounding
+        for k in one["js"]:
+            np.testing.assert_allclose(one["js"][k], both["js"][k], atol=1e-5)
+            np.testing.assert_allclose(one["relevance"][k], both["relevance"][k][m], atol=1e-4, err_msg=m)
     capsys.readouterr()
     assert main(["relevance", *args, "--output", str(tmp_path / "x"), "--measure", "all"]) == 2
     assert "--measure evidence (the oracle) needs what each checker read" in capsys.readouterr().err

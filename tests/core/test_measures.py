@@ -1,4 +1,4 @@
-"""Relevance measures (mrtpo.relevance.MEASURES): hand-worked values, the paper's js unchanged, the log-ratio
+"""Relevance measures (mrtpo.core.measures.MEASURES): hand-worked values, the paper's js unchanged, the log-ratio
 against full log-softmaxes, and the same name reaching the replay, the stored replay and the CLI."""
 import numpy as np
 import pytest
@@ -14,6 +14,8 @@ from mrtpo.core.measures import (
     lead,
     measure_relevance,
     needs_replay,
+    needs_rewording,
+    reworded_contrast,
     support,
     word_max,
 )
@@ -101,6 +103,19 @@ def test_support_hand_worked():
                                                                             inp.text, others)), np.ones(4))
 
 
+def test_reworded_contrast_hand_worked():
+    d = np.array([0.3, 0.1, 0.5], np.float32)
+    reworded = np.array([[0.1, 0.2, 0.1], [0.3, 0.0, 0.1]], np.float32)  # mean (0.2, 0.1, 0.1)
+    np.testing.assert_allclose(reworded_contrast(d, reworded), [0.1, 0.0, 0.4], atol=1e-7)
+    with pytest.raises(MrtpoError, match="needs a replay with v_k reworded"):
+        reworded_contrast(d, None)
+    # the measure: (0.1, 0, 0.4) → lead (0.1, 0.4, 0.4) → word max ("a b c": one token a word) → carry (nothing sure)
+    inp = MeasureInput(d, np.log([0.1, 0.1, 0.1]), np.zeros(3), [(0, 1), (2, 3), (4, 5)], "a b c",
+                       js_reworded=reworded)
+    np.testing.assert_allclose(get_measure("js-reworded")(inp), [0.1, 0.4, 0.4], atol=1e-7)
+    assert needs_rewording("js-reworded") and not any(needs_rewording(m) for m in MEASURES if m != "js-reworded")
+
+
 def test_lead_hand_worked():
     # v_t = max(x_t, x_{t+1}); the last token keeps its own
     np.testing.assert_allclose(lead(np.array([0.1, 0.4, 0.0, 0.2, 0.3])), [0.4, 0.4, 0.2, 0.3, 0.3], atol=1e-7)
@@ -138,16 +153,20 @@ def test_sampled_token_logprobs_match_full_logsoftmax(tiny):
 
 def test_replay_measure_equals_stored_replay_with_measure(tiny):
     base = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"))
+    reworded = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"), reword=True)
     for name in [m for m in MEASURES if needs_replay(m)]:  # the oracle reads evidence, not a replay
         direct = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"), measure=name)
-        again = base.with_measure(name)
+        src = reworded if needs_rewording(name) else base  # a replay with the same prompts, batched the same
+        again = src.with_measure(name)
         assert direct.measure == again.measure == name
-        for a, b, r in zip(direct.responses, again.responses, base.responses):
+        for a, b, r in zip(direct.responses, again.responses, src.responses):
             for k in INFO:
                 np.testing.assert_allclose(a.relevance[k], b.relevance[k], atol=1e-6)
                 assert np.array_equal(a.js[k], r.js[k])  # js stays the raw d whatever the measure
                 assert a.relevance[k].mean() == pytest.approx(1.0, abs=1e-5)
     assert base.with_measure("js") is base
+    with pytest.raises(MrtpoError, match="'js-reworded' measure needs a replay with v_k reworded"):
+        base.with_measure("js-reworded")
     inp = base.responses[0].measure_input("format")  # what js-contrast contrasts with: the other replayed rewards
     np.testing.assert_array_equal(inp.js_others, [base.responses[0].js["correct"]])
     with pytest.raises(MrtpoError, match="unknown relevance measure"):

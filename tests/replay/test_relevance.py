@@ -10,7 +10,7 @@ from mrtpo.core.advantages import active_rewards
 from mrtpo.core.js import js_distance, normalize_relevance
 from mrtpo.errors import MrtpoError
 from mrtpo.replay import ReplayConfig, naive_replay_group, replay_group
-from mrtpo.templates import Template
+from mrtpo.templates import REWORDINGS, Template, reworded_key
 
 
 def test_js_matches_scipy_natural_log():
@@ -83,6 +83,32 @@ def test_batched_prefix_shared_equals_naive(tiny, budget):
             np.testing.assert_allclose(f.js[k], s.js[k], atol=1e-4)
             np.testing.assert_allclose(f.relevance[k], s.relevance[k], rtol=2e-2)
             assert f.relevance[k].mean() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_reworded_variants_batched_equal_naive_and_leave_the_rest_alone(tiny):
+    """P_k′ (v_k reworded, R = len(REWORDINGS)): d′ (R, T) equal in the batched and the naive replay, every other
+    output as without rewording, and asked for by the measure that reads it."""
+    cfg = ReplayConfig(token_budget=64, precision="model")
+    fast = replay_group(tiny, PROMPT, INFO, RESPONSES, config=cfg, reword=True)
+    slow = naive_replay_group(tiny, PROMPT, INFO, RESPONSES, reword=True)
+    plain = replay_group(tiny, PROMPT, INFO, RESPONSES, config=cfg)
+    auto = replay_group(tiny, PROMPT, INFO, RESPONSES[:1], config=cfg, measure="js-reworded")
+    assert set(auto.responses[0].js_reworded) == set(INFO) and plain.responses[0].js_reworded == {}
+    for j, (before, after) in enumerate(REWORDINGS):
+        for k in INFO:
+            reworded = fast.prompts[0][reworded_key(k, j)]
+            assert f"{before}{INFO[k]}{after}" in reworded and all(INFO[o] in reworded for o in INFO)
+    for f, s, p in zip(fast.responses, slow.responses, plain.responses):
+        for k in INFO:
+            assert f.js_reworded[k].shape == (len(REWORDINGS), len(f.token_ids))
+            np.testing.assert_allclose(f.js_reworded[k], s.js_reworded[k], atol=1e-4)
+            assert (f.js_reworded[k] > 0).any()  # another wording does move the distributions a little
+            np.testing.assert_allclose(f.js[k], p.js[k], atol=1e-5)  # other batches: float rounding only
+            np.testing.assert_allclose(f.logp_without[k], p.logp_without[k], atol=1e-4)
+    # an empty v_k stays empty when reworded: P_k′ = P_all, d′ = 0
+    empty = replay_group(tiny, PROMPT, {"a": "", "b": "check b"}, RESPONSES[:1], reword=True,
+                         template=Template(item="{text}", separator=""))
+    np.testing.assert_allclose(empty.responses[0].js_reworded["a"], 0.0, atol=1e-6)
 
 
 def test_small_logits_budget_chunks_vocab(tiny):

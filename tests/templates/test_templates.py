@@ -153,7 +153,7 @@ def test_template_file_bounds(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- in the replay
 def _no_forward(monkeypatch):
-    import mrtpo.relevance as rel
+    import mrtpo.replay.engine as rel
 
     def boom(*a, **k):
         raise AssertionError("a forward pass ran")
