@@ -154,8 +154,10 @@ def test_a_link_to_a_page_on_a_fresh_server(server, path, title):
     no "Page not found" dialog: a page's link is its file name in pages/ (Streamlit's documented multipage layout)."""
     with chromium_page(f"{server}/{path}") as page:
         _idle(page)
-        assert page.get_by_role("heading", name=title).first.is_visible()
-        assert page.get_by_label("Model").first.is_visible()  # app.py's sidebar ran
+        # (on a slow machine the first run of a fresh server may still be drawing when the app first reads idle)
+        page.get_by_role("heading", name=title).first.wait_for(state="visible", timeout=60_000)
+        page.get_by_label("Model").first.wait_for(state="visible", timeout=60_000)  # app.py's sidebar ran
+        assert page.get_by_label("Model").first.is_visible()
         assert page.get_by_text("Page not found").count() == 0
         assert page.url.startswith(f"{server}/{path}")
         assert page.locator("[data-testid='stException']").count() == 0
