@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +14,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.load import LoadedModel
+from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
 
 # ---------------------------------------------------------------------------------------------- defaults
@@ -43,20 +43,6 @@ class Sample:
 
     token_ids: list[int]
     text: str
-
-
-def generator(device: torch.device, seed: int | None) -> torch.Generator:
-    """A random generator of the sampler's own on ``device``: seeded with ``seed``, or from fresh entropy (None).
-
-    Every draw of a sample comes from it, never from torch's process-wide generator, so concurrent samplings (the
-    app's sessions, a trainer beside them) cannot take each other's random numbers: a seed gives the same group
-    whatever else runs.  Seeded like ``torch.manual_seed(seed)`` (the same stream on the CPU)."""
-    gen = torch.Generator(device=device)
-    if seed is None:
-        gen.seed()
-    else:
-        gen.manual_seed(int(seed))
-    return gen
 
 
 @torch.inference_mode()
@@ -199,15 +185,12 @@ def _head_weights(lm: LoadedModel, dec: Decoder) -> tuple[torch.Tensor, torch.Te
     return dec.weight(head.weight), None if b is None else dec.weight(b)
 
 
-_GENERATE = threading.Lock()  # generate draws from torch's global generator: one call at a time, state restored
-
-
 def _generate_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: int, temperature: float,
                   top_p: float, gen: torch.Generator | None = None) -> torch.Tensor:
     """``n`` continuations by transformers' ``generate`` in the model's dtype, for models whose cache the sampler's
     buffer cannot hold (state-space layers, mixed KV shapes): (n, T) new token ids.  ``generate`` draws from torch's
-    global generator, so it runs seeded from ``gen`` inside ``fork_rng`` (the global state is restored), one call at a
-    time."""
+    global generator, so it runs seeded from ``gen`` inside :func:`mrtpo.model.rng.seeded_global` (the global state
+    is restored; one such block at a time)."""
     input_ids = torch.tensor([prompt_ids], device=lm.device)
     greedy = temperature <= 0  # generate refuses greedy with n > 1: one row, repeated
     kwargs = dict(do_sample=not greedy, max_new_tokens=max_new_tokens, num_return_sequences=1 if greedy else n,
@@ -215,10 +198,7 @@ def _generate_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens
     if not greedy:
         kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
     seed = int(torch.randint(0, 2 ** 62, (1,), generator=gen)) if gen is not None else None
-    devices = [lm.device] if lm.device.type == "cuda" else []
-    with _GENERATE, torch.random.fork_rng(devices=devices):
-        if seed is not None:
-            torch.manual_seed(seed)
+    with seeded_global(seed, lm.device):
         out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
     return out[:, len(prompt_ids):].expand(n, -1)
 

@@ -9,15 +9,17 @@ Steps are numbered from 1. Everything random is seeded from (seed, step), so a r
 seed on CPU, and resuming from a checkpoint reproduces the steps a run would have taken. Two seeds:
 ``schedule_seed`` (default: ``seed``) drives the *schedule* — which prompts each step sees, in which order
 (:meth:`Trainer.examples_for_step`), and the random stream every group and the probe are sampled from
-(:meth:`Trainer._sample_seed`); ``seed`` drives the rest (the initial LoRA weights, the minibatch order, the
-global torch RNG at the start of a step). Runs that share the schedule seed and the initial weights are *paired*:
+(:meth:`Trainer._sample_seed`); ``seed`` drives the rest (the initial LoRA weights, the minibatch order). Every
+draw comes from a generator of the trainer's own (:mod:`mrtpo.model.rng`), never from torch's global one, so a
+trainer and the samplers beside it in one process (the app) do not change each other's results. Runs that share
+the schedule seed and the initial weights are *paired*:
 at step 1 they sample identical groups, and later their samples differ only because their policies do — so two
 methods compared that way differ only in the estimator (:mod:`mrtpo.experiment`).
 
 With a :class:`mrtpo.store.Store` the trainer writes every step (:class:`mrtpo.train.recorder.Recorder`: metrics,
 sampled responses with their token data, probe relevance) in one transaction after the step completes, and every
 ``checkpoint_every`` steps (default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable
-parameters — with the AdamW state and the RNG state (atomically: temp file, fsync, ``os.replace``), keeping only
+parameters — with the AdamW state (atomically: temp file, fsync, ``os.replace``), keeping only
 the last one.
 
 Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
@@ -184,7 +186,7 @@ class Trainer:
         return self._seed_of(self.schedule_seed, step, b)
 
     def _own_seed(self, step: int, b: int) -> int:
-        """A seed for what is not the schedule (minibatch order, the step's global RNG): from ``seed``."""
+        """A seed for what is not the schedule (the minibatch order): from ``seed``."""
         return self._seed_of(self.config.seed, step, b)
 
     # ------------------------------------------------------------------------------------------ a step
@@ -233,7 +235,6 @@ class Trainer:
     def _one_step(self, checkpoint: bool = False, on_phase=None) -> dict[str, float]:
         s = self.steps_done + 1
         self._seen = None  # until the step is stored, memory may be ahead of the store
-        torch.manual_seed(self._own_seed(s, 10_007))
         clock = PhaseClock(s, on_phase)
         ro = self.rollout(s, clock)
         credit, replays = self.credit_for(ro, s, clock)
@@ -314,7 +315,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ resuming
     def _restore(self, run: RunInfo) -> None:
-        """Bring this trainer to the run's last checkpoint (weights, AdamW, RNG; the initial state when there is
+        """Bring this trainer to the run's last checkpoint (weights and AdamW; the initial state when there is
         none). Reads the store only; steps stored after the checkpoint are dropped by :meth:`_sync`."""
         self._seen = None
         state = self.store.load_checkpoint(run)
