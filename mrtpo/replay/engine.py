@@ -67,12 +67,18 @@ class ReplayConfig:
 Response = str | Sample | Sequence[int]
 
 
-def _response_tokens(lm: LoadedModel, r: Response) -> tuple[str, list[int], list[tuple[int, int]]]:
+def _response_tokens(lm: LoadedModel, r: Response) -> tuple[str | None, list[int], list[tuple[int, int]] | None]:
+    """(text, token ids, character offsets) of a response; for token ids the text and offsets are None (filled by
+    :func:`_text_and_offsets` once the length is checked: a response too long for the model fails fast)."""
     if isinstance(r, str):
         ids, offs = tokenize_response(lm, r)
         return r, ids, offs
     ids = list(r.token_ids) if isinstance(r, Sample) else [int(t) for t in r]
-    return decode(lm, ids), ids, token_offsets(lm, ids)
+    return None, ids, None
+
+
+def _text_and_offsets(lm: LoadedModel, text: str | None, ids: list[int], offs) -> tuple[str, list[tuple[int, int]]]:
+    return (text, offs) if text is not None else (decode(lm, ids), token_offsets(lm, ids))
 
 
 @dataclass
@@ -114,6 +120,8 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
             name = "P_all" if v == ALL else f"P_\\{v} (without reward '{v}')"
             check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}")
         texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
+    for i, (text, rid, off) in enumerate(zip(texts, ids, offs)):  # every length checked: the offsets now
+        texts[i], offs[i] = _text_and_offsets(lm, text, rid, off)
     return _Plan(texts, ids, offs, ptexts, pids, act, skip)
 
 
