@@ -165,6 +165,7 @@ class RunLocks:
                 self.release_lock(run_id, owner)
             except MrtpoError:
                 pass  # e.g. a full disk: this process no longer holds it (see _abandoned), and other
+                #      processes see it free once this one exits
 
     def lock_holder(self, run_id: int) -> dict | None:
         """Who trains the run now ({owner, pid, host, age_s}), or None (abandoned locks count as free)."""

@@ -84,7 +84,8 @@ def test_steps_change_weights_and_write_store(tmp_path):
     assert ms[0]["adv/nonzero_frac"] > 0 and ms[0]["loss"] == ms[0]["loss"]
     run = st.get_run("r1")
     assert run.steps_done == 2 and run.last_checkpoint == 2
-    assert run.checkpoint_path == f"checkpoints/{run.id}/step-000002.pt"  # relative to the store, keyed by id
+    # relative to the store's folder, beside the store's file, keyed by id
+    assert run.checkpoint_path == f"runs.db.checkpoints/{run.id}/step-000002.pt"
     assert st._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     m = st.metrics(run.id)
     for key in ("reward/ascii", "reward/lower", "adv/std", "loss", "clip_frac", "time/step", "time/replay"):
@@ -101,8 +102,8 @@ def test_steps_change_weights_and_write_store(tmp_path):
     assert steps == [0, 1, 2] and len(heat[0]) == len(probe[0]["token_ids"])
     assert sum(heat[0]) == pytest.approx(len(heat[0]), rel=1e-3)  # relevance has mean 1
     assert heat[0] != heat[2]  # the policy moved, so the probe's relevance shifted
-    ck = tmp_path / "checkpoints" / str(run.id)
-    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and "checkpoints" in p.parts) == \
+    ck = tmp_path / "runs.db.checkpoints" / str(run.id)
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and "runs.db.checkpoints" in p.parts) == \
         ["step-000002.pt"] and (ck / "step-000002.pt").exists()  # the last checkpoint only, no temp file
 
 
