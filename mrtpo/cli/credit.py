@@ -12,6 +12,8 @@ from mrtpo.cli.common import (
     NONNEG,
     POSITIVE,
     Progress,
+    check_not_input,
+    check_output,
     credit_args,
     error_text,
     find_example,
@@ -54,6 +56,8 @@ def cmd_relevance(a) -> int:
 
     get_measure(a.measure)  # an unknown measure fails before anything is read
     prog = Progress(a.quiet)
+    check_output(a.output, "--output")
+    check_not_input(a.output, "--output", {"--input": a.input})
     template = load_template(a.template)
     cases, bad = [], 0
     for n, obj, problem in json_lines(a.input):
@@ -150,6 +154,8 @@ def cmd_advantages(a) -> int:
     from mrtpo.core.credit import CreditConfig, assign_credit
 
     cfg = CreditConfig(method=a.method, beta=a.beta, warmup=a.warmup)  # a bad method fails before reading anything
+    check_output(a.output, "--output")
+    check_not_input(a.output, "--output", {"--input": a.input})
     method = cfg.parsed
     data = load_json(a.input)
     if isinstance(data, list):
@@ -288,6 +294,12 @@ def cmd_explain(a) -> int:
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any model work
+    for flag, path in (("--html", a.html), ("--json", a.json)):
+        check_output(path, flag)
+        check_not_input(path, flag, {"--input": a.input, "--responses": a.responses, "--examples": a.examples,
+                                     "--template": a.template})
+    if a.json is not None and a.html == a.json:
+        raise MrtpoError(f"--html and --json are both {a.html}; give two files")
     get_measure(a.measure)
     if a.until_varied is not None and not a.task:
         raise MrtpoError("--until-varied samples again with other seeds: it needs --task (not --input)")

@@ -12,7 +12,17 @@ from __future__ import annotations
 import sys
 import time
 
-from mrtpo.cli.common import POSITIVE, SEED, TEMPERATURE, load_template, model_args, write_json
+from mrtpo import validate as V
+from mrtpo.cli.common import (
+    POSITIVE,
+    SEED,
+    TEMPERATURE,
+    check_not_input,
+    check_output,
+    load_template,
+    model_args,
+    write_json,
+)
 from mrtpo.errors import MrtpoError
 
 
@@ -22,6 +32,8 @@ def cmd_faithfulness(a) -> int:
     from mrtpo.replay.faithfulness import faithfulness_report
     from mrtpo.tasks import get_family
 
+    check_output(a.output, "--output")
+    check_not_input(a.output, "--output", {"--examples": a.examples, "--template": a.template})
     measures = list(dict.fromkeys(a.measure or ["js"]))
     for m in measures:
         get_measure(m)  # an unknown name fails before any model work
@@ -48,14 +60,14 @@ def cmd_faithfulness(a) -> int:
 
 def register(sub) -> None:
     from mrtpo.core.measures import measure_names
-    from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
+    from mrtpo.model import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS
 
     p = sub.add_parser("faithfulness", help="token AUROC / lift of relevance against the verifiers' evidence spans")
     p.add_argument("--task", required=True, help="sql | instructions | tools")
     p.add_argument("--examples", default=None, help="your own examples file (JSONL, the family's format)")
     p.add_argument("--limit", type=POSITIVE, default=20, help="the first N examples (default 20)")
-    p.add_argument("--group", type=POSITIVE, default=GROUP_SIZE,
-                   help=f"responses sampled per example (default {GROUP_SIZE})")
+    p.add_argument("--group", type=V.int_flag(1, MAX_GROUP_SIZE), default=GROUP_SIZE,
+                   help=f"responses sampled per example (1 to {MAX_GROUP_SIZE}; default {GROUP_SIZE})")
     p.add_argument("--max-new-tokens", type=POSITIVE, default=MAX_NEW_TOKENS,
                    help=f"(>= 1; default {MAX_NEW_TOKENS})")
     p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")

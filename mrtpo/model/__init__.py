@@ -16,6 +16,7 @@ from mrtpo.model.load import (
 from mrtpo.model.rng import seeded_global
 from mrtpo.model.sampler import (
            GROUP_SIZE,
+           MAX_GROUP_SIZE,
            MAX_NEW_TOKENS,
            Sample,
            SamplingConfig,
@@ -25,10 +26,10 @@ from mrtpo.model.sampler import (
            sample,
            sample_ids,
 )
-from mrtpo.model.tokens import check_length, decode, token_offsets, tokenize_response
+from mrtpo.model.tokens import TooLong, check_length, decode, token_offsets, tokenize_response
 
-__all__ = ["DEFAULT_MODEL", "Decoder", "GROUP_SIZE", "LoadedModel", "MAX_NEW_TOKENS", "PRECISIONS", "Sample",
-           "SamplingConfig", "TINY_MODEL", "cache_dir", "check_length", "compute_dtype", "convert_gguf", "decode",
-           "decoder_stack", "default_gguf_path", "default_model_cached", "draw", "fast_bf16_cpu", "generator",
-           "load_model", "next_token_scores", "resolve_device", "sample", "sample_ids", "seeded_global",
-           "token_offsets", "tokenize_response"]
+__all__ = ["DEFAULT_MODEL", "Decoder", "GROUP_SIZE", "LoadedModel", "MAX_GROUP_SIZE", "MAX_NEW_TOKENS", "PRECISIONS",
+           "Sample", "SamplingConfig", "TINY_MODEL", "TooLong", "cache_dir", "check_length", "compute_dtype",
+           "convert_gguf", "decode", "decoder_stack", "default_gguf_path", "default_model_cached", "draw",
+           "fast_bf16_cpu", "generator", "load_model", "next_token_scores", "resolve_device", "sample", "sample_ids",
+           "seeded_global", "token_offsets", "tokenize_response"]

@@ -22,13 +22,14 @@ GROUP_SIZE = 4  # responses per prompt G (the app, the CLI and the trainer)
 MAX_NEW_TOKENS = 96  # longest sampled response
 TEMPERATURE = 1.0
 TOP_P = 1.0
+MAX_GROUP_SIZE = 1024  # the most responses one group may have (a bound on memory: every flag and form checks it)
 
 
 @dataclass
 class SamplingConfig:
     """How a group is sampled: G responses of at most ``max_new_tokens`` tokens, at ``temperature`` and ``top_p``."""
 
-    group_size: int = opt(GROUP_SIZE, "responses per prompt G", lo=1)
+    group_size: int = opt(GROUP_SIZE, "responses per prompt G", lo=1, hi=MAX_GROUP_SIZE)
     max_new_tokens: int = opt(MAX_NEW_TOKENS, "longest sampled response", lo=1)
     temperature: float = opt(TEMPERATURE, "sampling temperature (0: greedy)", lo=0.0)
     top_p: float = opt(TOP_P, "nucleus sampling", lo=0.0, hi=1.0, lo_open=True)
@@ -65,7 +66,8 @@ def sample(
     ``torch.manual_seed(seed)``; greedy: the same tokens); ``"bfloat16"`` forces bfloat16. The draws come from a
     generator of this call's own, seeded with ``seed`` (:func:`generator`; None: fresh entropy).
 
-    n ≥ 1, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 = greedy), top_p in (0, 1]; else an MrtpoError.
+    1 ≤ n ≤ :data:`MAX_GROUP_SIZE`, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 = greedy), top_p in (0, 1];
+    else an MrtpoError.
     """
     _check_sample_args(n, max_new_tokens, temperature, top_p)
     dtype = compute_dtype(lm, precision)
@@ -211,7 +213,8 @@ def _check_sample_args(n, max_new_tokens, temperature, top_p) -> None:
         return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
     checks = [
-        (is_int(n) and n >= 1, f"the group size must be an integer >= 1, got {n!r}"),
+        (is_int(n) and 1 <= n <= MAX_GROUP_SIZE,
+         f"the group size must be an integer in [1, {MAX_GROUP_SIZE}], got {n!r}"),
         (is_int(max_new_tokens) and max_new_tokens >= 1,
          f"max new tokens must be an integer >= 1, got {max_new_tokens!r}"),
         (is_num(temperature) and temperature >= 0, f"temperature must be a finite number >= 0, got {temperature!r}"),

@@ -107,9 +107,18 @@ def tokenize_response(lm: LoadedModel, text: str) -> tuple[list[int], list[tuple
     return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
 
 
-def check_length(lm: LoadedModel, n_tokens: int, what: str) -> None:
+class TooLong(MrtpoError):
+    """A sequence longer than the model accepts: ``n_tokens`` against ``limit``; ``what`` names it, ``response`` is
+    the response's index in its group when a replay or a sampler knows it (else None)."""
+
+    def __init__(self, message: str, what: str, n_tokens: int, limit: int, response: int | None = None):
+        super().__init__(message)
+        self.what, self.n_tokens, self.limit, self.response = what, n_tokens, limit, response
+
+
+def check_length(lm: LoadedModel, n_tokens: int, what: str, response: int | None = None,
+                 hint: str = "shorten the prompt or the verifier information, or lower max tokens") -> None:
+    """:class:`TooLong` when ``n_tokens`` (of ``what``) is more than the model accepts."""
     if n_tokens > lm.max_length:
-        raise MrtpoError(
-            f"{what} is {n_tokens} tokens, more than model '{lm.name}' accepts ({lm.max_length}); "
-            f"shorten the prompt or the verifier information, or lower max tokens"
-        )
+        raise TooLong(f"{what} is {n_tokens} tokens, more than model '{lm.name}' accepts ({lm.max_length}); {hint}",
+                      what, n_tokens, lm.max_length, response)

@@ -118,7 +118,7 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards) -> _Plan:
             toks[v] = enc_cache[t]
             # ... and in tokens against the model's context here, before any forward pass (P_all, the longest, first)
             name = "P_all" if v == ALL else f"P_\\{v} (without reward '{v}')"
-            check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}")
+            check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}", response=i)
         texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
     for i, (text, rid, off) in enumerate(zip(texts, ids, offs)):  # every length checked: the offsets now
         texts[i], offs[i] = _text_and_offsets(lm, text, rid, off)

@@ -37,7 +37,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from mrtpo.errors import MrtpoError
 from mrtpo.store.checkpoints import Checkpoints
@@ -192,6 +192,27 @@ class Store(RunLocks, Checkpoints):
                       "config = excluded.config, runs = excluded.runs, updated = excluded.updated",
                       (name, _json(config), _json(list(runs)), now, now))
         return self.get_experiment(name)
+
+    def claim_experiment(self, name: str, config: dict, runs: list[tuple[str, dict]],
+                         check: Callable[[ExperimentInfo | None, dict[str, RunInfo | None]], None]) -> str:
+        """Claim experiment ``name`` for this caller, atomically (one transaction: all of it or nothing):
+        ``check(recorded experiment or None, {run name: stored run or None})`` may refuse (it raises); then the
+        experiment is recorded (``config``, the runs' names), every run of ``runs`` [(name, config)] that is missing
+        is created, and every run's lock is taken for one owner (MrtpoError, nothing changed, when a live trainer
+        holds one: another process runs the experiment). Returns the owner token; hold it with :meth:`holding`."""
+        now = time.time()
+        with self._tx() as c:
+            check(self.get_experiment(name), {n: self.get_run(n) for n, _ in runs})
+            for n, cfg in runs:
+                validate_run_name(n)
+                c.execute("INSERT OR IGNORE INTO runs (name, config, created, updated) VALUES (?, ?, ?, ?)",
+                          (n, _json(cfg), now, now))
+            ids = [self.get_run(n).id for n, _ in runs]
+            owner = self._take_locks(c, ids, f"experiment '{name}' is being run: its ")
+            c.execute("INSERT INTO experiments VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                      "config = excluded.config, runs = excluded.runs, updated = excluded.updated",
+                      (name, _json(config), _json([n for n, _ in runs]), now, now))
+        return owner
 
     def get_experiment(self, name: str) -> ExperimentInfo | None:
         rows = self._q("SELECT name, config, runs, created, updated FROM experiments WHERE name = ?", (name,))
