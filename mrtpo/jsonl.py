@@ -181,6 +181,34 @@ def write_text(path: str | Path, text: str) -> None:
         raise MrtpoError(f"cannot write {path}: {e.strerror or e}") from None
 
 
+def output_problem(path: str | Path, folder: bool = False) -> str | None:
+    """Why ``path`` cannot be written — as a file (:func:`write_text` replaces it), or with ``folder`` as a folder
+    to write files in (created with its parents when missing) — or None when it can, as far as can be told before
+    writing: checked before a command's work, so that a bad output path fails in a second, not after an hour.
+    ``-`` (stdout) and devices are writable files."""
+    p = Path(path)
+    if not folder and (str(path) == "-" or (p.exists() and not p.is_file() and not p.is_dir())):
+        return None
+    if p.is_dir():
+        if not folder:
+            return "it is a folder; give a file name"
+        return None if os.access(p, os.W_OK | os.X_OK) else "the folder is read-only (this user may not write there)"
+    if p.exists() or p.is_symlink():
+        if folder:
+            return "it is a file, not a folder"
+        return None if os.access(p, os.W_OK) else "the file is read-only (this user may not write it)"
+    up = p.parent
+    if not folder and not up.is_dir():
+        return f"{up} is a file, not a folder" if up.exists() else f"folder {up} does not exist"
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not up.is_dir():
+        return f"{up} is a file, not a folder"
+    if not os.access(up, os.W_OK | os.X_OK):
+        return f"folder {up} is read-only (this user may not create files there)"
+    return None
+
+
 def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)

@@ -18,6 +18,7 @@ from mrtpo.core.credit import BETA
 from mrtpo.errors import MrtpoError
 from mrtpo.integrations import rollout_explain as rx
 from mrtpo.integrations import rollouts as ro
+from mrtpo.model import TooLong
 from mrtpo.views import render, token_view
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
@@ -89,13 +90,16 @@ with guard("replay"):
     lm = S.get_model(ch.model, ch.device)
     sg = rx.scored_group(group, vt, lm)
     keep = [i for i, s in enumerate(sg.samples) if s.token_ids]
+    if not keep:
+        raise rx.empty_group_error(group)
     if len(keep) < len(sg.samples):
         st.warning(f"{len(sg.samples) - len(keep)} empty completion(s) left out (nothing to explain).")
         sg = sg.subset(keep)
-    if not keep:
-        raise MrtpoError("every completion of this group is empty")
-    replay = S.replay_cached(ch.model, ch.device, sg.prompt, sg.verifier_info, [s.token_ids for s in sg.samples],
-                             S.current_template(None), sg.rewards.tolist())
+    try:  # a completion too long for the model fails here, before any offset or forward pass
+        replay = S.replay_cached(ch.model, ch.device, sg.prompt, sg.verifier_info, [s.token_ids for s in sg.samples],
+                                 S.current_template(None), sg.rewards.tolist())
+    except TooLong as e:
+        raise rx.too_long_error(group, [group.rows[i] for i in keep], e) from None
     view = token_view(sg, replay, method, beta)
 
 st.html(f"<style>{render.CSS}</style><div class='mrtpo'>{render.rewards_table(view, sg)}</div>")

@@ -23,12 +23,12 @@ import argparse
 import os
 import sys
 
-from mrtpo.cli import app, credit, experiment, faithfulness, rollouts, tasks, train
+from mrtpo.cli import app, credit, experiment, explain, faithfulness, rollouts, tasks, train
 from mrtpo.cli.common import error_text
 from mrtpo.errors import MrtpoError
 
 # each module's register(subparsers) adds its commands
-COMMAND_GROUPS = (credit, faithfulness, tasks, train, experiment, rollouts, app)
+COMMAND_GROUPS = (credit, explain, faithfulness, tasks, train, experiment, rollouts, app)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,10 +32,10 @@ device_flag.__name__ = "device"
 
 
 def sampling_args(p: argparse.ArgumentParser) -> None:
-    from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
+    from mrtpo.model import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS
 
-    p.add_argument("--group", type=POSITIVE, default=GROUP_SIZE,
-                   help=f"responses to sample (>= 1; default {GROUP_SIZE})")
+    p.add_argument("--group", type=V.int_flag(1, MAX_GROUP_SIZE), default=GROUP_SIZE,
+                   help=f"responses to sample (1 to {MAX_GROUP_SIZE}; default {GROUP_SIZE})")
     p.add_argument("--max-new-tokens", type=POSITIVE, default=MAX_NEW_TOKENS,
                    help=f"(>= 1; default {MAX_NEW_TOKENS})")
     p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
@@ -58,6 +58,38 @@ def load_template(path, family=None):
         return template_for(family)
     read_text(path)  # a missing or non-UTF-8 file: a message naming the file (and the bad byte)
     return Template.from_file(path)
+
+
+def check_output(path: str | None, flag: str, folder: bool = False) -> None:
+    """MrtpoError ``FLAG PATH: why`` when ``path`` cannot be written (a file; ``folder``: a folder of outputs),
+    before any work (:func:`mrtpo.jsonl.output_problem`); None: nothing to check."""
+    from mrtpo.jsonl import output_problem
+
+    if path is None:
+        return
+    problem = output_problem(path, folder)
+    if problem:
+        raise MrtpoError(f"{flag} {path}: {problem}; nothing was done")
+
+
+def check_not_input(out: str | None, flag: str, inputs: dict[str, str | None]) -> None:
+    """MrtpoError when the output ``out`` is one of the ``inputs`` ({flag: path}): writing it would replace that
+    input."""
+    import os
+
+    if out is None or out == "-":
+        return
+    for in_flag, path in inputs.items():
+        if path is None or path == "-":
+            continue
+        same = os.path.abspath(out) == os.path.abspath(path)
+        try:
+            same = same or os.path.samefile(out, path)
+        except OSError:
+            pass
+        if same:
+            raise MrtpoError(f"{flag} {out} is the {in_flag} file: writing it would replace your input; give "
+                             f"another {flag}")
 
 
 def write_json(obj, path: str | None):

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from mrtpo import validate as V
-from mrtpo.cli.common import names
+from mrtpo.cli.common import check_output, names
 from mrtpo.cli.train import add_config_flags, config_from_args, step_progress
 from mrtpo.errors import MrtpoError
 
@@ -24,6 +24,9 @@ PER_RUN = ("method", "seed", "schedule_seed")
 
 
 def register(sub) -> None:
+    from mrtpo.experiment import MAX_SEEDS
+    from mrtpo.train import MAX_STEPS
+
     p = sub.add_parser("experiment", help="paired, seeded comparison of methods: every method × seed as runs, then "
                                           "summary.json, curves.png, report.html",
                        allow_abbrev=False)  # --seed / --method are not abbreviations of --seeds / --methods
@@ -34,8 +37,9 @@ def register(sub) -> None:
                       help="arms that may differ in more than the method, the first is the baseline, e.g. gdpo "
                            "mrtpo:info=rule,measure=js-contrast mrtpo:measure=evidence (any train flag's field; "
                            "the runs are EXP.<method>.<field>-<value>....sSEED)")
-    p.add_argument("--seeds", type=V.int_flag(1), required=True, help="number of seeds (0 .. N-1)")
-    p.add_argument("--steps", type=V.int_flag(1), required=True, help="steps per run")
+    p.add_argument("--seeds", type=V.int_flag(1, MAX_SEEDS), required=True,
+                   help=f"number of seeds (0 .. N-1; at most {MAX_SEEDS})")
+    p.add_argument("--steps", type=V.int_flag(1, MAX_STEPS), required=True, help=f"steps per run (at most {MAX_STEPS})")
     p.add_argument("--out", required=True, help="folder for summary.json, curves.png and report.html")
     p.add_argument("--name", default=None, help="experiment name (default: the --out folder's name); its runs are "
                                                 "NAME.METHOD.sSEED")
@@ -59,6 +63,29 @@ def experiment_config(a):
     return ExperimentConfig(name=name, methods=list(a.methods or a.arms), seeds=a.seeds, steps=a.steps, base=base)
 
 
+def check_summary(out: Path, name: str) -> None:
+    """MrtpoError when ``out`` holds the summary of another experiment than ``name`` (its files would be replaced
+    by this one's)."""
+    from mrtpo.experiment import SUMMARY_FILE
+    from mrtpo.jsonl import InputFileError, load_json
+
+    path = out / SUMMARY_FILE
+    if not path.exists():
+        return
+    try:
+        other = load_json(path)
+    except InputFileError:
+        other = None
+    other = other.get("experiment") if isinstance(other, dict) else None
+    if other == name:
+        return
+    if isinstance(other, str):
+        raise MrtpoError(f"--out {out} holds the outputs of experiment '{other}'; give experiment '{name}' its own "
+                         f"--out folder (or --name {other} to resume that one)")
+    raise MrtpoError(f"--out {out} holds a {SUMMARY_FILE} that is no experiment's summary; give experiment '{name}' "
+                     f"another --out folder")
+
+
 def headline(summary: dict) -> dict:
     """The summary without its curves and config (what the command prints)."""
     return {k: v for k, v in summary.items() if k not in ("curves", "config", "definitions")}
@@ -72,8 +99,8 @@ def cmd_experiment(a) -> int:
 
     exp = experiment_config(a)
     out = Path(a.out)
-    if out.exists() and not out.is_dir():
-        raise MrtpoError(f"--out {out} is a file; give a folder")
+    check_output(a.out, "--out", folder=True)
+    check_summary(out, exp.name)
     store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     log(f"experiment '{exp.name}': {' | '.join(exp.methods)} × {exp.seeds} seeds × {exp.steps} steps "

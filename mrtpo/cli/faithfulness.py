@@ -12,10 +12,13 @@ from __future__ import annotations
 import sys
 import time
 
+from mrtpo import validate as V
 from mrtpo.cli.common import (
     POSITIVE,
     SEED,
     TEMPERATURE,
+    check_not_input,
+    check_output,
     compare_args,
     load_template,
     measure_list,
@@ -33,6 +36,8 @@ def cmd_faithfulness(a) -> int:
     from mrtpo.replay.faithfulness import faithfulness_report
     from mrtpo.tasks import get_family
 
+    check_output(a.output, "--output")
+    check_not_input(a.output, "--output", {"--examples": a.examples, "--template": a.template})
     measures = list(dict.fromkeys(m for ms in (a.measure or [[MEASURE]]) for m in ms))
     infos = list(dict.fromkeys(a.info or [INFO]))
     fam = get_family(a.task)
@@ -60,7 +65,7 @@ def cmd_faithfulness(a) -> int:
 def register(sub) -> None:
     from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
     from mrtpo.core.measures import measure_names
-    from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
+    from mrtpo.model import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS
 
     p = sub.add_parser("faithfulness", help="token AUROC / lift of relevance against the verifiers' evidence spans")
     p.add_argument("--task", required=True, help="sql | instructions | tools")
@@ -68,8 +73,8 @@ def register(sub) -> None:
                                                      "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")
     compare_args(p)
     p.add_argument("--limit", type=POSITIVE, default=20, help="the first N examples (default 20)")
-    p.add_argument("--group", type=POSITIVE, default=GROUP_SIZE,
-                   help=f"responses sampled per example (default {GROUP_SIZE})")
+    p.add_argument("--group", type=V.int_flag(1, MAX_GROUP_SIZE), default=GROUP_SIZE,
+                   help=f"responses sampled per example (1 to {MAX_GROUP_SIZE}; default {GROUP_SIZE})")
     p.add_argument("--max-new-tokens", type=POSITIVE, default=MAX_NEW_TOKENS,
                    help=f"(>= 1; default {MAX_NEW_TOKENS})")
     p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")

@@ -3,7 +3,10 @@
     mrtpo rollouts --input completions/ --format trl --verifier-template vt.json \\
         --output out.jsonl --html out.html [--model default] [--method mrtpo] [--beta 0.5] [--step 10]
 
-The verifier template is a JSON object {reward column: text template over the row's fields}.
+The verifier template is a JSON object {reward column: text template over the row's fields}. Every message names
+the file, the row (or the group and the row) and the column. A group that cannot be explained (a completion too long
+for the model, every completion empty) is skipped with a warning and the others are written: exit status 1
+(``--strict``: stop at the first, exit status 2, nothing written). ``--output`` may not be one of the inputs.
 """
 from __future__ import annotations
 
@@ -11,7 +14,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from mrtpo.cli.common import NONNEG, POSITIVE, Progress, credit_args, load_model_arg, model_args, quiet_arg
+from mrtpo.cli.common import (
+    NONNEG,
+    POSITIVE,
+    Progress,
+    check_not_input,
+    check_output,
+    credit_args,
+    load_model_arg,
+    model_args,
+    quiet_arg,
+)
 from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, write_text
 
@@ -24,6 +37,12 @@ def cmd_rollouts(a) -> int:
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any work
+    inputs = {"--input": a.input, "--verifier-template": a.verifier_template, "--template": a.template}
+    for flag, path in (("--output", a.output), ("--html", a.html)):
+        check_output(path, flag)
+        check_not_input(path, flag, inputs)
+    if a.html is not None and a.output == a.html:
+        raise MrtpoError(f"--output and --html are both {a.html}; give two files")
     vt = rx.RolloutVerifierInfo.from_file(a.verifier_template)
     template = Template.from_file(a.template) if a.template else None
     rows = ro.read_rollouts(a.input, a.format)
@@ -35,11 +54,20 @@ def cmd_rollouts(a) -> int:
             vt.rewards_of(r), vt.info(r)
     lm = load_model_arg(a, prog)
     todo = groups[:a.max_groups]
-    items = []
+    items, skipped = [], []
     for j, g in enumerate(todo, start=1):  # rx.explain_rollouts, one group at a time with progress
         step = f"step {g.step}, " if g.step is not None else ""
         prog.stage(f"replaying group {j}/{len(todo)} ({step}{len(g.rows)} rows)")
-        items.append(rx.explain_group(lm, g, vt, template, a.method, a.beta))
+        try:
+            items.append(rx.explain_group(lm, g, vt, template, a.method, a.beta))
+        except ro.RolloutFileError as e:  # this group cannot be explained: the others still can
+            if a.strict:
+                raise
+            skipped.append(e)
+            print(f"warning: {e}; this group is skipped (--strict: stop here instead)", file=sys.stderr)
+    if not items:
+        raise MrtpoError(f"none of the {len(todo)} groups could be explained (each reported above); nothing "
+                         f"written to {a.output}")
     text = "".join(dumps(rx.group_json(eg)) + "\n" for eg in items)
     prog.stage(f"writing {a.output}" + (f" and {a.html}" if a.html else ""))
     if a.output == "-":
@@ -49,10 +77,11 @@ def cmd_rollouts(a) -> int:
     if a.html:
         write_text(a.html, rx.page_html(items, title=f"mrtpo rollouts — {Path(a.input).name}"))
     n_rows = sum(len(eg.group.rows) for eg in items)
-    more = f" (of {len(groups)}; raise --max-groups for more)" if len(groups) > len(items) else ""
-    print(f"{len(items)} groups{more}, {n_rows} rows explained → {a.output}" + (f", {a.html}" if a.html else ""),
+    more = f" (of {len(groups)}; raise --max-groups for more)" if len(groups) > len(todo) else ""
+    left = f", {len(skipped)} skipped (see the warnings)" if skipped else ""
+    print(f"{len(items)} groups{more}{left}, {n_rows} rows explained → {a.output}" + (f", {a.html}" if a.html else ""),
           file=sys.stderr)
-    return 0
+    return 1 if skipped else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,6 +95,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     credit_args(p, "method", "beta")
     p.add_argument("--step", type=NONNEG, default=None, help="only rows of this training step (>= 0)")
     p.add_argument("--max-groups", type=POSITIVE, default=20, help="explain at most this many groups (default 20)")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first group that cannot be explained (a completion too long for the model, every "
+                        "completion empty); by default it is skipped with a warning and the others are written")
     model_args(p)
     quiet_arg(p)
     p.set_defaults(fn=cmd_rollouts)

@@ -50,10 +50,13 @@ def config_from_args(a, exclude: tuple[str, ...] = ()):
 
 
 def register(sub) -> None:
+    from mrtpo.train import MAX_STEPS
+
     p = sub.add_parser("train", help="train a policy with the verifiers' rewards (resumable run in the run store)")
     p.add_argument("--run", default=None, help="run name (default: TASK-METHOD-SEED; letters, digits, '.', '_', "
                                                "'+', '-'); an existing run is resumed")
-    p.add_argument("--steps", type=V.int_flag(0), required=True, help="train until the run has this many steps")
+    p.add_argument("--steps", type=V.int_flag(0, MAX_STEPS), required=True,
+                   help=f"train until the run has this many steps (at most {MAX_STEPS})")
     p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (a bar on a terminal, else a line per phase and per step); "
@@ -149,10 +152,9 @@ def cmd_train(a) -> int:
     if stored >= a.steps:
         log(f"run '{name}' already has {stored} steps (asked for {a.steps}); nothing to do")
         return 0
-    todo = a.steps - tr.steps_done
     on_phase, on_step, close = step_progress(a.steps, a.quiet, name, tr.steps_done, tr.method.tokens)
-    try:  # checkpoint_last: a finished command resumes without recomputing
-        tr.train(todo, callback=on_step, checkpoint_last=True, on_phase=on_phase)
+    try:  # until: the steps to train are counted under the run's lock; checkpoint_last: a finished command resumes
+        tr.train(until=a.steps, callback=on_step, checkpoint_last=True, on_phase=on_phase)  # without recomputing
     finally:
         close()
     run = store.require_run(name)

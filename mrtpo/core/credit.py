@@ -52,6 +52,7 @@ class CreditConfig:
     def __post_init__(self):
         check_fields(self, "credit config")
         self.parsed = A.parse_method(self.method)  # a clear MrtpoError for an unknown method
+        self.method = self.parsed.name  # one spelling per method: "GDPO" is "gdpo"
 
     @property
     def tokens(self) -> bool:

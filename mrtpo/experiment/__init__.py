@@ -10,6 +10,7 @@ from mrtpo.experiment.report import (
     write_outputs,
 )
 from mrtpo.experiment.run import (
+    MAX_SEEDS,
     PER_RUN_FIELDS,
     ExperimentConfig,
     ExperimentData,
@@ -22,6 +23,6 @@ from mrtpo.experiment.run import (
     run_experiment,
 )
 
-__all__ = ["HTML_FILE", "PER_RUN_FIELDS", "PNG_FILE", "SUMMARY_FILE", "ExperimentConfig", "ExperimentData", "arm_label",
-           "band_polygons", "experiment_summary", "load_experiment", "parse_arm", "plot_png", "prepare",
+__all__ = ["HTML_FILE", "MAX_SEEDS", "PER_RUN_FIELDS", "PNG_FILE", "SUMMARY_FILE", "ExperimentConfig", "ExperimentData",
+           "arm_label", "band_polygons", "experiment_summary", "load_experiment", "parse_arm", "plot_png", "prepare",
            "read_experiment", "report_html", "run_experiment", "write_outputs"]

@@ -61,9 +61,11 @@ from mrtpo.core.stats import (
 )
 from mrtpo.errors import MrtpoError
 from mrtpo.store import Store, validate_run_name
-from mrtpo.train import TrainConfig, Trainer
+from mrtpo.train import MAX_STEPS, TrainConfig, Trainer
 
 PER_RUN_FIELDS = ("method", "seed", "schedule_seed")  # set per run; every other TrainConfig field is shared
+
+MAX_SEEDS = 1000  # the most seeds an experiment may have (each is a run per method)
 
 
 def parse_arm(spec: str) -> tuple[str, dict]:
@@ -73,7 +75,7 @@ def parse_arm(spec: str) -> tuple[str, dict]:
     if not isinstance(spec, str) or not spec.strip():
         raise MrtpoError(f"an arm must be METHOD or METHOD:FIELD=VALUE,..., not {spec!r}")
     method, _, rest = spec.strip().partition(":")
-    A.parse_method(method)  # a clear message for an unknown method
+    method = A.parse_method(method).name  # a clear message for an unknown method; "GDPO" is gdpo
     kinds = {f.name: field_kind(f) for f, _ in leaf_fields(TrainConfig)}
     overrides: dict = {}
     for part in [x for x in rest.split(",") if x.strip()] if rest else []:
@@ -106,6 +108,14 @@ def _typed(value: str, kind: str, where: str):
     return value
 
 
+def normalize_arm(spec: str) -> str:
+    """``spec`` with its method's registered name (``GDPO:beta=0.3`` → ``gdpo:beta=0.3``); checked as
+    :func:`parse_arm` checks it."""
+    parse_arm(spec)
+    method, colon, rest = spec.strip().partition(":")
+    return A.parse_method(method).name + colon + rest
+
+
 def arm_label(spec: str) -> str:
     """The arm's name in run names and tables: the method, then each field it sets (``mrtpo.info-quoted.measure-
     js-support``); a plain method is its own label."""
@@ -128,14 +138,17 @@ class ExperimentConfig:
     def __post_init__(self):
         if not isinstance(self.methods, list) or len(self.methods) < 2:
             raise MrtpoError("an experiment compares at least two methods (e.g. --methods gdpo,mrtpo)")
-        labels = [arm_label(m) for m in self.methods]  # a clear message for an unknown method or field
+        given = list(self.methods)
+        self.methods = [normalize_arm(m) for m in given]  # a clear message for a bad one; "GDPO" = gdpo
+        labels = [arm_label(m) for m in self.methods]
         dup = sorted({m for m in labels if labels.count(m) > 1})
         if dup:
-            raise MrtpoError(f"arm(s) {', '.join(dup)} given twice in --methods / --arms")
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
-            raise MrtpoError(f"an experiment needs --seeds >= 1, not {self.seeds!r}")
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise MrtpoError(f"an experiment needs --steps >= 1, not {self.steps!r}")
+            spelled = {m: [g for g, n in zip(given, labels) if n == m] for m in dup}
+            raise MrtpoError("arm(s) given twice in --methods / --arms: " + "; ".join(
+                f"{m}" + (f" (as {', '.join(spelled[m])})" if set(spelled[m]) != {m} else "") for m in dup))
+        for what, v, hi in (("--seeds", self.seeds, MAX_SEEDS), ("--steps", self.steps, MAX_STEPS)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+                raise MrtpoError(f"an experiment needs {what} in [1, {hi}], not {v!r}")
         extra = sorted(set(self.base) & set(PER_RUN_FIELDS))
         if extra:
             raise MrtpoError(f"an experiment sets {', '.join(extra)} per run; leave them out of its shared config")
@@ -200,35 +213,47 @@ def _run_differences(stored: dict, want: dict) -> list[str]:
     return [f"{k}: {stored.get(k)!r} (stored) vs {v!r}" for k, v in want.items() if stored.get(k) != v]
 
 
-def prepare(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = lambda m: None) -> None:
-    """Check ``cfg`` against what the store holds and record it (before any training).
+def prepare(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = lambda m: None) -> str:
+    """Check ``cfg`` against what the store holds and claim the experiment (before any training): in one
+    transaction the experiment is recorded, its missing runs are created and every run's lock is taken
+    (:meth:`mrtpo.store.Store.claim_experiment`). Returns the claim's owner token; hold it with
+    ``store.holding(owner)`` (:func:`run_experiment` does).
 
     Refused (MrtpoError naming the differences, nothing changed): an experiment of that name with other methods,
     fewer seeds or another shared config; a run of the experiment's name whose stored config is not the one the
-    experiment asks.
+    experiment asks; a run a live trainer holds (another process runs the experiment, or one of its runs).
     """
-    info = store.get_experiment(cfg.name)
-    if info is not None:
-        old = ExperimentConfig.from_dict(info.config)
-        diff = cfg.differences(old)
-        if diff:
-            raise MrtpoError(f"experiment '{cfg.name}' exists in {store.path} with a different configuration ("
-                             + "; ".join(diff) + "); give the same flags to resume it, or another --name / --out")
-        if old.steps != cfg.steps:
-            log(f"experiment '{cfg.name}': steps {old.steps} → {cfg.steps}")
-        if old.seeds != cfg.seeds:
-            log(f"experiment '{cfg.name}': seeds {old.seeds} → {cfg.seeds} (the runs of seeds {old.seeds} .. "
-                f"{cfg.seeds - 1} are added)")
-    for m, s, name in cfg.runs():
-        run = store.get_run(name)
-        if run is None:
-            continue
-        stored = TrainConfig.from_dict(run.config).to_dict()  # defaults filled in (older runs)
-        diff = _run_differences(stored, cfg.run_config(m, s).to_dict())
-        if diff:
-            raise MrtpoError(f"run '{name}' exists in {store.path} with another config ({'; '.join(diff)}); it is not "
-                             f"a run of experiment '{cfg.name}' as asked: pick another --name")
-    store.put_experiment(cfg.name, cfg.to_dict(), [name for _, _, name in cfg.runs()])
+    notes: list[str] = []
+
+    def check(info, stored) -> None:
+        notes.clear()
+        if info is not None:
+            old = ExperimentConfig.from_dict(info.config)
+            diff = cfg.differences(old)
+            if diff:
+                raise MrtpoError(f"experiment '{cfg.name}' exists in {store.path} with a different configuration ("
+                                 + "; ".join(diff) + "); give the same flags to resume it, or start another "
+                                 "experiment in another --out folder (it is named after its folder; --name sets it)")
+            if old.steps != cfg.steps:
+                notes.append(f"experiment '{cfg.name}': steps {old.steps} → {cfg.steps}")
+            if old.seeds != cfg.seeds:
+                notes.append(f"experiment '{cfg.name}': seeds {old.seeds} → {cfg.seeds} (the runs of seeds "
+                             f"{old.seeds} .. {cfg.seeds - 1} are added)")
+        for m, s, name in cfg.runs():
+            run = stored[name]
+            if run is None:
+                continue
+            have = TrainConfig.from_dict(run.config).to_dict()  # defaults filled in (older runs)
+            diff = _run_differences(have, cfg.run_config(m, s).to_dict())
+            if diff:
+                raise MrtpoError(f"run '{name}' exists in {store.path} with another config ({'; '.join(diff)}); it "
+                                 f"is not a run of experiment '{cfg.name}' as asked: pick another --name")
+
+    owner = store.claim_experiment(cfg.name, cfg.to_dict(),
+                                   [(name, cfg.run_config(m, s).to_dict()) for m, s, name in cfg.runs()], check)
+    for note in notes:
+        log(note)
+    return owner
 
 
 def run_experiment(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = lambda m: None,
@@ -236,22 +261,24 @@ def run_experiment(store: Store, cfg: ExperimentConfig, log: Callable[[str], Non
                    family=None) -> None:
     """Train every run of the experiment up to ``cfg.steps`` (see module docstring: resumable, checked).
 
+    The experiment is claimed first (:func:`prepare`): a second process on the same experiment is refused at once,
+    and each run's step count is read under its lock, so no run is trained past ``cfg.steps``.
     ``on_run(run name, steps stored at the start, steps)`` is called before a run trains and may return a per-step
     callback ``(step, metrics)``. Each run's last step is checkpointed, so a finished run never recomputes.
     ``family`` overrides the task family named by the config (as for :class:`mrtpo.train.Trainer`).
     """
-    prepare(store, cfg, log)
-    for m, s, name in cfg.runs():
-        run = store.get_run(name)
-        if run is not None and run.steps_done >= cfg.steps:
-            continue
-        tr = Trainer(cfg.run_config(m, s) if run is None else None, store, name, log=log, family=family)
-        try:
-            cb = on_run(name, tr.steps_done, cfg.steps) if on_run else None
-            tr.train(cfg.steps - tr.steps_done, callback=cb, checkpoint_last=True)
-        finally:
-            tr.close()
-        del tr
+    owner = prepare(store, cfg, log)
+    with store.holding(owner):
+        for _, _, name in cfg.runs():
+            if store.require_run(name).steps_done >= cfg.steps:
+                continue
+            tr = Trainer(None, store, name, log=log, family=family)
+            try:
+                cb = on_run(name, tr.steps_done, cfg.steps) if on_run else None
+                tr.train(until=cfg.steps, callback=cb, checkpoint_last=True, owner=owner)
+            finally:
+                tr.close()
+            del tr
 
 
 @dataclass

@@ -8,7 +8,7 @@ import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup
 from mrtpo.integrations.rollouts import RolloutFileError, RolloutGroup, RolloutRow, _number, _plain, group_rows
 from mrtpo.jsonl import InputFileError, parse_json, read_text
+from mrtpo.model import TooLong
 from mrtpo.tasks.base import Example
 from mrtpo.templates import Template, TemplateError, fill_fields, template_fields
 from mrtpo.views import TokenView, token_view, view_to_json
@@ -117,28 +118,58 @@ def explain_group(lm, group: RolloutGroup, vt: RolloutVerifierInfo, template: Te
 
     sg = scored_group(group, vt)
     keep = [i for i, r in enumerate(group.rows) if r.completion]
+    if not keep:
+        raise empty_group_error(group)
     if len(keep) < len(group.rows):  # an empty completion has no tokens to explain
         sg = sg.subset(keep)
         group = RolloutGroup(group.step, group.prompt, [group.rows[i] for i in keep])
-    if not keep:
-        raise RolloutFileError(group.rows[0].source if group.rows else "-", None, "completion",
-                               "every completion of this group is empty")
-    replay = replay_group(lm, sg.prompt, sg.verifier_info, [s.text for s in sg.samples], template,
-                          rewards=sg.rewards, config=config)
+    try:
+        replay = replay_group(lm, sg.prompt, sg.verifier_info, [s.text for s in sg.samples], template,
+                              rewards=sg.rewards, config=config)
+    except TooLong as e:
+        raise too_long_error(group, group.rows, e) from None
     return ExplainedGroup(group, sg, token_view(sg, replay, method, beta), replay.seconds)
+
+
+def empty_group_error(group: RolloutGroup) -> RolloutFileError:
+    """Every completion of ``group`` is empty: nothing to explain (the error names the file, group and column)."""
+    r = group.rows[0]
+    return RolloutFileError(r.source, None, "completion", "every completion of this group is empty: nothing to "
+                            "explain", group=group.where)
+
+
+def too_long_error(group: RolloutGroup, rows: Sequence[RolloutRow], e: TooLong) -> RolloutFileError:
+    """A response of ``group`` too long for the model (``e``: from the replay's check; ``rows``: the rows replayed,
+    in order) as an error naming the file, the group, the row and the column."""
+    row = rows[e.response] if e.response is not None and e.response < len(rows) else rows[0]
+    return RolloutFileError(row.source, row.row, "completion",
+                            f"too long for the model: its replay prompt ({e.what.split(' + ')[0]}) with this "
+                            f"completion is {e.n_tokens} tokens, the model accepts {e.limit}",
+                            group=group.where)
 
 
 def explain_rollouts(lm, rows: Sequence[RolloutRow], vt: RolloutVerifierInfo, template: Template | None = None,
                      method: str = METHOD, beta: float = BETA, step: int | None = None,
-                     max_groups: int | None = None) -> list[ExplainedGroup]:
-    """Group ``rows`` (optionally one ``step``), explain the first ``max_groups`` groups."""
+                     max_groups: int | None = None,
+                     on_skip: Callable[[RolloutFileError], None] | None = None) -> list[ExplainedGroup]:
+    """Group ``rows`` (optionally one ``step``), explain the first ``max_groups`` groups. A group that cannot be
+    explained (a completion too long for the model, every completion empty) raises its :class:`RolloutFileError`;
+    with ``on_skip`` it is passed there instead and the other groups are explained."""
     groups = [g for g in group_rows(rows) if step is None or g.step == step]
     if not groups:
         raise MrtpoError(f"no rows at step {step}" if step is not None else "no rows to explain")
     for g in groups:  # check every row before any model work, so a bad row fails fast
         for r in g.rows:
             vt.rewards_of(r), vt.info(r)
-    return [explain_group(lm, g, vt, template, method, beta) for g in groups[:max_groups]]
+    out = []
+    for g in groups[:max_groups]:
+        try:
+            out.append(explain_group(lm, g, vt, template, method, beta))
+        except RolloutFileError as e:
+            if on_skip is None:
+                raise
+            on_skip(e)
+    return out
 
 
 def group_json(eg: ExplainedGroup) -> dict:

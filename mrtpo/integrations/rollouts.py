@@ -37,12 +37,16 @@ _TRL_RESERVED = ("step", "prompt", "completion", "advantage")
 
 
 class RolloutFileError(TaskFileError):
-    """A rollout file problem: ``row`` (1-based; None for the whole file) and ``column`` (None when the problem is
-    not in one column: the file cannot be read, a line is not JSON) say where."""
+    """A rollout file problem: ``group`` (:attr:`RolloutGroup.where`, when the problem is a group's), ``row``
+    (1-based; None for the whole file or group) and ``column`` (None when the problem is not in one column: the file
+    cannot be read, a line is not JSON) say where: ``FILE: group of rows 5, 6, 7 (step 2): row 6: column 'C':
+    problem``."""
 
-    def __init__(self, path: str | Path, row: int | None, column: str | None, problem: str):
+    def __init__(self, path: str | Path, row: int | None, column: str | None, problem: str, group: str | None = None):
         super().__init__(str(path), row or 0, column or "", problem)
-        where = (f"row {row}: " if row else "") + (f"column '{column}': " if column else "")
+        self.group = group
+        where = (f"{group}: " if group else "") + (f"row {row}: " if row else "") + \
+            (f"column '{column}': " if column else "")
         self.args = (f"{path}: {where}{problem}",)
 
     def __str__(self) -> str:
@@ -80,6 +84,13 @@ class RolloutGroup:
     def id(self) -> str:
         r = self.rows[0]
         return f"{Path(r.source).name}:row{r.row}" + (f":step{self.step}" if self.step is not None else "")
+
+    @property
+    def where(self) -> str:
+        """The group in messages: ``group of rows 3, 4, 5, 6 (step 2)``."""
+        rows = [r.row for r in self.rows]
+        shown = ", ".join(map(str, rows)) if len(rows) <= 8 else f"{rows[0]}, {rows[1]}, …, {rows[-1]}"
+        return f"group of rows {shown}" + (f" (step {self.step})" if self.step is not None else "")
 
 
 def _as_text(v: Any) -> str:

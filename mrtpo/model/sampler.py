@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +14,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.load import LoadedModel
+from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
 
 # ---------------------------------------------------------------------------------------------- defaults
@@ -22,13 +22,14 @@ GROUP_SIZE = 4  # responses per prompt G (the app, the CLI and the trainer)
 MAX_NEW_TOKENS = 96  # longest sampled response
 TEMPERATURE = 1.0
 TOP_P = 1.0
+MAX_GROUP_SIZE = 1024  # the most responses one group may have (a bound on memory: every flag and form checks it)
 
 
 @dataclass
 class SamplingConfig:
     """How a group is sampled: G responses of at most ``max_new_tokens`` tokens, at ``temperature`` and ``top_p``."""
 
-    group_size: int = opt(GROUP_SIZE, "responses per prompt G", lo=1)
+    group_size: int = opt(GROUP_SIZE, "responses per prompt G", lo=1, hi=MAX_GROUP_SIZE)
     max_new_tokens: int = opt(MAX_NEW_TOKENS, "longest sampled response", lo=1)
     temperature: float = opt(TEMPERATURE, "sampling temperature (0: greedy)", lo=0.0)
     top_p: float = opt(TOP_P, "nucleus sampling", lo=0.0, hi=1.0, lo_open=True)
@@ -43,20 +44,6 @@ class Sample:
 
     token_ids: list[int]
     text: str
-
-
-def generator(device: torch.device, seed: int | None) -> torch.Generator:
-    """A random generator of the sampler's own on ``device``: seeded with ``seed``, or from fresh entropy (None).
-
-    Every draw of a sample comes from it, never from torch's process-wide generator, so concurrent samplings (the
-    app's sessions, a trainer beside them) cannot take each other's random numbers: a seed gives the same group
-    whatever else runs.  Seeded like ``torch.manual_seed(seed)`` (the same stream on the CPU)."""
-    gen = torch.Generator(device=device)
-    if seed is None:
-        gen.seed()
-    else:
-        gen.manual_seed(int(seed))
-    return gen
 
 
 @torch.inference_mode()
@@ -79,7 +66,8 @@ def sample(
     ``torch.manual_seed(seed)``; greedy: the same tokens); ``"bfloat16"`` forces bfloat16. The draws come from a
     generator of this call's own, seeded with ``seed`` (:func:`generator`; None: fresh entropy).
 
-    n ≥ 1, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 = greedy), top_p in (0, 1]; else an MrtpoError.
+    1 ≤ n ≤ :data:`MAX_GROUP_SIZE`, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 = greedy), top_p in (0, 1];
+    else an MrtpoError.
     """
     _check_sample_args(n, max_new_tokens, temperature, top_p)
     dtype = compute_dtype(lm, precision)
@@ -200,15 +188,12 @@ def _head_weights(lm: LoadedModel, dec: Decoder) -> tuple[torch.Tensor, torch.Te
     return dec.weight(head.weight), None if b is None else dec.weight(b)
 
 
-_GENERATE = threading.Lock()  # generate draws from torch's global generator: one call at a time, state restored
-
-
 def _generate_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: int, temperature: float,
                   top_p: float, gen: torch.Generator | None = None) -> torch.Tensor:
     """``n`` continuations by transformers' ``generate`` in the model's dtype, for models whose cache the sampler's
     buffer cannot hold (state-space layers, mixed KV shapes): (n, T) new token ids.  ``generate`` draws from torch's
-    global generator, so it runs seeded from ``gen`` inside ``fork_rng`` (the global state is restored), one call at a
-    time."""
+    global generator, so it runs seeded from ``gen`` inside :func:`mrtpo.model.rng.seeded_global` (the global state
+    is restored; one such block at a time)."""
     input_ids = torch.tensor([prompt_ids], device=lm.device)
     greedy = temperature <= 0  # generate refuses greedy with n > 1: one row, repeated
     kwargs = dict(do_sample=not greedy, max_new_tokens=max_new_tokens, num_return_sequences=1 if greedy else n,
@@ -216,10 +201,7 @@ def _generate_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens
     if not greedy:
         kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
     seed = int(torch.randint(0, 2 ** 62, (1,), generator=gen)) if gen is not None else None
-    devices = [lm.device] if lm.device.type == "cuda" else []
-    with _GENERATE, torch.random.fork_rng(devices=devices):
-        if seed is not None:
-            torch.manual_seed(seed)
+    with seeded_global(seed, lm.device):
         out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
     return out[:, len(prompt_ids):].expand(n, -1)
 
@@ -232,7 +214,8 @@ def _check_sample_args(n, max_new_tokens, temperature, top_p) -> None:
         return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
     checks = [
-        (is_int(n) and n >= 1, f"the group size must be an integer >= 1, got {n!r}"),
+        (is_int(n) and 1 <= n <= MAX_GROUP_SIZE,
+         f"the group size must be an integer in [1, {MAX_GROUP_SIZE}], got {n!r}"),
         (is_int(max_new_tokens) and max_new_tokens >= 1,
          f"max new tokens must be an integer >= 1, got {max_new_tokens!r}"),
         (is_num(temperature) and temperature >= 0, f"temperature must be a finite number >= 0, got {temperature!r}"),

@@ -68,12 +68,18 @@ class ReplayConfig:
 Response = str | Sample | Sequence[int]
 
 
-def _response_tokens(lm: LoadedModel, r: Response) -> tuple[str, list[int], list[tuple[int, int]]]:
+def _response_tokens(lm: LoadedModel, r: Response) -> tuple[str | None, list[int], list[tuple[int, int]] | None]:
+    """(text, token ids, character offsets) of a response; for token ids the text and offsets are None (filled by
+    :func:`_text_and_offsets` once the length is checked: a response too long for the model fails fast)."""
     if isinstance(r, str):
         ids, offs = tokenize_response(lm, r)
         return r, ids, offs
     ids = list(r.token_ids) if isinstance(r, Sample) else [int(t) for t in r]
-    return decode(lm, ids), ids, token_offsets(lm, ids)
+    return None, ids, None
+
+
+def _text_and_offsets(lm: LoadedModel, text: str | None, ids: list[int], offs) -> tuple[str, list[tuple[int, int]]]:
+    return (text, offs) if text is not None else (decode(lm, ids), token_offsets(lm, ids))
 
 
 @dataclass
@@ -119,8 +125,10 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool 
             toks[v] = enc_cache[t]
             # ... and in tokens against the model's context here, before any forward pass (P_all, the longest, first)
             name = "P_all" if v == ALL else f"P_\\{v} (without reward '{v}')" if v in act else f"P_all reworded ({v})"
-            check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}")
+            check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}", response=i)
         texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
+    for i, (text, rid, off) in enumerate(zip(texts, ids, offs)):  # every length checked: the offsets now
+        texts[i], offs[i] = _text_and_offsets(lm, text, rid, off)
     reworded = {k: [reworded_key(k, j) for j in range(len(REWORDINGS))] if reword else [] for k in act}
     return _Plan(texts, ids, offs, ptexts, pids, act, skip, reworded)
 

@@ -1,9 +1,9 @@
-"""The run store: one SQLite file holding every training run (:mod:`.db`), with a lock that keeps one trainer per run
-(:mod:`.lock`) and the runs' checkpoint files (:mod:`.checkpoints`)."""
+"""The run store: one SQLite file holding every training run (:mod:`.db`; its tables and the opening of the file in
+:mod:`.schema`), with a lock that keeps one trainer per run (:mod:`.lock`) and the runs' checkpoint files beside it
+(:mod:`.checkpoints`)."""
 from mrtpo.store.checkpoints import disk_problem
 from mrtpo.store.db import (
     RUN_NAME_PATTERN,
-    SCHEMA_VERSION,
     ExperimentInfo,
     RunInfo,
     Store,
@@ -11,7 +11,7 @@ from mrtpo.store.db import (
     validate_run_name,
 )
 from mrtpo.store.lock import HEARTBEAT_S, STALE_LOCK_S
+from mrtpo.store.schema import SCHEMA_VERSION
 
 __all__ = ["HEARTBEAT_S", "RUN_NAME_PATTERN", "SCHEMA_VERSION", "STALE_LOCK_S", "ExperimentInfo", "RunInfo", "Store",
-           "default_path",
-           "disk_problem", "validate_run_name"]
+           "default_path", "disk_problem", "validate_run_name"]

@@ -1,5 +1,11 @@
 """Checkpoint files of a store's runs: written atomically (temp file, fsync, rename), keyed by run id, the last one
-kept.  A checkpoint is the run's only when the store records it (:meth:`mrtpo.store.Store.write_step`)."""
+kept.  A checkpoint is the run's only when the store records it (:meth:`mrtpo.store.Store.write_step`).
+
+They live in ``<db>.checkpoints/<run id>/`` beside the store's file (``runs/a.db`` → ``runs/a.db.checkpoints/``):
+named by the store, so two stores in one folder never write, prune or resume from each other's files. Stores written
+before this kept them in ``<db folder>/checkpoints/<run id>/`` (shared by every store of the folder); a run recorded
+there still resumes from its file, its next checkpoint is written in the new place, and the old folder is never
+pruned (another store may own what is in it)."""
 from __future__ import annotations
 
 import errno
@@ -31,10 +37,11 @@ class Checkpoints:
 
     @property
     def checkpoint_root(self) -> Path:
-        return self.path.parent / "checkpoints"
+        """``<db>.checkpoints`` beside the store's file."""
+        return self.path.with_name(self.path.name + ".checkpoints")
 
     def checkpoint_dir(self, run_id: int) -> Path:
-        """``<db folder>/checkpoints/<run id>``: keyed by id, so a run's name never becomes a path."""
+        """``<db>.checkpoints/<run id>``: keyed by id, so a run's name never becomes a path."""
         return self.checkpoint_root / str(int(run_id))
 
     def checkpoint_file(self, run: RunInfo) -> Path | None:

@@ -1,7 +1,9 @@
 """The run store: one SQLite file (WAL mode) holding every training run of mrtpo.
 
-Default path ``runs/mrtpo.db`` (ignored by git), or ``$MRTPO_RUNS``. Checkpoints live next to it, in a folder
-keyed by the run's id (never its name): ``<db folder>/checkpoints/<run id>/step-NNNNNN.pt``.
+Default path ``runs/mrtpo.db`` (ignored by git), or ``$MRTPO_RUNS``. Checkpoints live beside it, in a folder named
+after the store's file and keyed by the run's id (never its name): ``<db>.checkpoints/<run id>/step-NNNNNN.pt``
+(``runs/mrtpo.db.checkpoints/3/step-000010.pt``), so two stores in one folder never share a file. Stores written
+before kept them in ``<db folder>/checkpoints/<run id>/``; those files are still read (:mod:`.checkpoints`).
 
 Tables (schema version in ``schema_version``)::
 
@@ -20,7 +22,8 @@ killed mid-step has every completed step and nothing of the interrupted one. Ste
 ``+``, ``-``): no path separators, never ``.`` or ``..`` (:func:`validate_run_name`).
 
 The lock that keeps one trainer per run is in :mod:`mrtpo.store.lock`, the checkpoint files in
-:mod:`mrtpo.store.checkpoints`.
+:mod:`mrtpo.store.checkpoints`, the tables and the opening of the file (a file that is not an mrtpo store is refused
+untouched) in :mod:`mrtpo.store.schema`.
 """
 from __future__ import annotations
 
@@ -34,57 +37,16 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from mrtpo.errors import MrtpoError
-from mrtpo.store.checkpoints import Checkpoints, disk_problem
+from mrtpo.store.checkpoints import Checkpoints
 from mrtpo.store.lock import RunLocks
-
-SCHEMA_VERSION = 3
+from mrtpo.store.schema import db_problem, open_store, read_only
 
 RUN_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}"
 
 _RUN_NAME = re.compile(RUN_NAME_PATTERN)
-
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL UNIQUE,
-    config TEXT NOT NULL,
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    steps_done INTEGER NOT NULL DEFAULT 0,
-    last_checkpoint INTEGER NOT NULL DEFAULT 0,
-    checkpoint_path TEXT
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    run_id INTEGER NOT NULL, step INTEGER NOT NULL, key TEXT NOT NULL, value REAL,
-    PRIMARY KEY (run_id, step, key)
-);
-CREATE TABLE IF NOT EXISTS samples (
-    run_id INTEGER NOT NULL, step INTEGER NOT NULL, idx INTEGER NOT NULL,
-    example_id TEXT, prompt TEXT, text TEXT, data TEXT NOT NULL,
-    PRIMARY KEY (run_id, step, idx)
-);
-CREATE TABLE IF NOT EXISTS probe (
-    run_id INTEGER NOT NULL, idx INTEGER NOT NULL, example_id TEXT, prompt TEXT, text TEXT, data TEXT NOT NULL,
-    PRIMARY KEY (run_id, idx)
-);
-CREATE TABLE IF NOT EXISTS probe_relevance (
-    run_id INTEGER NOT NULL, step INTEGER NOT NULL, idx INTEGER NOT NULL, reward TEXT NOT NULL,
-    js TEXT NOT NULL, relevance TEXT NOT NULL,
-    PRIMARY KEY (run_id, step, idx, reward)
-);
-CREATE TABLE IF NOT EXISTS locks (
-    run_id INTEGER PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER, host TEXT, heartbeat REAL NOT NULL, started TEXT
-);
-CREATE TABLE IF NOT EXISTS experiments (
-    name TEXT PRIMARY KEY, config TEXT NOT NULL, runs TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL
-);
-"""
-
 
 
 def validate_run_name(name: Any, what: str = "run", longest: int = 100) -> str:
@@ -107,7 +69,6 @@ def validate_run_name(name: Any, what: str = "run", longest: int = 100) -> str:
     return name
 
 
-
 @dataclass
 class ExperimentInfo:
     name: str
@@ -117,11 +78,9 @@ class ExperimentInfo:
     updated: float
 
 
-
 def default_path() -> Path:
     """``$MRTPO_RUNS`` or ``runs/mrtpo.db``."""
     return Path(os.environ.get("MRTPO_RUNS") or "runs/mrtpo.db")
-
 
 
 @dataclass
@@ -136,10 +95,8 @@ class RunInfo:
     checkpoint_path: str | None  # relative to the store's folder (older stores: as it was written)
 
 
-
 def _json(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, allow_nan=True)
-
 
 
 def _finite(v) -> float | None:
@@ -147,40 +104,12 @@ def _finite(v) -> float | None:
     return v if math.isfinite(v) else None
 
 
-
 class Store(RunLocks, Checkpoints):
     """A connection to the run store; safe to share between threads (one lock around the connection)."""
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else default_path()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), timeout=30.0, check_same_thread=False, isolation_level=None)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA busy_timeout=30000")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.executescript(_SCHEMA)
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._conn.execute("SELECT version FROM schema_version").fetchone()
-                if row is None:
-                    self._conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-                elif row[0] in (1, 2):
-                    if row[0] == 1:  # version 1 had no lock start time; its checkpoint paths are still read
-                        self._conn.execute("ALTER TABLE locks ADD COLUMN started TEXT")
-                    # version 2 had no experiments table (created above, empty)
-                    self._conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
-                elif row[0] != SCHEMA_VERSION:
-                    raise MrtpoError(f"run store {self.path} has schema version {row[0]}, this mrtpo reads "
-                                     f"{SCHEMA_VERSION}")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-        except sqlite3.DatabaseError as e:
-            raise MrtpoError(f"cannot open run store {self.path}: {e}") from None
-        except OSError as e:
-            raise MrtpoError(f"cannot create the run store {self.path}: {disk_problem(e)}") from None
+        self._conn = open_store(self.path)
         self._mu = threading.RLock()
 
     def close(self) -> None:
@@ -210,6 +139,9 @@ class Store(RunLocks, Checkpoints):
             except sqlite3.OperationalError as e:
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
+                if read_only(e):
+                    raise MrtpoError(f"cannot write the run store {self.path}: {db_problem(self.path, e)}; "
+                                     f"nothing of this write was stored") from None
                 raise MrtpoError(f"cannot write the run store {self.path}: {e}; nothing of this write was "
                                  f"stored (free disk space, or wait for the other writer, and retry)") from None
 
@@ -261,6 +193,27 @@ class Store(RunLocks, Checkpoints):
                       (name, _json(config), _json(list(runs)), now, now))
         return self.get_experiment(name)
 
+    def claim_experiment(self, name: str, config: dict, runs: list[tuple[str, dict]],
+                         check: Callable[[ExperimentInfo | None, dict[str, RunInfo | None]], None]) -> str:
+        """Claim experiment ``name`` for this caller, atomically (one transaction: all of it or nothing):
+        ``check(recorded experiment or None, {run name: stored run or None})`` may refuse (it raises); then the
+        experiment is recorded (``config``, the runs' names), every run of ``runs`` [(name, config)] that is missing
+        is created, and every run's lock is taken for one owner (MrtpoError, nothing changed, when a live trainer
+        holds one: another process runs the experiment). Returns the owner token; hold it with :meth:`holding`."""
+        now = time.time()
+        with self._tx() as c:
+            check(self.get_experiment(name), {n: self.get_run(n) for n, _ in runs})
+            for n, cfg in runs:
+                validate_run_name(n)
+                c.execute("INSERT OR IGNORE INTO runs (name, config, created, updated) VALUES (?, ?, ?, ?)",
+                          (n, _json(cfg), now, now))
+            ids = [self.get_run(n).id for n, _ in runs]
+            owner = self._take_locks(c, ids, f"experiment '{name}' is being run: its ")
+            c.execute("INSERT INTO experiments VALUES (?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                      "config = excluded.config, runs = excluded.runs, updated = excluded.updated",
+                      (name, _json(config), _json([n for n, _ in runs]), now, now))
+        return owner
+
     def get_experiment(self, name: str) -> ExperimentInfo | None:
         rows = self._q("SELECT name, config, runs, created, updated FROM experiments WHERE name = ?", (name,))
         if not rows:
@@ -306,10 +259,6 @@ class Store(RunLocks, Checkpoints):
             c.execute("UPDATE runs SET steps_done = ?, updated = ? WHERE id = ?", (after_step, time.time(), run_id))
 
 
-
-
-
-
     # ------------------------------------------------------------------------------------------ probe
     def write_probe(self, run_id: int, items: list[dict], relevance: list[dict], *, owner: str) -> None:
         """The fixed probe responses and their relevance under the initial policy (step 0), in one transaction."""
@@ -341,14 +290,3 @@ class Store(RunLocks, Checkpoints):
     def samples(self, run_id: int, step: int) -> list[dict]:
         return [json.loads(r[0]) for r in
                 self._q("SELECT data FROM samples WHERE run_id = ? AND step = ? ORDER BY idx", (run_id, step))]
-
-
-
-
-
-
-
-
-
-                #      processes see it free once this one exits
-

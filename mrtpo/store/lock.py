@@ -79,18 +79,25 @@ class RunLocks:
         Free locks (module docstring): absent; this host's and its process dead or its pid reused; another
         host's with a heartbeat older than STALE_LOCK_S. Prefer :meth:`locked`, which also keeps it alive.
         """
+        with self._tx() as c:
+            return self._take_locks(c, [run_id])
+
+    def _take_locks(self, c, run_ids: list[int], what: str = "") -> str:
+        """Inside a write transaction ``c``: the locks of every run of ``run_ids`` for one new owner (returned), or
+        MrtpoError naming the first run a live trainer holds (``what`` goes before it in the message), none taken."""
         host, pid = socket.gethostname(), os.getpid()
         owner = f"{host}:{pid}:{uuid.uuid4().hex[:12]}"
-        with self._tx() as c:
+        for run_id in run_ids:
             row = c.execute("SELECT owner, pid, host, heartbeat, started FROM locks WHERE run_id = ?",
                             (run_id,)).fetchone()
             if row is not None and not self._abandoned(row):
-                raise MrtpoError(f"run '{self._name(c, run_id)}' is being trained by {self._who(row)}; nothing was "
-                                 f"changed. Watch it, or start again when it stops")
-            c.execute("INSERT OR REPLACE INTO locks VALUES (?, ?, ?, ?, ?, ?)",
-                      (run_id, owner, pid, host, time.time(), _process_start(pid)))
-            with _held_mu:
-                _held.add(owner)
+                raise MrtpoError(f"{what}run '{self._name(c, run_id)}' is being trained by {self._who(row)}; "
+                                 f"nothing was changed. Watch it, or start again when it stops")
+        started = _process_start(pid)
+        c.executemany("INSERT OR REPLACE INTO locks VALUES (?, ?, ?, ?, ?, ?)",
+                      [(run_id, owner, pid, host, time.time(), started) for run_id in run_ids])
+        with _held_mu:
+            _held.add(owner)
         return owner
 
     @staticmethod
@@ -127,23 +134,37 @@ class RunLocks:
         with self._mu:
             self._check_owner(self._conn, run_id, owner)
 
-    def heartbeat(self, run_id: int, owner: str) -> bool:
-        """Renew the lock's heartbeat; False if ``owner`` no longer holds it."""
+    def heartbeat(self, run_id: int | None, owner: str) -> bool:
+        """Renew the lock's heartbeat (``run_id`` None: of every run ``owner`` holds); False if ``owner`` no longer
+        holds it (any)."""
         with self._tx() as c:
+            if run_id is None:
+                return c.execute("UPDATE locks SET heartbeat = ? WHERE owner = ?", (time.time(), owner)).rowcount > 0
             return c.execute("UPDATE locks SET heartbeat = ? WHERE run_id = ? AND owner = ?",
                              (time.time(), run_id, owner)).rowcount == 1
 
-    def release_lock(self, run_id: int, owner: str) -> None:
+    def release_lock(self, run_id: int | None, owner: str) -> None:
+        """Release the lock of ``run_id`` (None: every lock ``owner`` holds)."""
         with _held_mu:
             _held.discard(owner)
         with self._tx() as c:
-            c.execute("DELETE FROM locks WHERE run_id = ? AND owner = ?", (run_id, owner))
+            if run_id is None:
+                c.execute("DELETE FROM locks WHERE owner = ?", (owner,))
+            else:
+                c.execute("DELETE FROM locks WHERE run_id = ? AND owner = ?", (run_id, owner))
 
     @contextmanager
     def locked(self, run_id: int) -> Iterator[str]:
         """Hold the run's lock for the block: acquire, renew the heartbeat every HEARTBEAT_S from a daemon thread,
         release at the end (also on errors). Yields the owner token that writes must pass."""
         owner = self.acquire_lock(run_id)
+        with self.holding(owner, run_id):
+            yield owner
+
+    @contextmanager
+    def holding(self, owner: str, run_id: int | None = None) -> Iterator[None]:
+        """For the block, renew the heartbeat of the locks ``owner`` took (of ``run_id``; None: all of them) every
+        HEARTBEAT_S from a daemon thread; release them at the end (also on errors)."""
         stop = threading.Event()
 
         def beat() -> None:
@@ -154,10 +175,10 @@ class RunLocks:
                 except Exception:  # noqa: BLE001 - a busy or full store: try again; writes check ownership
                     pass
 
-        t = threading.Thread(target=beat, name=f"mrtpo-lock-{run_id}", daemon=True)
+        t = threading.Thread(target=beat, name=f"mrtpo-lock-{run_id if run_id is not None else owner}", daemon=True)
         t.start()
         try:
-            yield owner
+            yield
         finally:
             stop.set()
             t.join()
@@ -165,6 +186,7 @@ class RunLocks:
                 self.release_lock(run_id, owner)
             except MrtpoError:
                 pass  # e.g. a full disk: this process no longer holds it (see _abandoned), and other
+                #      processes see it free once this one exits
 
     def lock_holder(self, run_id: int) -> dict | None:
         """Who trains the run now ({owner, pid, host, age_s}), or None (abandoned locks count as free)."""

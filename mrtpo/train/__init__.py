@@ -1,8 +1,8 @@
 """Training: a run's configuration (:mod:`.config`), the loop (:mod:`.loop`), the policy and its update
 (:mod:`.policy`), the probe (:mod:`.probe`), the store writes (:mod:`.recorder`) and the phase timing
 (:mod:`.timing`)."""
-from mrtpo.train.config import OptimConfig, TrainConfig
+from mrtpo.train.config import MAX_STEPS, OptimConfig, TrainConfig
 from mrtpo.train.loop import Rollout, Trainer
 from mrtpo.train.timing import PHASES
 
-__all__ = ["PHASES", "OptimConfig", "Rollout", "TrainConfig", "Trainer"]
+__all__ = ["MAX_STEPS", "PHASES", "OptimConfig", "Rollout", "TrainConfig", "Trainer"]

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from mrtpo.config import check_fields, from_flat, opt, part, to_flat
 from mrtpo.core.credit import CreditConfig
 from mrtpo.errors import MrtpoError
-from mrtpo.model import SamplingConfig
+from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
 from mrtpo.tasks import COMPARE_MODES
 from mrtpo.templates import Template
 from mrtpo.train.policy import AGGREGATIONS
+
+MAX_STEPS = 1_000_000  # the most steps a run may be asked for (``train --steps``, an experiment's steps)
 
 
 @dataclass
@@ -26,11 +28,11 @@ class OptimConfig:
     clip_high: float = opt(0.2, "ε_high: ratio clipped above at 1 + ε_high", lo=0.0)
     kl_coef: float = opt(0.0, "β_KL for the k3 KL to the reference (0: no reference)", lo=0.0)
     aggregation: str = opt("token-mean", "token-mean (over all tokens) | seq-mean", choices=AGGREGATIONS)
-    ppo_epochs: int = opt(1, "passes over each batch", lo=1)
+    ppo_epochs: int = opt(1, "passes over each batch", lo=1, hi=1000)
     minibatches: int = opt(1, "optimizer steps per pass (<= B·G)", lo=1)
     max_grad_norm: float = opt(1.0, "gradient clipping (0: none)", lo=0.0)
     lora: bool = opt(False, "train a LoRA adapter (peft) instead of all weights")
-    lora_rank: int = opt(8, "LoRA rank", lo=1)
+    lora_rank: int = opt(8, "LoRA rank", lo=1, hi=4096)
     lora_alpha: int = opt(16, "LoRA alpha", lo=1)
 
     def __post_init__(self):
@@ -53,7 +55,7 @@ class TrainConfig:
     example_ids: list[str] | None = opt(None, "train on these example ids only")
     credit: CreditConfig = part(CreditConfig)
     sampling: SamplingConfig = part(SamplingConfig)
-    prompts_per_step: int = opt(2, "prompts per step B (N = B·G responses)", lo=1)
+    prompts_per_step: int = opt(2, "prompts per step B (N = B·G responses)", lo=1, hi=1024)
     optim: OptimConfig = part(OptimConfig)
     seed: int = opt(0, "seed of the initialization (LoRA) and minibatch order; of the schedule too unless "
                        "schedule_seed is given", lo=0, hi=2 ** 31 - 1)
@@ -61,8 +63,9 @@ class TrainConfig:
                                           "that share it see the same prompts and sample from the same streams",
                                     lo=0, hi=2 ** 31 - 1)
     template: dict | None = opt(None, "verifier-info template {prompt,item,separator}")
-    checkpoint_every: int = opt(10, "save a checkpoint every N steps (store only; the last one is kept)", lo=1)
-    probe_size: int = opt(4, "probe responses whose relevance is tracked (0: none)", lo=0)
+    checkpoint_every: int = opt(10, "save a checkpoint every N steps (store only; the last one is kept)", lo=1,
+                                hi=MAX_STEPS)
+    probe_size: int = opt(4, "probe responses whose relevance is tracked (0: none)", lo=0, hi=MAX_GROUP_SIZE)
 
     def __post_init__(self):
         check_fields(self, "training config")

@@ -9,15 +9,17 @@ Steps are numbered from 1. Everything random is seeded from (seed, step), so a r
 seed on CPU, and resuming from a checkpoint reproduces the steps a run would have taken. Two seeds:
 ``schedule_seed`` (default: ``seed``) drives the *schedule* — which prompts each step sees, in which order
 (:meth:`Trainer.examples_for_step`), and the random stream every group and the probe are sampled from
-(:meth:`Trainer._sample_seed`); ``seed`` drives the rest (the initial LoRA weights, the minibatch order, the
-global torch RNG at the start of a step). Runs that share the schedule seed and the initial weights are *paired*:
+(:meth:`Trainer._sample_seed`); ``seed`` drives the rest (the initial LoRA weights, the minibatch order). Every
+draw comes from a generator of the trainer's own (:mod:`mrtpo.model.rng`), never from torch's global one, so a
+trainer and the samplers beside it in one process (the app) do not change each other's results. Runs that share
+the schedule seed and the initial weights are *paired*:
 at step 1 they sample identical groups, and later their samples differ only because their policies do — so two
 methods compared that way differ only in the estimator (:mod:`mrtpo.experiment`).
 
 With a :class:`mrtpo.store.Store` the trainer writes every step (:class:`mrtpo.train.recorder.Recorder`: metrics,
 sampled responses with their token data, probe relevance) in one transaction after the step completes, and every
 ``checkpoint_every`` steps (default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable
-parameters — with the AdamW state and the RNG state (atomically: temp file, fsync, ``os.replace``), keeping only
+parameters — with the AdamW state (atomically: temp file, fsync, ``os.replace``), keeping only
 the last one.
 
 Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
@@ -100,13 +102,19 @@ class Trainer:
         if store is None:
             return
         if existing is None:
-            self.run_id = store.create_run(run, cfg.to_dict()).id
+            try:
+                self.run_id = store.create_run(run, cfg.to_dict()).id
+            except MrtpoError:
+                existing = store.get_run(run)  # another trainer created it meanwhile: the same run, or refused
+                if existing is None:
+                    raise
+                if TrainConfig.from_dict(existing.config).to_dict() != cfg.to_dict():
+                    raise MrtpoError(f"run '{run}' was created meanwhile by another trainer, with another config; "
+                                     f"nothing was changed") from None
+        if existing is None:
             self.recorder = Recorder(store, self.run_id)
             with self._locked():
-                self.probe = sample_probe(self.lm, self.family, self.examples[0], cfg.probe_size, cfg.sampling,
-                                          self._sample_seed(0, 7919), cfg.credit.info)
-                if self.probe:
-                    self.recorder.write_probe(self.probe, self._probe_rows())
+                self._ensure_probe()
             self._seen = self._store_mark()
         else:
             self.run_id = existing.id
@@ -150,14 +158,33 @@ class Trainer:
         return self.policy.lm
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold the run's lock (the recorder's writes carry its owner token meanwhile)."""
-        with self.store.locked(self.run_id) as owner:
+    def _locked(self, owner: str | None = None) -> Iterator[None]:
+        """Hold the run's lock (the recorder's writes carry its owner token meanwhile); with ``owner``, the lock the
+        caller holds already under that token (an experiment's claim: checked, kept at the end)."""
+        with contextlib.ExitStack() as stack:
+            if owner is None:
+                owner = stack.enter_context(self.store.locked(self.run_id))
+            else:
+                self.store.check_owner(self.run_id, owner)
             self.recorder.owner = owner
             try:
                 yield
             finally:
                 self.recorder.owner = None
+
+    def _ensure_probe(self) -> None:
+        """Under the lock, before the first step: sample the probe responses and store their relevance under the
+        initial policy, when the run wants some and has none yet (a new run, or one an experiment created)."""
+        cfg = self.config
+        if self.probe or cfg.probe_size <= 0 or self.steps_done != 0:
+            return
+        self.probe = self.store.probe(self.run_id)  # another trainer may have stored it meanwhile
+        if self.probe:
+            return
+        self.probe = sample_probe(self.lm, self.family, self.examples[0], cfg.probe_size, cfg.sampling,
+                                  self._sample_seed(0, 7919), cfg.credit.info)
+        if self.probe:
+            self.recorder.write_probe(self.probe, self._probe_rows())
 
     # ------------------------------------------------------------------------------------------ schedule
     @property
@@ -186,7 +213,7 @@ class Trainer:
         return self._seed_of(self.schedule_seed, step, b)
 
     def _own_seed(self, step: int, b: int) -> int:
-        """A seed for what is not the schedule (minibatch order, the step's global RNG): from ``seed``."""
+        """A seed for what is not the schedule (the minibatch order): from ``seed``."""
         return self._seed_of(self.config.seed, step, b)
 
     # ------------------------------------------------------------------------------------------ a step
@@ -240,7 +267,6 @@ class Trainer:
     def _one_step(self, checkpoint: bool = False, on_phase=None) -> dict[str, float]:
         s = self.steps_done + 1
         self._seen = None  # until the step is stored, memory may be ahead of the store
-        torch.manual_seed(self._own_seed(s, 10_007))
         clock = PhaseClock(s, on_phase)
         ro = self.rollout(s, clock)
         credit, replays, relevance = self.credit_for(ro, s, clock)
@@ -288,9 +314,13 @@ class Trainer:
         """One update (see module docstring); returns the step's metrics. Holds the run's lock meanwhile."""
         return self.train(1)[-1]
 
-    def train(self, n: int, callback: Callable[[int, dict], None] | None = None, checkpoint_last: bool = False,
-              on_phase: Callable[[int, str, float], None] | None = None) -> list[dict[str, float]]:
-        """``n`` updates; ``callback(step, metrics)`` after each; ``checkpoint_last``: also checkpoint the last one.
+    def train(self, n: int | None = None, callback: Callable[[int, dict], None] | None = None,
+              checkpoint_last: bool = False, on_phase: Callable[[int, str, float], None] | None = None, *,
+              until: int | None = None, owner: str | None = None) -> list[dict[str, float]]:
+        """``n`` updates, or (``until``) as many as the run needs to have ``until`` steps, counted under the run's
+        lock after syncing with the store (so trainers of one run that started together never train it past
+        ``until``); ``callback(step, metrics)`` after each; ``checkpoint_last``: also checkpoint the last one.
+        ``owner``: the run's lock is held already under that token (an experiment's claim).
 
         ``on_phase(step, phase, seconds)`` is called as each phase of a step begins, ``seconds`` after the step
         began, with phase one of :data:`mrtpo.train.timing.PHASES` in that order ("replay" only for MRTPO methods;
@@ -299,14 +329,18 @@ class Trainer:
         With a store: takes the run's lock first (MrtpoError, nothing changed, if a live trainer holds it), keeps
         it alive from a heartbeat thread, syncs with the store (:meth:`_sync`), steps, releases it at the end.
         """
+        if (n is None) == (until is None):
+            raise ValueError("give the number of steps n, or until")
         if not self._mu.acquire(blocking=False):
             raise MrtpoError("this run is already training in another session of this process; watch it meanwhile")
         try:
             if self.store is None:
-                return self._steps(n, callback, on_phase=on_phase)
-            with self._locked():
+                return self._steps(n if until is None else max(0, until - self.steps_done), callback,
+                                   on_phase=on_phase)
+            with self._locked(owner):
                 self._sync()
-                return self._steps(n, callback, checkpoint_last, on_phase)
+                todo = n if until is None else max(0, until - self.steps_done)
+                return self._steps(todo, callback, checkpoint_last, on_phase)
         finally:
             self._mu.release()
 
@@ -321,7 +355,7 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ resuming
     def _restore(self, run: RunInfo) -> None:
-        """Bring this trainer to the run's last checkpoint (weights, AdamW, RNG; the initial state when there is
+        """Bring this trainer to the run's last checkpoint (weights and AdamW; the initial state when there is
         none). Reads the store only; steps stored after the checkpoint are dropped by :meth:`_sync`."""
         self._seen = None
         state = self.store.load_checkpoint(run)
@@ -356,6 +390,7 @@ class Trainer:
                      f"checkpoint (step {self.steps_done}); dropping and recomputing them")
             self.recorder.truncate(self.steps_done)
             self._seen = self._store_mark()
+        self._ensure_probe()
 
     def close(self) -> None:
         """Release resources (the lock is only held while stepping)."""

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from mrtpo.errors import MrtpoError
-from mrtpo.model import LoadedModel, decoder_stack, load_model
+from mrtpo.model import LoadedModel, decoder_stack, load_model, seeded_global
 
 if TYPE_CHECKING:
     from mrtpo.train.config import TrainConfig
@@ -146,10 +146,15 @@ class Policy:
     @classmethod
     def build(cls, cfg: "TrainConfig", lm: LoadedModel | None = None) -> "Policy":
         """Load ``cfg.model`` (or take ``lm``) and make it trainable: float32 master weights for full fine-tuning,
-        a LoRA adapter with ``cfg.optim.lora``, a frozen copy as reference when the KL term is on.  The global torch
-        RNG is seeded with ``cfg.seed`` first (the LoRA initialization)."""
+        a LoRA adapter with ``cfg.optim.lora``, a frozen copy as reference when the KL term is on.  What draws from
+        torch's global generator (the LoRA initialization) runs as if it were seeded with ``cfg.seed``, and the
+        global state is put back afterwards (:func:`mrtpo.model.seeded_global`)."""
+        with seeded_global(cfg.seed):  # the LoRA initialization draws from torch's global generator
+            return cls._build(cfg, lm)
+
+    @classmethod
+    def _build(cls, cfg: "TrainConfig", lm: LoadedModel | None) -> "Policy":
         o = cfg.optim
-        torch.manual_seed(cfg.seed)
         lm = lm or load_model(cfg.model, cfg.device)
         model, dtype = lm.model, lm.dtype
         if not o.lora and dtype != torch.float32:
@@ -178,15 +183,16 @@ class Policy:
 
     # ------------------------------------------------------------------------------------------ checkpoints
     def state(self, step: int) -> dict:
-        """What an exact resume needs: what trains (:func:`trainable_state`), the AdamW state and the RNG state."""
+        """What an exact resume needs: what trains (:func:`trainable_state`) and the AdamW state. (No random state:
+        every draw of a step comes from generators seeded by (seed, step).)"""
         return {"step": step, "lora": self.lora, "model": trainable_state(self.lm.model, self.lora),
-                "optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state()}
+                "optimizer": self.optimizer.state_dict()}
 
     def load(self, state: dict) -> None:
-        """Put a checkpoint's :meth:`state` back (weights, AdamW, RNG); MrtpoError if its weights do not fit."""
+        """Put a checkpoint's :meth:`state` back (weights, AdamW); MrtpoError if its weights do not fit. The
+        ``torch_rng`` of older checkpoints is not applied (it would set the process's global generator)."""
         load_trainable_state(self.lm.model, state["model"], self.lora)
         self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
         self.pristine = False
 
     # ------------------------------------------------------------------------------------------ the update

@@ -200,7 +200,8 @@ def test_outputs_missing_folder_and_full_disk(tmp_path, capsys):
     data = {"rewards": [[0], [1]]}
     rc, out, err = _adv(capsys, tmp_path, data, "--output", tmp_path / "nope" / "a.json")
     folder = tmp_path / "nope"
-    assert rc == 2 and err.strip() == f"error: cannot write {folder / 'a.json'}: folder {folder} does not exist"
+    assert rc == 2 and err.strip() == f"error: --output {folder / 'a.json'}: folder {folder} does not exist; " \
+                                      f"nothing was done"  # checked before the work
     rc, out, err = _adv(capsys, tmp_path, data, "--output", "/dev/full")
     assert rc == 2 and err.strip() == "error: cannot write /dev/full: No space left on device"
     # a failed write leaves the old output whole (temporary file + rename)
@@ -271,7 +272,7 @@ def test_explain_never_writes_nan(tmp_path, capsys):
 
 @pytest.mark.parametrize("flag, value, problem", [
     ("--max-new-tokens", "0", "must be an integer >= 1, got '0'"),
-    ("--group", "0", "must be an integer >= 1, got '0'"),
+    ("--group", "0", "must be an integer in [1, 1024], got '0'"),
     ("--temperature", "-1", "must be a finite number >= 0, got '-1'"),
     ("--temperature", "nan", "must be a finite number >= 0, got 'nan'"),
     ("--seed", str(2 ** 70), "must be an integer in"),
@@ -447,10 +448,10 @@ def test_train_flags_checked(tmp_path, capsys):
     base = ["train", "--task", "instructions", "--steps", "1", "--db", tmp_path / "r.db", "--model", "tiny-random"]
     for flag, value, problem in (("--beta", "2", "must be a finite number in [0, 1], got '2'"),
                                  ("--temperature", "nan", "must be a finite number >= 0, got 'nan'"),
-                                 ("--group-size", "0", "must be an integer >= 1, got '0'"),
+                                 ("--group-size", "0", "must be an integer in [1, 1024], got '0'"),
                                  ("--top-p", "0", "must be a finite number in (0, 1], got '0'"),
                                  ("--device", "meta", "unknown device 'meta'"),
-                                 ("--steps", "-1", "must be an integer >= 0, got '-1'")):
+                                 ("--steps", "-1", "must be an integer in [0, 1000000], got '-1'")):
         rc, out, err = _run(capsys, *base, flag, value)
         assert rc == 2 and f"argument {flag}: {problem}" in err
     assert not (tmp_path / "r.db").exists()  # nothing created for a bad flag
@@ -482,7 +483,7 @@ def test_train_flags_are_generated_from_the_config_fields(tmp_path, capsys):
     for name in fields:
         assert "--" + name.replace("_", "-") in help_text, name
     for flag, value, says in [("--beta", "1.5", "in [0, 1]"), ("--top-p", "0", "in (0, 1]"),
-                              ("--group-size", "0", ">= 1"), ("--lr", "0", "> 0"),
+                              ("--group-size", "0", "in [1, 1024]"), ("--lr", "0", "> 0"),
                               ("--aggregation", "mean", "invalid choice")]:
         assert main(["train", "--steps", "1", flag, value]) == 2
         err = capsys.readouterr().err

@@ -32,7 +32,7 @@ def snapshot(st: Store, tmp_path) -> dict:
     for t in ("metrics", "samples", "probe", "probe_relevance"):
         rows[t] = st._q(f"SELECT * FROM {t} ORDER BY 1, 2, 3")
     files = {str(p.relative_to(tmp_path)): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(tmp_path.rglob("*")) if p.is_file() and "checkpoints" in p.parts}
+             for p in sorted(tmp_path.rglob("*")) if p.is_file() and in_checkpoints(p, tmp_path)}
     return {"runs": runs, "rows": rows, "files": files}
 
 
@@ -43,8 +43,13 @@ def put_lock(st: Store, run_id: int, *, pid: int, host: str = HOST, age_s: float
                      (run_id, owner, pid, host, time.time() - age_s, started))
 
 
+def in_checkpoints(p, root) -> bool:
+    """Whether ``p`` is in a checkpoint folder (``<db>.checkpoints/``, or ``checkpoints/`` of older stores)."""
+    return any(part.endswith("checkpoints") for part in p.relative_to(root).parts)
+
+
 def checkpoint_files(tmp_path) -> list[str]:
-    return sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and "checkpoints" in p.parts)
+    return sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and in_checkpoints(p, tmp_path))
 
 
 def same_run(st: Store, a: str, b: str) -> None:
@@ -247,7 +252,7 @@ def test_good_run_names_and_checkpoint_folder_by_id(tmp_path):
     st = Store(tmp_path / "runs.db")
     tr = Trainer(cfg(checkpoint_every=1, probe_size=0), st, "instructions-mrtpo+dara-s0", family=ToyFamily())
     tr.train(1)
-    assert (tmp_path / "checkpoints" / str(tr.run_id) / "step-000001.pt").exists()
+    assert (tmp_path / "runs.db.checkpoints" / str(tr.run_id) / "step-000001.pt").exists()
 
 
 # ---------------------------------------------------------------------------------------------- a full disk
@@ -334,7 +339,7 @@ def test_schema_1_store_with_name_paths_still_resumes(tmp_path):
     Trainer(cfg(checkpoint_every=1, probe_size=0), st, "old", family=ToyFamily()).train(1)
     run = st.get_run("old")
     legacy = tmp_path / "checkpoints" / "old" / "step-000001.pt"
-    legacy.parent.mkdir()
+    legacy.parent.mkdir(parents=True)
     os.replace(st.checkpoint_file(run), legacy)
     st._conn.execute("UPDATE runs SET checkpoint_path = ?", (str(legacy),))
     st._conn.execute("ALTER TABLE locks DROP COLUMN started")

@@ -84,7 +84,8 @@ def test_steps_change_weights_and_write_store(tmp_path):
     assert ms[0]["adv/nonzero_frac"] > 0 and ms[0]["loss"] == ms[0]["loss"]
     run = st.get_run("r1")
     assert run.steps_done == 2 and run.last_checkpoint == 2
-    assert run.checkpoint_path == f"checkpoints/{run.id}/step-000002.pt"  # relative to the store, keyed by id
+    # relative to the store's folder, beside the store's file, keyed by id
+    assert run.checkpoint_path == f"runs.db.checkpoints/{run.id}/step-000002.pt"
     assert st._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     m = st.metrics(run.id)
     for key in ("reward/ascii", "reward/lower", "adv/std", "loss", "clip_frac", "time/step", "time/replay"):
@@ -101,8 +102,8 @@ def test_steps_change_weights_and_write_store(tmp_path):
     assert steps == [0, 1, 2] and len(heat[0]) == len(probe[0]["token_ids"])
     assert sum(heat[0]) == pytest.approx(len(heat[0]), rel=1e-3)  # relevance has mean 1
     assert heat[0] != heat[2]  # the policy moved, so the probe's relevance shifted
-    ck = tmp_path / "checkpoints" / str(run.id)
-    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and "checkpoints" in p.parts) == \
+    ck = tmp_path / "runs.db.checkpoints" / str(run.id)
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and "runs.db.checkpoints" in p.parts) == \
         ["step-000002.pt"] and (ck / "step-000002.pt").exists()  # the last checkpoint only, no temp file
 
 
@@ -232,3 +233,61 @@ def test_full_finetuning_keeps_float32_master_weights(tiny):
         model=copy.deepcopy(tiny.model).to(torch.bfloat16), tokenizer=tiny.tokenizer, name="tiny-random",
         device=tiny.device, dtype=torch.bfloat16), family=ToyFamily())
     assert lora.lm.dtype == torch.bfloat16  # LoRA: the frozen base stays as loaded (peft keeps the adapter in float32)
+
+
+# ---------------------------------------------------------------------------------------------- randomness
+def test_training_leaves_the_global_generator_alone():
+    """A trainer (built with LoRA, stepped) neither changes torch's global generator nor depends on it: the same
+    steps whatever the global state was (issue: the trainer reseeded it, changing the groups the app sampled)."""
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    a = Trainer(cfg(lora=True, probe_size=0), family=ToyFamily())
+    ma = a.train(2)
+    assert torch.equal(torch.get_rng_state(), before)
+    torch.manual_seed(77)
+    b = Trainer(cfg(lora=True, probe_size=0), family=ToyFamily())
+    mb = b.train(2)
+    for x, y in zip(ma, mb):
+        assert {k: v for k, v in x.items() if not k.startswith("time/")} == \
+               {k: v for k, v in y.items() if not k.startswith("time/")}
+    assert all(torch.equal(v, params(b)[k]) for k, v in params(a).items())
+
+
+def test_a_trainer_stepping_beside_samplers_changes_no_group(tiny):
+    """Issue: a Train session stepping a run while another session sampled gave that session another group. A
+    trainer steps in one thread while two threads sample seeds 2 and 3 over and over: every group is the one the
+    seed gives alone."""
+    import threading
+
+    from mrtpo.model import sample
+
+    kw = dict(n=4, max_new_tokens=32)
+    alone = {s: [x.token_ids for x in sample(tiny, "Say hi.", seed=s, **kw)] for s in (2, 3)}
+    tr = Trainer(cfg(probe_size=0, lora=True), family=ToyFamily())
+    stop, errors, got = threading.Event(), [], {2: [], 3: []}
+
+    def train():
+        try:
+            while not stop.is_set():
+                tr.train(1)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    def draw(s):
+        try:
+            for _ in range(4):
+                got[s].append([x.token_ids for x in sample(tiny, "Say hi.", seed=s, **kw)])
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    samplers = [threading.Thread(target=draw, args=(s,)) for s in alone]
+    for t in samplers:
+        t.start()
+    for t in samplers:
+        t.join()
+    stop.set()
+    trainer.join()
+    assert not errors, errors
+    assert tr.steps_done >= 1 and all(g == alone[s] for s in alone for g in got[s])

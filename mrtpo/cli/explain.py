@@ -1,0 +1,204 @@
+"""``explain``: self-contained HTML heatmaps (and the JSON of every number shown) for one prompt and its responses,
+sampled or given."""
+from __future__ import annotations
+
+import sys
+
+from mrtpo import validate as V
+from mrtpo.cli.common import (
+    POSITIVE,
+    Progress,
+    check_not_input,
+    check_output,
+    compare_args,
+    credit_args,
+    load_model_arg,
+    load_template,
+    model_args,
+    pick_example,
+    quiet_arg,
+    sampling_args,
+)
+from mrtpo.errors import MrtpoError, TaskFileError
+from mrtpo.jsonl import dumps, json_lines, load_json, write_text
+
+
+def _explain_input(path: str):
+    """The group of ``explain --input``: {"prompt", "verifier_info", "responses", "rewards", "reward_names"?, "id"?}.
+
+    verifier_info: {reward: text} for the whole group, or one such object per response (same rewards);
+    rewards: G rows × K numbers (null / NaN = not scored) in reward_names' order (default: verifier_info's).
+    The samples carry text only; the caller tokenizes them with the model."""
+    from mrtpo.groups import ScoredGroup
+    from mrtpo.model import Sample
+    from mrtpo.tasks.base import Example
+    from mrtpo.templates import ALL
+
+    d = load_json(path)
+    if not isinstance(d, dict):
+        raise MrtpoError(f"{path}: expected a JSON object "
+                         f"{{\"prompt\", \"verifier_info\", \"responses\", \"rewards\"}}")
+    try:
+        for f in ("prompt", "verifier_info", "responses", "rewards"):
+            if f not in d:
+                raise V.BadValue(f, "missing")
+        prompt = V.string(d["prompt"], "prompt", nonempty=True)
+        responses = V.string_list(d["responses"], "responses")
+        if not responses:
+            raise V.BadValue("responses", "is empty (give at least one response)")
+        G = len(responses)
+        vi = d["verifier_info"]
+        if isinstance(vi, list):
+            if len(vi) != G:
+                raise V.BadValue("verifier_info", f"has {len(vi)} entries for {G} responses")
+            infos = [V.text_map(x, f"verifier_info[{i}]") for i, x in enumerate(vi)]
+            for i, x in enumerate(infos[1:], start=1):
+                if set(x) != set(infos[0]):
+                    raise V.BadValue(f"verifier_info[{i}]",
+                                     f"has rewards {sorted(x)}, verifier_info[0] has {sorted(infos[0])}")
+        else:
+            infos = [V.text_map(vi, "verifier_info")] * G
+        if ALL in infos[0]:
+            raise V.BadValue(f"verifier_info.{ALL}", f"the reward name '{ALL}' is reserved; rename it")
+        names = d.get("reward_names") or list(infos[0])
+        names = V.string_list(names, "reward_names", distinct=True)
+        if set(names) != set(infos[0]):
+            raise V.BadValue("reward_names", f"names {sorted(names)}, but verifier_info has {sorted(infos[0])}")
+        rewards = V.number_matrix(d["rewards"], "rewards", rows=G, cols=len(names), nan_ok=True)
+        gid = d.get("id", "input")
+        if not isinstance(gid, (str, int)) or isinstance(gid, bool):
+            raise V.BadValue("id", f"must be a string or an integer, got {V._shown(gid)}")
+    except V.BadValue as e:
+        raise e.at(path) from None
+    infos = [{k: info[k] for k in names} for info in infos]  # the rewards' column order
+    samples = [Sample([], t) for t in responses]  # token ids: the caller's, once the model is loaded
+    return ScoredGroup.unscored(Example(str(gid), prompt), samples, names, infos, rewards)
+
+
+def _try_line(tr, tries: int) -> str:
+    """One try of ``explain --until-varied`` as a progress line."""
+    vals = ", ".join(f"{k} {tr.means[k]:.2f}" for k in tr.constant)
+    head = f"try {tr.index}/{tries} (seed {tr.seed}, {tr.seconds:.1f} s): "
+    if not tr.varied:
+        return head + f"every reward constant ({vals})" + ("; sampling again" if tr.index < tries else "")
+    varied = ", ".join(f"{k} (mean {tr.means[k]:.2f})" for k in tr.varied)
+    return head + f"varies: {varied}" + (f"; constant: {vals}" if vals else "")
+
+
+def _responses_file(path: str) -> list[str]:
+    """``--responses``: JSONL lines {"response": text}; a bad line is an error naming it."""
+    texts = []
+    for n, obj, problem in json_lines(path):
+        if problem:
+            raise MrtpoError(f"{path}: line {n}: {problem}")
+        if "response" not in obj:
+            raise TaskFileError(path, n, "response", "missing")
+        try:
+            texts.append(V.string(obj["response"], "response"))
+        except V.BadValue as e:
+            raise e.at(path, n) from None
+    if not texts:
+        raise MrtpoError(f"{path}: no responses (give JSONL lines {{\"response\": text}})")
+    return texts
+
+
+def cmd_explain(a) -> int:
+    from mrtpo.core.advantages import parse_method
+    from mrtpo.core.measures import get_measure
+    from mrtpo.groups import sample_until_varied, score_group, varied_rewards
+    from mrtpo.model import Sample, tokenize_response
+    from mrtpo.replay import replay_scored
+    from mrtpo.tasks import get_family
+    from mrtpo.views import render, token_view, view_to_json
+
+    prog = Progress(a.quiet)
+    parse_method(a.method)  # a bad method fails before any model work
+    for flag, path in (("--html", a.html), ("--json", a.json)):
+        check_output(path, flag)
+        check_not_input(path, flag, {"--input": a.input, "--responses": a.responses, "--examples": a.examples,
+                                     "--template": a.template})
+    if a.json is not None and a.html == a.json:
+        raise MrtpoError(f"--html and --json are both {a.html}; give two files")
+    get_measure(a.measure)
+    if a.until_varied is not None and not a.task:
+        raise MrtpoError("--until-varied samples again with other seeds: it needs --task (not --input)")
+    if a.until_varied is not None and a.responses:
+        raise MrtpoError("--until-varied samples again with other seeds: it cannot be used with --responses")
+    if a.input and a.info != "rule":
+        raise MrtpoError(f"--info {a.info}: the verifier texts of --input are used as they are (the rule regime); "
+                         "--info builds them from a task family's checkers: use it with --task")
+    tries = []
+    if a.task:
+        fam = get_family(a.task)
+        ex = pick_example(fam, a, a.example or 0)
+        for note in fam.notes(ex):
+            print(f"note: {note}", file=sys.stderr)
+        texts = _responses_file(a.responses) if a.responses else None
+        template = load_template(a.template, fam)
+        lm = load_model_arg(a, prog)
+        if texts is not None:
+            prog.stage(f"scoring {len(texts)} responses")
+            group = score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts], a.info)
+        else:
+            n_tries = a.until_varied or 1
+            until = f" (seeds {a.seed}.., up to {n_tries} tries until a reward varies)" if a.until_varied else ""
+            prog.stage(f"sampling {a.group} × {a.max_new_tokens} tokens and scoring{until}")
+            group, tries = sample_until_varied(
+                lm, fam, ex, n_tries, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
+                seed=a.seed, on_try=(lambda tr: prog.stage(_try_line(tr, n_tries))) if a.until_varied else None,
+                info=a.info)
+            if a.until_varied and tries[-1].varied and len(tries) > 1:
+                prog.stage(f"using try {tries[-1].index} (seed {tries[-1].seed})")
+    elif a.input:
+        template = load_template(a.template)
+        group = _explain_input(a.input)  # a bad file fails before the model loads
+        lm = load_model_arg(a, prog)
+        group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
+    else:
+        raise MrtpoError("explain needs --task FAMILY (with --example / --examples) or --input group.json")
+    if not varied_rewards(group):
+        how = (f"in {len(tries)} tries (seeds {tries[0].seed}..{tries[-1].seed})" if len(tries) > 1 else
+               "in this group")
+        nxt = tries[-1].seed + 1 if tries else a.seed + 1
+        hint = ("" if not a.task or a.responses else
+                f"; try --seed {nxt}, --until-varied {max(5, 2 * len(tries))}"
+                + (", or a larger --group" if a.group < 16 else ""))
+        print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
+              f"heatmaps have no color{hint}", file=sys.stderr)
+    prog.stage(f"replaying {len(group.samples)} responses under P_all and each P_\\k")
+    replay = replay_scored(lm, group, template, measure=a.measure)
+    view = token_view(group, replay, method=a.method, beta=a.beta)
+    prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
+    write_text(a.html, render.page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
+    if a.json:
+        data = view_to_json(view, group)
+        if tries:
+            data["seed"] = tries[-1].seed
+            data["tries"] = [{"seed": t.seed, "varied": t.varied, "constant": t.constant} for t in tries]
+        write_text(a.json, dumps(data))
+    print(f"wrote {a.html}" + (f" and {a.json}" if a.json else ""), file=sys.stderr)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("explain", help="self-contained HTML heatmaps for one prompt and its responses")
+    p.add_argument("--task", default=None, help="task family: sql | instructions | tools")
+    p.add_argument("--example", default=None, help="example id or index (default 0)")
+    p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
+                                                     "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")
+    compare_args(p)
+    p.add_argument("--responses", default=None, help='JSONL lines {"response"} instead of sampling')
+    p.add_argument("--input", default=None,
+                   help='group JSON {"prompt", "verifier_info", "responses", "rewards", "reward_names"?}')
+    sampling_args(p)
+    credit_args(p, "method", "beta", "info")
+    p.add_argument("--html", required=True)
+    p.add_argument("--json", default=None, help="also write every number shown as JSON")
+    p.add_argument("--until-varied", type=POSITIVE, default=None, metavar="N",
+                   help="sample with --seed, --seed + 1, ... (at most N tries, each reported) until at least one "
+                        "reward varies within the group (a reward constant in the group gives advantage 0 "
+                        "everywhere); the JSON records the seed used and the tries")
+    credit_args(p, "measure")
+    model_args(p)
+    quiet_arg(p)
+    p.set_defaults(fn=cmd_explain)
