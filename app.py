@@ -103,7 +103,9 @@ g = run.group
 if run.choices != ch and run.mode == "task":
     st.warning(f"Showing the group sampled for **{md(run.label)}**; press **Sample group** for the sidebar's choice.")
 st.subheader(f"Group: {md(run.label)} — G = {len(g.samples)}, seed {run.settings.get('seed', '?')}, v_k: "
-             f"{INFO_LABELS[g.info]}")
+             f"{INFO_LABELS[g.info]} · fingerprint {g.fingerprint}",
+             help="8 hex digits of the responses' tokens: the same fingerprint, the same group (compare with your "
+                  "neighbour's)")
 if run.timings:
     st.caption(" · ".join(f"{k} {v}" for k, v in run.timings.items()))
 methods = method_names()

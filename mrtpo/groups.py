@@ -6,6 +6,8 @@ vary (a reward constant in a group gives every response advantage 0).
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -47,6 +49,13 @@ class ScoredGroup:
             [dict(v) for v in verifier_info]
         R = np.zeros((G, len(names))) if rewards is None else np.asarray(rewards, dtype=float).reshape(G, len(names))
         return cls(example, example.prompt, list(samples), names, R, [{k: "" for k in names} for _ in samples], infos)
+
+    @property
+    def fingerprint(self) -> str:
+        """8 hex digits of the responses' token ids (text when a response has none): two groups with the same
+        fingerprint hold the same responses, in the same order (the app shows it, so that users can compare)."""
+        data = json.dumps([list(s.token_ids) or s.text for s in self.samples]).encode()
+        return hashlib.sha256(data).hexdigest()[:8]
 
     def subset(self, idx: Sequence[int]) -> "ScoredGroup":
         """The same group restricted to the responses ``idx`` (in that order)."""

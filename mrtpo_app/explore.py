@@ -20,6 +20,7 @@ from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.views import faithfulness_table, render, token_view, view_to_json
 from mrtpo_app import state as S
 from mrtpo_app import topk
+from mrtpo_app import work as W
 from mrtpo_app.ui import guard, md, short, show_error
 
 UNTIL_TRIES = 5  # "Sample until the rewards vary": at most this many groups
@@ -79,6 +80,30 @@ def try_text(tr: SampleTry) -> str:
     return f"seed {tr.seed}: varies **{varied}** (group means: {means}; {tr.seconds:.1f} s)"
 
 
+class _Queue:
+    """What a session sees while its job waits for the model (:mod:`mrtpo_app.work`): how many groups of other
+    sessions are ahead of its own, then its own work again (``bar``: the progress bar to write on)."""
+
+    def __init__(self, working: str):
+        self.bar, self.working = None, working
+        self.since: float | None = None
+        self.seconds, self.most = 0.0, 0
+
+    def on_wait(self, ahead: int) -> None:
+        now = time.perf_counter()
+        if self.since is None:
+            self.since = now
+        self.seconds, self.most = now - self.since, max(self.most, ahead)
+        if self.bar is None:
+            return
+        if ahead:
+            self.bar.progress(0.25, text=f"waiting for the model: {ahead} {'group' if ahead == 1 else 'groups'} of "
+                                         f"other sessions ahead of yours (it works on one group at a time, first "
+                                         f"come, first served) — {self.seconds:.0f} s")
+        else:
+            self.bar.progress(0.25, text=f"{self.working} (your turn, after {self.seconds:.1f} s)")
+
+
 def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_than: int | None = None) -> None:
     """The heavy work (buttons only): load model, sample, score, replay — each cached by its inputs — and make the
     result the session's group.
@@ -91,10 +116,11 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
     settings = {"group_size": inp.n, "temperature": inp.temperature, "max_new_tokens": inp.max_new,
                 "seed": int(seed0), "id": time.time_ns()}
     step, done = "loading the model", []
+    queue = _Queue(f"sampling {inp.n} × {inp.max_new} tokens")
     with st.status("Sampling until the rewards vary…" if tries > 1 else "Sampling the group…",
-                   expanded=True) as status:
+                   expanded=True) as status, W.job(queue.on_wait):  # the model's turn: at its first computation
         try:
-            bar = st.progress(0.0, text=f"loading model {inp.ch.model} ({inp.ch.device})")
+            bar = queue.bar = st.progress(0.0, text=f"loading model {inp.ch.model} ({inp.ch.device})")
             with S.Timer(timings, "model") as tm:
                 lm = S.get_model(inp.ch.model, inp.ch.device)
             shown["model"] = tm.text
@@ -154,6 +180,9 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
             status.update(label=f"Failed while {step}", state="error", expanded=True)
             show_error(e, step)
             st.stop()
+        if queue.since is not None:
+            st.write(f"waited {queue.seconds:.1f} s for the model (up to {queue.most} "
+                     f"{'group' if queue.most == 1 else 'groups'} of other sessions ahead)")
         heavy = [shown[k] for k in shown if k != "score"]  # scoring is never cached (milliseconds)
         took = "cached" if all(x == "cached" for x in heavy) else f"{sum(timings.values()):.1f} s"
         status.update(label=f"Group ready ({took})", state="complete", expanded=False)

@@ -28,11 +28,13 @@ from mrtpo.errors import MrtpoError
 from mrtpo.groups import SampleTry, ScoredGroup, template_for
 from mrtpo.groups import sample_until_varied as _sample_until_varied
 from mrtpo.model import DEFAULT_MODEL, LoadedModel, Sample, default_model_cached, load_model, sample
-from mrtpo.replay import ReplayResult, next_token_topk, replay_group
+from mrtpo.model.sampler import TOP_P
+from mrtpo.replay import ReplayConfig, ReplayResult, next_token_topk, replay_group
 from mrtpo.tasks import family_names, get_family
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 from mrtpo.views import TokenView, token_view
+from mrtpo_app import work as W
 from mrtpo_app.ui import timing_text
 
 MODEL_ENV = "MRTPO_MODEL"  # the sidebar's default model (tests set "tiny-random")
@@ -187,41 +189,60 @@ def _counted(fn):
 _model = _counted(_load_model)  # the model loader, counted: a Timer around a load already done says "cached"
 
 
-@_counted
-@st.cache_data(show_spinner=False, max_entries=32)
-def sample_cached(model: str, device: str, prompt: str, n: int, max_new_tokens: int, temperature: float,
-                  seed: int) -> list[Sample]:
-    """``n`` sampled responses to ``prompt`` (one batched generate), cached by every input."""
-    _mark_ran()
+class _Cached:
+    """A model computation kept in a :class:`mrtpo_app.work.Memo` for every session, by every input; its calls are
+    counted and its computations marked (:class:`Timer`); ``.clear()`` empties it."""
+
+    def __init__(self, fn, max_entries: int):
+        self.fn, self.memo = fn, W.Memo(max_entries)
+        self.__doc__, self.__name__ = fn.__doc__, fn.__name__
+
+    def __call__(self, *args):
+        _counts.calls = _cache_calls() + 1
+        value, computed = W.cached(self.memo, W.Memo.key(self.__name__, *args), lambda: self.fn(*args))
+        if computed:
+            _mark_ran()
+        return value
+
+    def clear(self) -> None:
+        self.memo.clear()
+
+
+PRECISION = "auto"  # the sampler's and the replay's precision in the app (part of every cache key)
+
+
+def _sample(model: str, device: str, prompt: str, n: int, max_new_tokens: int, temperature: float, seed: int,
+            top_p: float = TOP_P, precision: str = PRECISION) -> list[Sample]:
+    """``n`` sampled responses to ``prompt``, kept by every input (the seed included: each call draws from a
+    generator of its own, so a key's group is the same whoever sampled it first)."""
     return sample(get_model(model, device), prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
-                  seed=seed)
+                  top_p=top_p, seed=seed, precision=precision)
 
 
-@_counted
-@st.cache_data(show_spinner=False, max_entries=64)
-def replay_cached(model: str, device: str, prompt: str, verifier_info: Sequence[dict[str, str]],
-                  token_ids: Sequence[Sequence[int]], template: dict, rewards: Sequence[Sequence[float]] | None
-                  ) -> ReplayResult:
-    """Leave-one-out replay of one group, cached by every input.
+def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[str, str]],
+            token_ids: Sequence[Sequence[int]], template: dict, rewards: Sequence[Sequence[float]] | None,
+            precision: str = PRECISION) -> ReplayResult:
+    """Leave-one-out replay of one group, kept by every input.
 
     verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
     or None (replay every reward).
     """
-    _mark_ran()
     lm = get_model(model, device)
     R = None if rewards is None else np.asarray(rewards, dtype=float)
     return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
-                        Template.from_dict(template), rewards=R)
+                        Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision))
 
 
-@_counted
-@st.cache_data(show_spinner=False, max_entries=256)
-def next_token_topk_cached(model: str, device: str, prompt: str, verifier_info: dict[str, str],
-                           token_ids: Sequence[int], reward: str, t: int, k: int, template: dict) -> dict:
-    """:func:`mrtpo.replay.next_token_topk` (the top-k of p_t and q_t at position t), cached by every input."""
-    _mark_ran()
+def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], token_ids: Sequence[int],
+          reward: str, t: int, k: int, template: dict) -> dict:
+    """:func:`mrtpo.replay.next_token_topk` (the top-k of p_t and q_t at position t), kept by every input."""
     return next_token_topk(get_model(model, device), prompt, dict(verifier_info), list(token_ids), reward, t, k,
                            Template.from_dict(template))
+
+
+sample_cached = _Cached(_sample, 64)
+replay_cached = _Cached(_replay, 64)
+next_token_topk_cached = _Cached(_topk, 256)
 
 
 def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, tries: int, n: int, max_new_tokens: int,

@@ -158,7 +158,10 @@ st.subheader("Sampled responses")
 if run.steps_done == 0:
     st.caption("No steps yet.")
 else:
-    step = st.number_input("Step", 1, run.steps_done, run.steps_done, key="train_sample_step")
+    shown_step = st.session_state.get("train_sample_step")
+    if not isinstance(shown_step, int) or not 1 <= shown_step <= run.steps_done:
+        st.session_state["train_sample_step"] = run.steps_done  # the newest step (set here, never also as value=)
+    step = st.number_input("Step", 1, run.steps_done, key="train_sample_step")
     rows = store.samples(run.id, int(step))
     table = pd.DataFrame([{"#": i, "example": r["example_id"], "advantage": round(r["advantage"], 3),
                            **{k: v for k, v in r["rewards"].items()}, "response": r["text"][:120]}

@@ -15,7 +15,9 @@ from typing import Iterator
 
 import torch
 
-_GLOBAL = threading.RLock()  # one seeded_global block at a time (re-entrant: a block may load a model that uses one)
+# one seeded_global block at a time (re-entrant). Lock order: mrtpo.model.load's lock, then this one (a model is
+# loaded inside seeded_global blocks, never the other way round: a block must not load a model)
+_GLOBAL = threading.RLock()
 
 
 def generator(device: torch.device | str, seed: int | None) -> torch.Generator:

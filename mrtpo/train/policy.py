@@ -149,13 +149,8 @@ class Policy:
         a LoRA adapter with ``cfg.optim.lora``, a frozen copy as reference when the KL term is on.  What draws from
         torch's global generator (the LoRA initialization) runs as if it were seeded with ``cfg.seed``, and the
         global state is put back afterwards (:func:`mrtpo.model.seeded_global`)."""
-        with seeded_global(cfg.seed):  # the LoRA initialization draws from torch's global generator
-            return cls._build(cfg, lm)
-
-    @classmethod
-    def _build(cls, cfg: "TrainConfig", lm: LoadedModel | None) -> "Policy":
         o = cfg.optim
-        lm = lm or load_model(cfg.model, cfg.device)
+        lm = lm or load_model(cfg.model, cfg.device)  # not inside seeded_global: load_model takes that lock itself
         model, dtype = lm.model, lm.dtype
         if not o.lora and dtype != torch.float32:
             # Full fine-tuning keeps float32 master weights: AdamW steps at lr ~1e-5 are below bfloat16's resolution
@@ -168,8 +163,9 @@ class Policy:
 
             for prm in model.parameters():
                 prm.requires_grad_(False)
-            model = get_peft_model(model, LoraConfig(r=o.lora_rank, lora_alpha=o.lora_alpha, lora_dropout=0.0,
-                                                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+            with seeded_global(cfg.seed):  # the LoRA initialization draws from torch's global generator
+                model = get_peft_model(model, LoraConfig(r=o.lora_rank, lora_alpha=o.lora_alpha, lora_dropout=0.0,
+                                                         target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
         else:
             for prm in model.parameters():
                 prm.requires_grad_(True)

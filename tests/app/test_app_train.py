@@ -293,3 +293,22 @@ def test_experiment_view_without_experiments_and_in_progress(db):
     _ok(at)
     assert any("In progress: 0 of 4 runs finished" in i.value for i in at.info)
     assert at.metric[0].label == "Δ AUC  mrtpo − gdpo"
+
+
+def test_stepping_shows_the_newest_step_without_a_widget_warning(db, monkeypatch):
+    """Issue: after a step the page set ``train_sample_step`` and also created its number_input with a ``value=``:
+    a Streamlit warning with a stack trace in the server log. The widget is created without a value then."""
+    from streamlit.elements.lib import policies
+
+    said: list[str] = []
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)
+    monkeypatch.setattr(policies._LOGGER, "warning", lambda msg, *a, **k: said.append(str(msg) % a))
+    at = _create(db)
+    for n in (1, 2):
+        at.button(key="train_step1").click().run()
+        _ok(at)
+        assert at.number_input(key="train_sample_step").value == n
+    at.number_input(key="train_sample_step").set_value(1).run()
+    _ok(at)
+    assert at.number_input(key="train_sample_step").value == 1
+    assert not [m for m in said if "train_sample_step" in m], said

@@ -291,3 +291,31 @@ def test_a_trainer_stepping_beside_samplers_changes_no_group(tiny):
     trainer.join()
     assert not errors, errors
     assert tr.steps_done >= 1 and all(g == alone[s] for s in alone for g in got[s])
+
+
+def test_building_a_policy_while_another_thread_loads_a_model_does_not_deadlock():
+    """The app preloads the model in a thread while a Train session builds a trainer: the two take the model loader's
+    lock and seeded_global's in one order (a build once held seeded_global while it loaded: a deadlock)."""
+    import threading
+
+    from mrtpo.model import load_model
+    from mrtpo.train.policy import Policy
+
+    done = []
+
+    def loads():
+        for _ in range(3):
+            load_model("tiny-random", "cpu")
+        done.append("load")
+
+    def builds():
+        for _ in range(3):
+            Policy.build(cfg(lora=True))
+        done.append("build")
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (loads, builds)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(done) == ["build", "load"]

@@ -1,0 +1,153 @@
+"""The app under a class: one model, many sessions. The model's work is queued (first come, first served, each
+waiting session told how many groups are ahead of its own), and the app's caches are keyed by everything that decides
+a result, so a session's group is the one its seed gives alone, and so is every later session's cached one.
+
+Issue: three sessions sampling seeds 2, 3, 4 within 0.4 s each got another group than the seed gives alone, and a
+later session sampling seed 2 got "Group ready (cached)" with the wrong group."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+os.environ["MRTPO_MODEL"] = "tiny-random"
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from mrtpo.model import MAX_NEW_TOKENS, load_model, sample  # noqa: E402
+from mrtpo.tasks import get_family  # noqa: E402
+from mrtpo_app import state as S  # noqa: E402
+from mrtpo_app import work as W  # noqa: E402
+from tests.app.test_app import APP, _ok, shown  # noqa: E402
+
+
+def together(fns):
+    """Run each function in its own thread, all released at once; their results (an exception is re-raised)."""
+    out, barrier = [None] * len(fns), threading.Barrier(len(fns))
+
+    def run(i):
+        barrier.wait()
+        try:
+            out[i] = ("ok", fns[i]())
+        except BaseException as e:  # reported below
+            out[i] = ("error", e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for kind, v in out:
+        if kind == "error":
+            raise v
+    return [v for _, v in out]
+
+
+def test_sessions_sampling_at_once_get_their_seeds_groups_and_so_does_a_later_one():
+    prompt = get_family("instructions").example("tea-note").prompt
+    lm = load_model("tiny-random", "cpu")
+    alone = {s: [x.token_ids for x in sample(lm, prompt, n=4, max_new_tokens=MAX_NEW_TOKENS, seed=s)]
+             for s in (2, 3, 4)}
+    S.sample_cached.clear()
+    got = together([lambda s=s: S.sample_cached("tiny-random", "cpu", prompt, 4, MAX_NEW_TOKENS, 1.0, s)
+                    for s in (2, 3, 4)])
+    assert [[x.token_ids for x in g] for g in got] == [alone[s] for s in (2, 3, 4)]
+    with S.Timer({}, "sample") as later:
+        again = S.sample_cached("tiny-random", "cpu", prompt, 4, MAX_NEW_TOKENS, 1.0, 2)
+    assert later.cached and [x.token_ids for x in again] == alone[2]
+
+
+def test_turns_are_first_come_first_served_and_waiters_see_their_place():
+    turns, order, seen = W.Turns(), [], {}
+    first_in = threading.Event()
+
+    def user(name, hold):
+        def on_wait(ahead):
+            seen.setdefault(name, []).append(ahead)
+
+        with turns.turn(on_wait):
+            order.append(name)
+            if name == "a":
+                first_in.set()
+            time.sleep(hold)
+
+    a = threading.Thread(target=user, args=("a", 0.8))
+    a.start()
+    first_in.wait()
+    b = threading.Thread(target=user, args=("b", 0.3))
+    b.start()
+    time.sleep(0.1)
+    c = threading.Thread(target=user, args=("c", 0.0))
+    c.start()
+    for t in (a, b, c):
+        t.join()
+    assert order == ["a", "b", "c"]
+    assert seen["b"][0] == 1 and seen["b"][-1] == 0  # one ahead, then its turn
+    assert seen["c"][0] == 2 and 1 in seen["c"] and seen["c"][-1] == 0
+    assert "a" not in seen and turns.waiting() == 0
+
+
+def test_a_waiter_that_leaves_gives_up_its_place():
+    turns, order = W.Turns(), []
+
+    class Gone(BaseException):  # what Streamlit raises in a session's thread when it stops
+        pass
+
+    def leaver(ahead):
+        raise Gone
+
+    def holder():
+        with turns.turn():
+            time.sleep(0.5)
+            order.append("holder")
+
+    h = threading.Thread(target=holder)
+    h.start()
+    time.sleep(0.1)
+    with pytest.raises(Gone):
+        with turns.turn(leaver):
+            order.append("leaver")
+    h.join()
+    assert order == ["holder"] and turns.waiting() == 0
+
+
+def test_memo_computes_a_key_once_and_hands_out_copies():
+    memo, calls = W.Memo(2), []
+
+    def compute():
+        calls.append(1)
+        time.sleep(0.2)
+        return {"x": [1, 2]}
+
+    got = together([lambda: W.cached(memo, "k", compute) for _ in range(3)])
+    assert len(calls) == 1 and sorted(c for _, c in got) == [False, False, True]
+    got[0][0]["x"].append(3)
+    assert W.cached(memo, "k", compute) == ({"x": [1, 2]}, False)
+    for k in ("a", "b"):
+        W.cached(memo, k, compute)
+    assert not memo.peek("k")[0] and memo.peek("b")[0]  # the least recently used went
+
+
+def test_explore_says_it_waited_for_the_model():
+    """While another session's group holds the model, a session that presses Sample waits for its turn and says so."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    _ok(at)
+    at.number_input(key="explore_seed").set_value(11).run()  # a group no other test samples: not cached
+    held = threading.Event()
+
+    def other_session():
+        with W.TURNS.turn():
+            held.set()
+            time.sleep(2.0)
+
+    t = threading.Thread(target=other_session)
+    t.start()
+    held.wait()
+    at.button(key="explore_sample").click().run()
+    t.join()
+    _ok(at)
+    waited = [shown(m.value) for m in at.markdown if "for the model" in m.value]
+    assert waited and waited[0].startswith("waited ") and "(up to 1 group of other sessions ahead)" in waited[0]
+    assert any("fingerprint" in shown(h.value) for h in at.subheader)
