@@ -18,11 +18,12 @@ import statistics
 import sys
 import time
 
-try:  # bench/report.py and bench/app.py: with the repository on the path (PYTHONPATH=$PWD), or run as bench/classroom.py
+try:  # with the repository on the path (PYTHONPATH=$PWD), or run as bench/classroom.py
     from bench import report
     from bench.app import CHROMIUM, CHROMIUM_ARGS, IDLE, free_port, start_server, wait_health
 except ImportError:
     import report
+
     from app import CHROMIUM, CHROMIUM_ARGS, IDLE, free_port, start_server, wait_health
 
 HEAT = ".mrtpo .legend"  # on screen once a group's heatmap is drawn
@@ -51,7 +52,8 @@ def waits(browser, url: str, family: str, seeds: list[int], timeout_s: float) ->
     done: dict[int, float] = {}
     while len(done) < len(pages):
         if time.perf_counter() - t0 > timeout_s:
-            raise SystemExit(f"{len(pages) - len(done)} of {len(pages)} students had no heatmap after {timeout_s:.0f} s")
+            left = len(pages) - len(done)
+            raise SystemExit(f"{left} of {len(pages)} students had no heatmap after {timeout_s:.0f} s")
         for i, page in enumerate(pages):
             if i not in done and page.locator(HEAT).count():
                 done[i] = time.perf_counter() - t0

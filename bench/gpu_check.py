@@ -85,7 +85,8 @@ def check_replay(lm, family, example, samples) -> dict:
             if x.size:
                 gap, n = max(gap, float(np.max(np.abs(x - y)))), n + x.size
     expect(n > 0, "replay: no token was replayed")
-    return {"replay float32 seconds": round(seconds["float32"], 2), "replay bf16 seconds": round(seconds["bfloat16"], 2),
+    return {"replay float32 seconds": round(seconds["float32"], 2),
+            "replay bf16 seconds": round(seconds["bfloat16"], 2),
             "max |d(float32) - d(bf16)|": round(gap, 5), "tokens × rewards compared": n}
 
 
