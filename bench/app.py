@@ -74,6 +74,7 @@ def main() -> int:
     ap.add_argument("--shots", default=None, help="folder for screenshots of every page")
     report.add_doc_flag(ap)
     a = ap.parse_args()
+    print(report.machine(), flush=True)
     from playwright.sync_api import sync_playwright
 
     port = free_port()

@@ -88,7 +88,7 @@ def main() -> int:
             waits(browser, url, a.family, [10_000], a.timeout)  # warm: the model loaded, the first group's costs paid
             one = waits(browser, url, a.family, [10_001], a.timeout)[0]
             print(f"model={a.model} family={a.family} G=4 max_new_tokens=96 (the app's defaults); "
-                  f"{report.stamp(torch.get_num_threads())}")
+                  f"{report.machine(torch.get_num_threads())}")
             print(f"one group alone (warm server)  {one:6.1f} s")
             seed = 20_000
             for n in sizes:

@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the core count)")
     report.add_doc_flag(ap)
     a = ap.parse_args()
+    print(report.machine(), flush=True)
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     if a.memory_of:

@@ -166,6 +166,7 @@ def main() -> None:
                                                    "quoted): each one replay of the same responses (default rule)")
     report.add_doc_flag(ap)
     a = ap.parse_args()
+    print(report.machine(), flush=True)
     lm = load_model(a.model, a.device)
     tpl = Template.from_file(a.template) if a.template else None
     families, measures, infos = a.families.split(","), a.measures.split(","), tuple(a.info.split(","))

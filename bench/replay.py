@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("--memory-of", default=None, help=argparse.SUPPRESS)  # internal: peak RSS of one replay
     report.add_doc_flag(ap)
     a = ap.parse_args()
+    print(report.machine(), flush=True)
     if a.memory_of:
         return memory_child(a)
 

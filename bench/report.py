@@ -63,6 +63,16 @@ def stamp(threads: int | None = None, today: datetime.date | None = None, cpu: s
     return f"measured {today.isoformat()} on {cpu or cpu_kind()}, {threads} thread{'s' if threads != 1 else ''}"
 
 
+def machine(threads: int | None = None) -> str:
+    """What a benchmark's figures hold for, printed first by every script: :func:`stamp` (the CPU's kind, the torch
+    threads) and the precision ``"auto"`` picks on this CPU (bf16 weight copies where bf16 matrix products are fast,
+    float32 elsewhere; :func:`mrtpo.model.decoder.compute_dtype`)."""
+    from mrtpo.model.decoder import fast_bf16_cpu
+
+    chosen = "bfloat16 weight copies" if fast_bf16_cpu() else "float32"
+    return f"machine: {stamp(threads)}; precision auto → {chosen} on the CPU"
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A markdown table (cells as given; ``|`` in a cell escaped)."""
     def line(cells):

@@ -139,6 +139,7 @@ def main() -> None:
     ap.add_argument("--skip-overhead", action="store_true")
     report.add_doc_flag(ap)
     a = ap.parse_args()
+    print(report.machine(), flush=True)
     import torch
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")

@@ -129,3 +129,14 @@ def test_stamp_table_and_section():
         "| a | b\\|c |\n|---|---|\n| 1 | x\\|y |\n|  | 2.5 |")
     s = report.section("bench/replay.py", "\n| a |\n|---|\n", threads=2)
     assert s.startswith("*measured ") and s.endswith(", 2 threads; written by `bench/replay.py`.*\n\n| a |\n|---|")
+
+
+@pytest.mark.parametrize("fast, chosen", [(True, "bfloat16 weight copies"), (False, "float32")])
+def test_machine_says_the_cpu_threads_and_the_precision_auto_picks(monkeypatch, fast, chosen):
+    from mrtpo.model import decoder
+
+    monkeypatch.setattr(decoder, "fast_bf16_cpu", lambda: fast)
+    monkeypatch.setattr(report, "cpu_kind", lambda: "AMD AVX2")
+    line = report.machine(threads=2)
+    assert line.startswith("machine: measured ") and "on AMD AVX2, 2 threads" in line
+    assert line.endswith(f"precision auto → {chosen} on the CPU")
