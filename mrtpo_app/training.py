@@ -195,7 +195,8 @@ def experiment_view(store: Store, db_path: str) -> None:
         verdict = ("includes 0: no difference shown at this scale" if lo is not None and hi is not None and
                    lo <= 0 <= hi else f"excludes 0: {m} {'above' if (lo or 0) > 0 else 'below'} {base}")
         c.caption(f"95 % interval [{fmt(lo, '{:+.4f}')}, {fmt(hi, '{:+.4f}')}] over n = {p['n']} units "
-                  f"({p['n_seeds']} seeds) — {verdict}")
+                  f"({p['n_seeds']} seeds) — {verdict}; the smallest Δ these seeds could detect: "
+                  f"{fmt(p.get('detectable'), '{:.4f}')}")
     table = pd.DataFrame([{"method": m, "AUC": v["auc"], "final (last 5 steps)": v["final"],
                            f"steps to {fmt(summary['threshold'])}": v["steps_to_threshold"],
                            "steps stored": ", ".join(str(s) for s in v["steps_done"])}

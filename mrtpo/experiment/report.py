@@ -106,7 +106,8 @@ def report_html(summary: dict, png: bytes) -> str:
                    f"<td>{_num(v['steps_to_threshold'], '{}')}</td></tr>" for m, v in summary["methods"].items())
     prow = "".join(f"<tr><td>{e(m)} − {e(p['against'])}</td><td>{_num(p['auc_diff'], '{:+.4f}')}</td>"
                    f"<td>[{_num(p['ci95'][0], '{:+.4f}')}, {_num(p['ci95'][1], '{:+.4f}')}]</td><td>{p['n']}</td>"
-                   f"<td>{p['n_seeds']}</td></tr>" for m, p in summary["paired"].items())
+                   f"<td>{p['n_seeds']}</td><td>{_num(p.get('detectable'), '{:.4f}')}</td></tr>"
+                   for m, p in summary["paired"].items())
     defs = "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in summary["definitions"].items())
     cfg = summary["config"]
     shared = ", ".join(f"{k}={v}" for k, v in cfg["base"].items() if v is not None and k != "template")
@@ -123,7 +124,7 @@ methods {e(', '.join(summary['methods']))}. Threshold {_num(summary['threshold']
 <img alt="curves" src="data:image/png;base64,{img}">
 <h2>Per method</h2><table><tr><th>method</th><th>AUC</th><th>final</th><th>steps to threshold</th></tr>{rows}</table>
 <h2>Paired against {e(cfg['methods'][0])}</h2>
-<table><tr><th>comparison</th><th>Δ AUC</th><th>95 % interval</th><th>n units</th><th>seeds</th></tr>{prow}</table>
+<table><tr><th>comparison</th><th>Δ AUC</th><th>95 % interval</th><th>n units</th><th>seeds</th><th>smallest detectable Δ</th></tr>{prow}</table>
 <h2>Definitions</h2><ul class="small">{defs}</ul>
 <p class="small">Shared config: {e(shared)}</p></body></html>
 """

@@ -55,6 +55,7 @@ from mrtpo.core.stats import (
     auc,
     cluster_bootstrap_ci,
     default_threshold,
+    detectable_diff,
     final_value,
     steps_to_threshold,
     unit_values,
@@ -382,6 +383,7 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
         paired[m] = {"auc_diff": float(np.mean(np.concatenate(diffs))) if n else float("nan"), "ci95": list(ci),
                      "n": n, "n_seeds": len(diffs), "against": base,
                      "seed_diffs": [auc(run_curve[m][j]) - auc(run_curve[base][j]) for j in range(J)]}
+        paired[m]["detectable"] = detectable_diff(paired[m]["seed_diffs"])
     steps_common = int(have.all(axis=0).sum()) if J else 0
     return {
         "experiment": cfg.name, "task": cfg.base["task"], "model": cfg.base["model"], "steps": cfg.steps,
@@ -399,6 +401,8 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
             "steps_to_threshold": f"first step where the seed-mean curve, trailing mean over {SMOOTH_WINDOW} "
                                   f"steps, reaches the threshold",
             "band": "min–max over seeds",
+            "detectable": "the smallest Δ AUC the seeds' spread could detect: (t_{0.975,n−1} + t_{0.80,n−1}) · "
+                          "sd(per-seed AUC differences) / √n (paired t-test, α = 0.05, power 0.8)",
         },
         "config": cfg.to_dict(),
         "curves": curves,

@@ -150,6 +150,8 @@ def test_summarize_by_hand():
     assert p["n"] == 6 and p["n_seeds"] == 2 and p["against"] == "gdpo"
     assert p["auc_diff"] == pytest.approx((0 + 0.2 + 0.1 + 0 + 0.1 + 0.5) / 6)  # = AUC difference
     assert p["seed_diffs"] == pytest.approx([0.1, 0.2])
+    # seed diffs 0.1, 0.2: sd 0.0707, n 2 → (12.7062 + 1.3764) · 0.0707107 / √2 = 0.70413
+    assert p["detectable"] == pytest.approx((12.7062 + 1.3764) * np.std([0.1, 0.2], ddof=1) / np.sqrt(2))
     lo, hi = p["ci95"]
     assert lo <= p["auc_diff"] <= hi and (lo, hi) == pytest.approx(S.cluster_bootstrap_ci(
         [[0, 0.2, 0.1], [0, 0.1, 0.5]], 500, 0))
@@ -407,3 +409,20 @@ def test_arms_differ_in_more_than_the_method_and_can_be_appended(tmp_path):
                       ("mrtpo:warmup=x", "warmup must be an integer")]:
         with pytest.raises(MrtpoError, match=says):
             X.ExperimentConfig("e", ["gdpo", bad], 1, 1, base).run_config(bad, 0)
+
+
+def test_detectable_diff_hand_worked_and_against_scipy():
+    """MDE = (t_{0.975,n−1} + t_{0.80,n−1}) · sd(d) / √n: d = [0.01, 0.03, 0.02] → sd 0.01, n 3,
+    (4.3027 + 1.0607) · 0.01 / √3 = 0.030966."""
+    from scipy.stats import t
+
+    from mrtpo.core.stats import detectable_diff
+
+    assert detectable_diff([0.01, 0.03, 0.02]) == pytest.approx(5.3634 * 0.01 / np.sqrt(3), abs=1e-9)
+    rng = np.random.default_rng(0)
+    for n in (2, 6, 31, 40):
+        d = rng.normal(0.01, 0.02, n)
+        q = t.ppf(0.975, n - 1) + t.ppf(0.8, n - 1) if n <= 31 else 1.959964 + 0.841621
+        assert detectable_diff(d) == pytest.approx(q * d.std(ddof=1) / np.sqrt(n), rel=1e-4)
+    assert np.isnan(detectable_diff([0.02])) and np.isnan(detectable_diff([0.01, float("nan")]))
+    assert detectable_diff([0.01, None, 0.03, 0.02]) == detectable_diff([0.01, 0.03, 0.02])  # an unfinished seed
