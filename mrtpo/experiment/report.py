@@ -124,7 +124,8 @@ methods {e(', '.join(summary['methods']))}. Threshold {_num(summary['threshold']
 <img alt="curves" src="data:image/png;base64,{img}">
 <h2>Per method</h2><table><tr><th>method</th><th>AUC</th><th>final</th><th>steps to threshold</th></tr>{rows}</table>
 <h2>Paired against {e(cfg['methods'][0])}</h2>
-<table><tr><th>comparison</th><th>Δ AUC</th><th>95 % interval</th><th>n units</th><th>seeds</th><th>smallest detectable Δ</th></tr>{prow}</table>
+<table><tr><th>comparison</th><th>Δ AUC</th><th>95 % interval</th><th>n units</th><th>seeds</th>
+<th>smallest detectable Δ</th></tr>{prow}</table>
 <h2>Definitions</h2><ul class="small">{defs}</ul>
 <p class="small">Shared config: {e(shared)}</p></body></html>
 """
