@@ -71,13 +71,18 @@ class CreditLogWriter:
         write_text(self.folder / META_FILE, dumps(self.meta) + "\n")
 
     def write_step(self, step: int, rows: Sequence[dict]) -> Path:
-        """Step ``step``'s rows as ``step-NNNNNN.jsonl``, written whole (replacing a file of the same step)."""
+        """Step ``step``'s rows as ``step-NNNNNN.jsonl``, written whole (replacing a file of the same step).  Reward
+        names the meta does not list yet (tasks whose examples have rewards of their own) are added to it first."""
         path = self.folder / step_file(step)
         lines = []
         for n, row in enumerate(rows, start=1):
             text = dumps(row)
             check_row(json.loads(text), path, n)  # NaN → null on the way: check what is written
             lines.append(text)
+        new = [k for row in rows for k in row["rewards"] if k not in self.meta["rewards"]]
+        if new:
+            self.meta["rewards"] = self.meta["rewards"] + list(dict.fromkeys(new))
+            write_text(self.folder / META_FILE, dumps(self.meta) + "\n")
         write_text(path, "".join(line + "\n" for line in lines))
         return path
 

@@ -47,22 +47,25 @@ def kl_k3(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
 
 
 def credit_fields(credit: TokenCredit, i: int, names: Sequence[str], T: int, rewards: Sequence[float | None],
-                  replayed: Iterable[str] = ()) -> dict:
-    """The credit fields of response ``i`` (a row of ``credit``; T tokens) for its row in the log: ``rewards`` (K,)
-    as {name: value}, ``advantage`` final_i, ``reward_advantages`` Â_ik, ``center`` and ``scale``,
-    ``token_advantages`` A_i,:T, ``reward_token_advantages`` A'_ik,:T, ``relevance`` ρ_ik,:T for the rewards in
-    ``replayed`` (null for the others: uniform credit), ``beta`` β_s."""
+                  replayed: Iterable[str] = (), only: Iterable[str] | None = None) -> dict:
+    """The credit fields of response ``i`` (a row of ``credit``, whose K columns are ``names``; T tokens) for its
+    row in the log: ``rewards`` (K,) as {name: value}, ``advantage`` final_i, ``reward_advantages`` Â_ik,
+    ``center`` and ``scale``, ``token_advantages`` A_i,:T, ``reward_token_advantages`` A'_ik,:T, ``relevance``
+    ρ_ik,:T for the rewards in ``replayed`` (null for the others: uniform credit), ``beta`` β_s.  ``only``: the
+    rewards that apply to this response (the others, NaN rewards with Â = 0, are left out)."""
     adv = credit.adv
     rho = credit.rho
     replayed = set(replayed)
+    keep = set(names if only is None else only)
+    cols = [(j, k) for j, k in enumerate(names) if k in keep]
     return {
-        "rewards": {k: None if v is None or not math.isfinite(float(v)) else float(v) for k, v in zip(names, rewards)},
+        "rewards": {k: None if rewards[j] is None or not math.isfinite(float(rewards[j])) else float(rewards[j])
+                    for j, k in cols},
         "advantage": number(adv.final[i]),
-        "reward_advantages": {k: number(adv.per_reward[i, j]) for j, k in enumerate(names)},
+        "reward_advantages": {k: number(adv.per_reward[i, j]) for j, k in cols},
         "center": number(adv.center), "scale": number(adv.scale),
         "token_advantages": series(credit.tokens[i, :T]),
-        "reward_token_advantages": {k: series(credit.per_reward[i, j, :T]) for j, k in enumerate(names)},
-        "relevance": {k: series(rho[i, j, :T]) if rho is not None and k in replayed else None
-                      for j, k in enumerate(names)},
+        "reward_token_advantages": {k: series(credit.per_reward[i, j, :T]) for j, k in cols},
+        "relevance": {k: series(rho[i, j, :T]) if rho is not None and k in replayed else None for j, k in cols},
         "beta": float(credit.beta),
     }
