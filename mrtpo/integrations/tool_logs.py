@@ -92,7 +92,7 @@ def _require(obj: dict, names: Iterable[str], path, n) -> None:
             raise CreditLogError(path, n, name, "missing")
 
 
-def _grouped(rows: list[CreditRow], key: Callable[[CreditRow], Any]) -> list[CreditStep]:
+def group_steps(rows: list[CreditRow], key: Callable[[CreditRow], Any]) -> list[CreditStep]:
     """Rows into steps (step order) and, within a step, groups by ``key`` (order of first appearance)."""
     steps: dict[int, list[CreditRow]] = {}
     for r in rows:
@@ -147,7 +147,7 @@ def read_board(path: str | Path, after_step: int | None = None) -> list[CreditSt
         raise CreditLogError(path, 0, "", "no .jsonl files in this folder")
     rows = [board_row(obj, f, n) for f in files for n, obj in _rows(f)]
     rows = [r for r in rows if after_step is None or r.step > after_step]
-    return _grouped(rows, lambda r: r.prompt)
+    return group_steps(rows, lambda r: r.prompt)
 
 
 # ---------------------------------------------------------------------------------------------- prime-rl
@@ -217,7 +217,7 @@ def read_prime_rl(path: str | Path, after_step: int | None = None, decode: Decod
         raise CreditLogError(path, 0, "", "no such file or folder")
     rows = [prime_row(obj, f, n, decode) for f in prime_files(path, after_step) for n, obj in _rows(f)]
     rows = [r for r in rows if after_step is None or r.step > after_step]
-    return _grouped(rows, lambda r: tuple(r.extra["prompt_ids"]))
+    return group_steps(rows, lambda r: tuple(r.extra["prompt_ids"]))
 
 
 # ---------------------------------------------------------------------------------------------- any of them
