@@ -41,3 +41,21 @@ def test_curves_over_steps_and_logs_without_advantages():
     assert c["reward"]["mean"] == {1: 0.5, 2: 0.5} and c["reward"]["zeros"] == {1: 0.5, 2: 0.0}
     assert c["reward"]["constant"] == {1: 0.0, 2: 1.0}
     assert c["reward"]["share"] == {1: None, 2: None} and c["reward"]["top10"] == {1: None, 2: None}  # board-like
+
+
+def test_token_table_of_a_board_row_and_of_a_credit_row():
+    import math
+
+    from mrtpo.views.log_tokens import token_table
+
+    b = CreditRow(step=1, group=0, index=0, prompt="p", completion="June.", rewards={"reward": 1.0},
+                  tokens=["June", "."], logprob=[math.log(0.5), None], ref_logprob=[math.log(0.25), -1.0],
+                  kl=[math.log(2), None], extra={"values": [0.1, 0.2], "ref_response": "x"})
+    t = token_table(b)
+    assert t[0]["token"] == "June" and t[0]["p"] == pytest.approx(0.5) and t[0]["values"] == 0.1
+    assert t[1]["p"] is None and t[1]["A"] is None and t[1]["id"] is None and "ref_response" not in t[1]
+    c = CreditRow(step=1, group=0, index=0, prompt="p", completion="ab", rewards={"a": 1.0}, token_ids=[5, 6],
+                  tokens=["a", "b"], token_advantages=[1.5, 0.5], reward_token_advantages={"a": [1.5, 0.5]},
+                  relevance={"a": [1.5, 0.5]})
+    assert token_table(c)[1] == {"t": 1, "token": "b", "id": 6, "p": None, "logprob": None, "entropy": None,
+                                 "ref_logprob": None, "kl": None, "A": 0.5, "A:a": 0.5, "ρ:a": 0.5}
