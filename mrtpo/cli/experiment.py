@@ -17,11 +17,11 @@ from pathlib import Path
 
 from mrtpo import validate as V
 from mrtpo.cli.common import check_output, names
-from mrtpo.cli.train import add_config_flags, config_from_args, step_progress
+from mrtpo.cli.train import LOG_FIELDS, add_config_flags, config_from_args, step_progress
 from mrtpo.errors import MrtpoError
 
 PER_RUN = ("method", "seed", "schedule_seed")
-NOT_SHARED = PER_RUN + ("credit_log", "credit_log_groups")  # flags an experiment does not take (one log per run)
+NOT_SHARED = PER_RUN + LOG_FIELDS  # flags an experiment does not take (its runs would share one credit log)
 
 
 def register(sub) -> None:

@@ -32,6 +32,7 @@ memory never runs ahead of what the store has. Other trainers and viewers can re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -41,6 +42,7 @@ import torch
 
 from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, reward_matrix
 from mrtpo.core.measures import needs_replay, oracle_relevance
+from mrtpo.creditlog import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup, score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets
@@ -73,11 +75,13 @@ class Trainer:
     ``Trainer(config)`` trains in memory; ``Trainer(config, store, run="name")`` creates the run in the store,
     or resumes it (then the stored config wins; ``config`` may be None). ``lm`` reuses an already loaded model
     (it is trained in place). ``family`` overrides the task family named by ``config.task`` (custom families).
+    ``credit_log``: where this trainer writes the credit log, in place of the config's (a resumed run's included;
+    not stored with the run).
     """
 
     def __init__(self, config: TrainConfig | None = None, store: Store | None = None, run: str | None = None,
                  lm: LoadedModel | None = None, log: Callable[[str], None] | None = None,
-                 family: TaskFamily | None = None):
+                 family: TaskFamily | None = None, credit_log: CreditLogConfig | None = None):
         self.log = log or (lambda msg: None)
         self.store, self.run_name, self.run_id = store, run, None
         existing = self._existing_run(store, run)
@@ -89,6 +93,8 @@ class Trainer:
             config = stored
         elif config is None:
             raise MrtpoError(f"no run named '{run}' and no config to create it with")
+        if credit_log is not None:
+            config = dataclasses.replace(config, log=credit_log)
         self.config = cfg = config
         self.credit, self.method = cfg.credit, cfg.credit.parsed
         self.family = family or get_family(cfg.task)

@@ -63,3 +63,24 @@ def test_the_flags_come_from_the_config():
     q = argparse.ArgumentParser()
     add_config_flags(q, exclude=NOT_SHARED)
     assert "--credit-log" not in q.format_help()  # an experiment's runs would share one folder
+
+
+def test_cli_train_writes_the_log_and_a_resumed_run_takes_the_flag(tmp_path, capsys):
+    """`mrtpo train --credit-log DIR` on the instruction task (rewards differ per example: meta lists them as they
+    appear); resuming the run with --credit-log OTHER logs its new steps there, without a message that the flag is
+    ignored (where to log is not part of the run)."""
+    from mrtpo.cli import main
+
+    args = ["train", "--task", "instructions", "--method", "mrtpo", "--model", "tiny-random", "--device", "cpu",
+            "--group-size", "2", "--prompts-per-step", "1", "--max-new-tokens", "4", "--probe-size", "0",
+            "--warmup", "0", "--db", str(tmp_path / "r.db"), "--run", "a", "--quiet"]
+    assert main([*args, "--steps", "1", "--credit-log", str(tmp_path / "one")]) == 0
+    log = read_credit_log(tmp_path / "one")
+    (st,) = log.steps
+    assert st.step == 1 and len(st.rows) == 2 and log.meta["task"] == "instructions"
+    assert set(log.meta["rewards"]) == set(st.rows[0].rewards) and st.rows[0].reasons
+    capsys.readouterr()
+    assert main([*args, "--steps", "2", "--credit-log", str(tmp_path / "two"), "--credit-log-groups", "1"]) == 0
+    assert "ignoring" not in capsys.readouterr().err
+    assert [s.step for s in read_credit_log(tmp_path / "two").steps] == [2]
+    assert [s.step for s in read_credit_log(tmp_path / "one").steps] == [1]
