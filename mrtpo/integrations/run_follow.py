@@ -10,13 +10,25 @@ step again.
   where the last poll stopped (its byte offset), whole lines only (a line without its newline is being written).
   Its newest step is held back until a later step appears in the log (another rank may still append to it);
   :meth:`RunFollower.poll` with ``final=True`` (the run is over) returns it too.
+- TRL's completions logs (``completions_00010.parquet``, one file per logging step) and verl's dumps (``10.jsonl``,
+  one per step): the files of the folder not read before, in name order; a file that cannot be read yet (being
+  written) is tried again at the next poll (``final=True``: its problem is raised).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mrtpo.creditlog import CreditLogError, CreditLogFollower, CreditRow, CreditStep
-from mrtpo.integrations.tool_logs import Decode, board_row, detect_format, group_steps, read_prime_rl
+from mrtpo.errors import MrtpoError
+from mrtpo.integrations.tool_logs import (
+    Decode,
+    board_row,
+    detect_format,
+    group_steps,
+    read_prime_rl,
+    read_rollout_log,
+)
 from mrtpo.jsonl import parse_json
 
 
@@ -31,6 +43,7 @@ class RunFollower:
         self._offsets: dict[Path, int] = {}  # board files: bytes read so far
         self._lines: dict[Path, int] = {}  # board files: lines read so far (rows are named by line)
         self._pending: list[CreditRow] = []  # board rows of steps not yet returned
+        self._done: set[Path] = set()  # TRL / verl files read
 
     def poll(self, final: bool = False) -> list[CreditStep]:
         """The complete steps written since the last poll (step order)."""
@@ -43,6 +56,8 @@ class RunFollower:
             steps = read_prime_rl(self.path, self.last_step, self.decode)
         elif self.fmt == "board":
             steps = self._poll_board(final)
+        elif self.fmt in ("trl", "verl"):
+            steps = self._poll_files(final)
         else:
             raise CreditLogError(self.path, 0, "", f"unknown format '{self.fmt}'")
         if steps:
@@ -58,6 +73,22 @@ class RunFollower:
         self._pending = [r for r in self._pending if not (final or r.step < newest)]
         ready = [r for r in ready if self.last_step is None or r.step > self.last_step]
         return group_steps(ready, lambda r: r.prompt)
+
+    def _poll_files(self, final: bool) -> list[CreditStep]:
+        pattern = "*.parquet" if self.fmt == "trl" else "*.jsonl"
+        files = sorted(self.path.glob(pattern), key=_natural) if self.path.is_dir() else [self.path]
+        steps = []
+        for f in files:
+            if f in self._done:
+                continue
+            try:
+                steps += read_rollout_log(f, self.fmt)
+            except MrtpoError:
+                if final:
+                    raise
+                break  # being written: again at the next poll, and the files after it too (their order)
+            self._done.add(f)
+        return sorted(steps, key=lambda st: st.step)
 
     def _new_rows(self, f: Path) -> list[CreditRow]:
         """The whole lines appended to ``f`` since the last poll, as rows."""
@@ -87,3 +118,8 @@ class RunFollower:
             rows.append(board_row(obj, f, n))
         self._offsets[f], self._lines[f] = start + end, n
         return rows
+
+
+def _natural(p: Path) -> list:
+    """Name order with numbers by value: ``2.jsonl`` before ``10.jsonl`` (verl names its dumps by step)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]

@@ -25,12 +25,17 @@ one viewer reads them all beside mrtpo's own credit log.
   tokenizer's) gives prompt, completion and token texts, else they are None.  Groups: sequences of a step with
   the same prompt tokens.
 
+- ``trl`` and ``verl``: TRL's completions parquet and verl's JSONL dumps (:mod:`mrtpo.integrations.rollouts`): prompt,
+  completion, rewards (TRL: every numeric column but ``step`` and ``advantage``; verl: ``score``, a number or
+  {reward: value}) and TRL's logged ``advantage``; no tokens.  Groups: rows of a step with the same prompt.
+
 Every problem is a :class:`mrtpo.creditlog.CreditLogError` naming the file, the row (line) and the field; a file in
 none of the formats says which fields each one needs.
 """
 from __future__ import annotations
 
 import math
+import numbers
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -38,7 +43,7 @@ from mrtpo.creditlog import CreditLogError, CreditRow, CreditStep, read_credit_l
 from mrtpo.creditlog.format import META_FILE
 from mrtpo.jsonl import InputFileError, json_lines
 
-FORMATS = ("credit-log", "board", "prime-rl")
+FORMATS = ("credit-log", "board", "prime-rl", "trl", "verl")
 BOARD_REQUIRED = ("prompt", "response", "response_tokens", "logprobs", "reward", "step")
 BOARD_EXTRA = ("values", "token_rewards", "ref_response", "ref_reward")
 PRIME_REQUIRED = ("schema_version", "token_ids", "loss_mask", "advantages", "inference_logprobs", "entropy")
@@ -46,7 +51,8 @@ PRIME_VERSIONS = (1, 2)
 PRIME_EXTRA = ("trainer_logprobs", "mismatch_kl", "importance_ratio", "prob_delta")
 NONE_OF_THEM = ("in none of the formats mrtpo reads: an mrtpo credit log is a folder with meta.json; an OpenRLHF "
                 "board row has " + ", ".join(BOARD_REQUIRED) + "; a prime-rl token export row has " +
-                ", ".join(PRIME_REQUIRED) + " (TRL completions parquet and verl JSONL: `mrtpo rollouts`)")
+                ", ".join(PRIME_REQUIRED) + "; a verl dump row has input, output, score; TRL's completions log is "
+                "parquet")
 
 Decode = Callable[[list[int]], str]
 
@@ -69,6 +75,14 @@ def _number(v, path, n, name, null: bool = False) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise CreditLogError(path, n, name, f"must be a number{' or null' if null else ''}, got {str(v)[:40]!r}")
     return float(v)
+
+
+def _reward(v, path, n, name) -> float | None:
+    """A reward cell: None / NaN → None (not scored), else a finite number."""
+    real = isinstance(v, numbers.Real) and not isinstance(v, bool)
+    if v is None or (real and math.isnan(float(v))):
+        return None
+    return _number(float(v) if real else v, path, n, name)
 
 
 def _series(obj: dict, name: str, path, n, T: int | None = None, required: bool = False) -> list | None:
@@ -220,13 +234,37 @@ def read_prime_rl(path: str | Path, after_step: int | None = None, decode: Decod
     return group_steps(rows, lambda r: tuple(r.extra["prompt_ids"]))
 
 
+# ---------------------------------------------------------------------------------------------- TRL, verl
+def read_rollout_log(path: str | Path, fmt: str, after_step: int | None = None) -> list[CreditStep]:
+    """TRL's completions parquet or a verl JSONL dump (``fmt``) as steps of rows without tokens (its problems:
+    :class:`mrtpo.integrations.rollouts.RolloutFileError`, naming the file, the row and the column)."""
+    from mrtpo.integrations.rollouts import read_rollouts
+
+    rows = []
+    for r in read_rollouts(path, fmt):
+        if fmt == "verl":
+            score = r.values.get("score")
+            vals = dict(score) if isinstance(score, dict) else {"score": score}
+        else:
+            vals = {k: v for k, v in r.values.items() if k not in ("step", "advantage", "prompt", "completion")
+                    and (v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)))}
+        rewards = {str(k): _reward(v, r.source, r.row, str(k)) for k, v in vals.items()}
+        rows.append(CreditRow(step=r.step or 0, group=0, index=0, prompt=r.prompt, completion=r.completion,
+                              rewards=rewards, advantage=r.advantage, source=r.source, row=r.row))
+    rows = [r for r in rows if after_step is None or r.step > after_step]
+    return group_steps(rows, lambda r: r.prompt)
+
+
 # ---------------------------------------------------------------------------------------------- any of them
 def detect_format(path: str | Path) -> str:
-    """``credit-log``, ``board`` or ``prime-rl``, from the folder's layout or the first row's fields;
+    """``credit-log``, ``board``, ``prime-rl``, ``trl`` (parquet) or ``verl``, from the folder's layout, the file's
+    name or the first row's fields;
     :class:`CreditLogError` for anything else, saying what each format needs."""
     path = Path(path)
     if not path.exists():
         raise CreditLogError(path, 0, "", "no such file or folder")
+    if path.suffix.lower() == ".parquet" or (path.is_dir() and any(path.glob("*.parquet"))):
+        return "trl"
     if path.is_dir():
         if (path / META_FILE).is_file():
             return "credit-log"
@@ -241,6 +279,8 @@ def detect_format(path: str | Path) -> str:
             return "prime-rl"
         if all(k in obj for k in ("prompt", "response")) and any(k in obj for k in ("response_tokens", "logprobs")):
             return "board"
+        if all(k in obj for k in ("input", "output")):
+            return "verl"
         raise CreditLogError(path, n, "", NONE_OF_THEM)
     raise CreditLogError(path, 0, "", "no rows")
 
@@ -255,4 +295,6 @@ def read_run_log(path: str | Path, fmt: str = "auto", after_step: int | None = N
         return read_board(path, after_step)
     if fmt == "prime-rl":
         return read_prime_rl(path, after_step, decode)
+    if fmt in ("trl", "verl"):
+        return read_rollout_log(path, fmt, after_step)
     raise CreditLogError(path, 0, "", f"unknown format '{fmt}'; one of {', '.join(FORMATS)}")

@@ -61,3 +61,31 @@ def test_follow_a_growing_board_file(tmp_path):
         fh.write('{"prompt": "p"}\n')
     with pytest.raises(CreditLogError, match=r"board.jsonl: row 6: field 'response': missing"):
         f.poll()
+
+
+def test_follow_trl_completions_and_verl_dumps(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "completions"
+    out.mkdir()
+
+    def log(step):
+        pd.DataFrame({"step": [step, step], "prompt": ["q", "q"], "completion": ["a", "b"], "acc": [1.0, 0.0],
+                      "advantage": [0.7, -0.7]}).to_parquet(out / f"completions_{step:05d}.parquet")
+
+    log(1)
+    f = RunFollower(out)
+    assert [s.step for s in f.poll()] == [1] and f.fmt == "trl"
+    (out / "completions_00002.parquet").write_bytes(b"PAR1 half")  # being written
+    assert f.poll() == []
+    log(2)
+    (out / "completions_00001.parquet").write_bytes(b"garbage")  # read already: never again
+    assert [s.step for s in f.poll()] == [2] and f.poll() == []
+    v = tmp_path / "verl"
+    v.mkdir()
+    (v / "1.jsonl").write_text('{"input": "q", "output": "a", "score": 1, "step": 1}\n')
+    g = RunFollower(v)
+    assert [s.step for s in g.poll()] == [1] and g.fmt == "verl"
+    (v / "2.jsonl").write_text('{"input": "q", "output": "a", "score": 0, "step": 2}\n')
+    (v / "10.jsonl").write_text('{"input": "q", "output": "a", "score": 0, "step": 10}\n')
+    assert [s.step for s in g.poll()] == [2, 10]

@@ -99,7 +99,7 @@ def test_bad_rows_are_named(tmp_path):
             reader(_edit(d, src, line, change))
         assert says in str(e.value), (says, str(e.value))
     weird = tmp_path / "weird.jsonl"
-    weird.write_text('{"input": "q", "output": "a", "score": 1}\n')
+    weird.write_text('{"question": "q", "answer": "a", "score": 1}\n')
     with pytest.raises(CreditLogError, match=r"weird.jsonl: row 1: in none of the formats mrtpo reads: .*OpenRLHF "
                                              r"board row has prompt, response, response_tokens, logprobs, reward"):
         read_run_log(weird)
@@ -114,3 +114,28 @@ def test_bad_rows_are_named(tmp_path):
                                 "logprobs": [-1.0], "reward": None, "step": 0}) + "\n")
     (r,) = read_run_log(text)[0].rows
     assert r.prompt == "\u2028\x00<b>" and r.rewards == {"reward": None}
+
+
+def test_trl_parquet_and_verl_rows(tmp_path):
+    """TRL's completions parquet and verl dumps (no tokens) read into the same rows: rewards, prompt, advantage."""
+    import pandas as pd
+
+    df = pd.DataFrame({"step": [3, 3, 3], "prompt": ["q1", "q1", "q2"], "completion": ["a", "b", "c"],
+                       "correct": [1.0, 0.0, float("nan")], "short": [1, 0, 1], "note": ["x", "y", "z"],
+                       "advantage": [0.5, -0.5, 0.0]})
+    (tmp_path / "completions").mkdir()
+    df.to_parquet(tmp_path / "completions" / "completions_00003.parquet")
+    (st,) = read_run_log(tmp_path / "completions")
+    assert st.step == 3 and [(r.group, r.index, r.completion) for r in st.rows] == [(0, 0, "a"), (0, 1, "b"),
+                                                                                   (1, 0, "c")]
+    assert st.rows[0].rewards == {"correct": 1.0, "short": 1.0} and st.rows[2].rewards["correct"] is None
+    assert st.rows[1].advantage == -0.5 and st.rows[0].token_ids is None
+    v = tmp_path / "0.jsonl"
+    v.write_text('{"input": "q", "output": "a", "score": {"acc": 1, "fmt": 0}, "step": 1}\n'
+                 '{"input": "q", "output": "b", "score": {"acc": 0, "fmt": null}, "step": 1}\n')
+    assert detect_format(v) == "verl"
+    (st,) = read_run_log(v)
+    assert [r.rewards for r in st.rows] == [{"acc": 1.0, "fmt": 0.0}, {"acc": 0.0, "fmt": None}]
+    v.write_text('{"input": "q", "output": "a", "score": "high", "step": 1}\n')
+    with pytest.raises(CreditLogError, match="0.jsonl: row 1: field 'score': must be a number, got 'high'"):
+        read_run_log(v)
