@@ -36,6 +36,7 @@ def series(x: torch.Tensor | Sequence[float]) -> list[float | None]:
 
 
 def number(x) -> float | None:
+    """A number as JSON: 7 significant digits (a float32 reward 0.825 is 0.825, not 0.824999988…); NaN → None."""
     v = float(x)
     return float(f"{v:.7g}") if math.isfinite(v) else None
 
@@ -59,8 +60,7 @@ def credit_fields(credit: TokenCredit, i: int, names: Sequence[str], T: int, rew
     keep = set(names if only is None else only)
     cols = [(j, k) for j, k in enumerate(names) if k in keep]
     return {
-        "rewards": {k: None if rewards[j] is None or not math.isfinite(float(rewards[j])) else float(rewards[j])
-                    for j, k in cols},
+        "rewards": {k: None if rewards[j] is None else number(rewards[j]) for j, k in cols},
         "advantage": number(adv.final[i]),
         "reward_advantages": {k: number(adv.per_reward[i, j]) for j, k in cols},
         "center": number(adv.center), "scale": number(adv.scale),

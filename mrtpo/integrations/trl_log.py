@@ -99,7 +99,13 @@ def log_step(tr: "MRTPOGRPOTrainer", out: dict, credit: TokenCredit, rewards: to
         return
     if getattr(tr, "_credit_log_writer", None) is None:
         tr._credit_log_writer = CreditLogWriter(cfg.credit_log, {
-            "source": "trl", "model": str(getattr(tr.model.config, "_name_or_path", "") or ""), "method": cfg.method,
+            "source": "trl", "model": _model_name(tr), "method": cfg.method,
             "measure": cfg.measure, "info": cfg.info, "beta": cfg.beta, "warmup": cfg.warmup, "group_size": G,
             "rewards": names})
     tr._credit_log_writer.write_step(step + 1, sorted(local, key=lambda r: (r["group"], r["index"])))
+
+
+def _model_name(tr: "MRTPOGRPOTrainer") -> str:
+    """The policy's name or path (its config's), else its class name."""
+    model = tr.accelerator.unwrap_model(tr.model)
+    return str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)

@@ -42,6 +42,7 @@ def test_trl_step_writes_what_the_trainer_computed(tmp_path, tiny):
     out = tr._generate_and_score_completions(_inputs())
     log = read_credit_log(tmp_path / "log")
     assert log.meta["source"] == "trl" and log.meta["rewards"] == NAMES and log.meta["method"] == "mrtpo"
+    assert log.meta["model"]  # the policy's name or path, else its class
     (st,) = log.steps
     assert st.step == 1 and len(st.rows) == 4 and {r.group for r in st.rows} == {0}  # 1 group of 4 logged
     adv, mask = out["advantages"], tr.mrtpo_last["mask"]
