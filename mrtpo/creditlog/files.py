@@ -57,8 +57,9 @@ class CreditLog:
 # ---------------------------------------------------------------------------------------------- writing
 class CreditLogWriter:
     """Writes a credit log into ``folder`` (created with its parents): ``meta`` (the format's name and version are
-    added) at once, then :meth:`write_step` per step.  Each row is checked as the reader checks it, so a bad row is
-    an error here, naming the step, not in a viewer later."""
+    added) at once, then :meth:`write_step` per step.  A log already in the folder is continued (a resumed run): its
+    reward names and creation time are kept; one of another format or version is refused.  Each row is checked as
+    the reader checks it, so a bad row is an error here, naming the step, not in a viewer later."""
 
     def __init__(self, folder: str | Path, meta: dict):
         self.folder = Path(folder)
@@ -68,6 +69,13 @@ class CreditLogWriter:
             raise MrtpoError(f"cannot create the credit log folder {folder}: {e.strerror or e}") from None
         self.meta = {"format": FORMAT, "version": VERSION, "created": time.time(), **meta}
         check_meta(self.meta, self.folder / META_FILE)
+        if (self.folder / META_FILE).exists():  # a log already there (a resumed run): continue it, same version
+            old = read_meta(self.folder)
+            if old["version"] != VERSION:
+                raise CreditLogError(self.folder / META_FILE, 0, "version", f"the log there is version "
+                                     f"{old['version']}; this mrtpo writes version {VERSION}: give another folder")
+            self.meta["created"] = old.get("created", self.meta["created"])
+            self.meta["rewards"] = list(dict.fromkeys([*old["rewards"], *self.meta["rewards"]]))
         write_text(self.folder / META_FILE, dumps(self.meta) + "\n")
 
     def write_step(self, step: int, rows: Sequence[dict]) -> Path:

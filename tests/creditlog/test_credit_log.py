@@ -201,3 +201,18 @@ def test_the_writer_refuses_a_bad_row(tmp_path):
     with pytest.raises(CreditLogError, match="step-000001.jsonl: row 2: field 'prompt': missing"):
         _writer(tmp_path).write_step(1, rows)
     assert not (tmp_path / "log" / "step-000001.jsonl").exists()
+
+
+def test_a_second_writer_continues_the_log(tmp_path):
+    R, mask, credit = _credit()
+    w = _writer(tmp_path)
+    w.write_step(1, _rows(1, R, mask, credit))
+    created = w.meta["created"]
+    w2 = CreditLogWriter(tmp_path / "log", {"source": "test", "rewards": ["other"]})  # a resumed run
+    assert w2.meta["created"] == created and w2.meta["rewards"] == NAMES + ["other"]
+    w2.write_step(2, _rows(2, R, mask, credit))
+    assert [s.step for s in read_credit_log(tmp_path / "log").steps] == [1, 2]
+    meta = tmp_path / "log" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": "something-else"}))
+    with pytest.raises(CreditLogError, match="meta.json: field 'format': must be 'mrtpo-credit-log'"):
+        _writer(tmp_path)
