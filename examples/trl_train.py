@@ -6,6 +6,7 @@ the tiny random model in seconds, and on a GPU with a real instruct model (see d
 
     python examples/trl_train.py --model tiny-random --max-steps 2
     accelerate launch --multi_gpu --num_processes 2 examples/trl_train.py --model tiny-random --batch-size 2
+    python examples/trl_train.py --model tiny-random --max-steps 5 --credit-log runs/demo/credit   # token credit
     accelerate launch examples/trl_train.py --model Qwen/Qwen2.5-0.5B-Instruct --method mrtpo --max-steps 200 \\
         --num-generations 8 --batch-size 8 --max-completion-length 64 --bf16
 
@@ -71,6 +72,9 @@ def main(argv=None) -> int:
     ap.add_argument("--output-dir", default="/tmp/mrtpo-trl")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--credit-log", default=None, metavar="DIR",
+                    help="write each step's token credit to DIR (mrtpo's credit log; docs/integrations.md)")
+    ap.add_argument("--credit-log-groups", type=int, default=4, help="groups logged per step (default 4)")
     a = ap.parse_args(argv)
 
     from transformers import TrainerCallback
@@ -106,7 +110,8 @@ def main(argv=None) -> int:
     trainer = MRTPOGRPOTrainer(
         model=model, reward_funcs=[starts, short], args=args, train_dataset=dataset(), processing_class=tok,
         verifier_info_fn=verifier_info,
-        mrtpo_config=MRTPOConfig(method=a.method, beta=a.beta, warmup=a.warmup), callbacks=[Check()],
+        mrtpo_config=MRTPOConfig(method=a.method, beta=a.beta, warmup=a.warmup, credit_log=a.credit_log,
+                                 credit_log_groups=a.credit_log_groups), callbacks=[Check()],
     )
     trainer.train()
     trainer.accelerator.wait_for_everyone()

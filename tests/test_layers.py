@@ -16,7 +16,7 @@ LAYERS = [
     ["mrtpo.tasks"],
     ["mrtpo.groups"],
     ["mrtpo.replay"],
-    ["mrtpo.views", "mrtpo.store"],
+    ["mrtpo.views", "mrtpo.store", "mrtpo.creditlog"],
     ["mrtpo.train"],
     ["mrtpo.experiment"],
     ["mrtpo.integrations"],

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from mrtpo import validate as V
 from mrtpo.cli.common import check_output, names
-from mrtpo.cli.train import add_config_flags, config_from_args, step_progress
+from mrtpo.cli.train import LOG_FIELDS, add_config_flags, config_from_args, step_progress
 from mrtpo.errors import MrtpoError
 
 PER_RUN = ("method", "seed", "schedule_seed")
+NOT_SHARED = PER_RUN + LOG_FIELDS  # flags an experiment does not take (its runs would share one credit log)
 
 
 def register(sub) -> None:
@@ -49,7 +50,7 @@ def register(sub) -> None:
     p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (a bar per run on a terminal, else a line per run and per step)")
-    add_config_flags(p, exclude=PER_RUN)
+    add_config_flags(p, exclude=NOT_SHARED)
     p.set_defaults(fn=cmd_experiment)
 
 
@@ -57,7 +58,7 @@ def experiment_config(a):
     """The ExperimentConfig the flags ask for (name from --name or --out's folder name)."""
     from mrtpo.experiment import ExperimentConfig
 
-    cfg, given = config_from_args(a, exclude=PER_RUN)
+    cfg, given = config_from_args(a, exclude=NOT_SHARED)
     base = {k: v for k, v in cfg.to_dict().items() if k not in PER_RUN}
     name = a.name if a.name is not None else Path(a.out).resolve().name
     return ExperimentConfig(name=name, methods=list(a.methods or a.arms), seeds=a.seeds, steps=a.steps, base=base)

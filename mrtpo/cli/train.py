@@ -20,6 +20,8 @@ from mrtpo import validate as V
 from mrtpo.cli.common import field_flag
 from mrtpo.errors import MrtpoError
 
+LOG_FIELDS = ("credit_log", "credit_log_groups")  # the credit log's options: not part of what a run is
+
 
 def add_config_flags(p: argparse.ArgumentParser, exclude: tuple[str, ...] = ()) -> None:
     """One flag per TrainConfig field, its parts' included (but those in ``exclude``), generated from the fields'
@@ -140,11 +142,12 @@ def cmd_train(a) -> int:
     existing = store.get_run(name)
     if existing is not None:
         stored = TrainConfig.from_dict(existing.config).to_dict()  # defaults filled in, older names read
-        diff = [k for k, v in given.items() if stored.get(k) != v]
+        diff = [k for k, v in given.items() if stored.get(k) != v and k not in LOG_FIELDS]
         if diff:
             flags = ", ".join("--" + d.replace("_", "-") for d in diff)
             log(f"run '{name}' exists: using its stored config (ignoring {flags})")
-        tr = Trainer(None, store, name, log=log)
+        # where to log is not part of the run: --credit-log applies to a resumed run too
+        tr = Trainer(None, store, name, log=log, credit_log=cfg.log if set(given) & set(LOG_FIELDS) else None)
     else:
         log(f"creating run '{name}' in {store.path}")
         tr = Trainer(cfg, store, name, log=log)

@@ -15,6 +15,9 @@ gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over 
    only unsqueezes 1-D advantages). Response-level methods (``gdpo``, ``dara``, ...), and MRTPO while β_s = 0,
    keep TRL's (B,) shape.
 
+With ``MRTPOConfig(credit_log=DIR)`` each training generation's first ``credit_log_groups`` groups are written to
+the credit log (:mod:`mrtpo.integrations.trl_log`, format :mod:`mrtpo.creditlog.format`).
+
 β = 0 (or ``method="gdpo"``) reproduces TRL's ``multi_objective_aggregation="normalize_then_sum"``; the token mean
 of MRTPO's advantages always equals GDPO's response advantage. Rewards the callback leaves out get uniform credit.
 Multi-process (accelerate / DDP) behaviour is TRL's own: generation, reward gathering and slicing are untouched.
@@ -33,10 +36,12 @@ from typing import Any, Callable
 
 import torch
 
+from mrtpo.config import opt
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
 from mrtpo.core.info import INFO
 from mrtpo.core.measures import needs_replay
+from mrtpo.creditlog.rows import GROUPS, GROUPS_HELP, LOG_HELP
 from mrtpo.errors import MrtpoError
 from mrtpo.replay import ReplayConfig, replay_group
 from mrtpo.templates import Template
@@ -55,10 +60,15 @@ VerifierInfoFn = Callable[[Any, Any, dict], dict[str, str]]
 class MRTPOConfig(CreditConfig):
     """How the trainer computes advantages (METHOD.md): the credit fields of :class:`mrtpo.core.credit.CreditConfig`
     (``method``, ``beta``, ``warmup``, ``cap``, ``measure``: the same names, defaults and checks as everywhere), plus
-    the verifier-information ``template`` and the replay's budgets."""
+    the verifier-information ``template``, the replay's budgets and the credit log (``credit_log``: a folder;
+    ``credit_log_groups``: groups per step; :mod:`mrtpo.integrations.trl_log`)."""
 
     template: Template | dict | None = None  # verifier-information template for P_all / P_\k
     replay: ReplayConfig = field(default_factory=ReplayConfig)
+    credit_log: str | None = opt(None, LOG_HELP)
+    credit_log_groups: int = opt(GROUPS, GROUPS_HELP, lo=1, hi=4096)
+    credit_log_logprobs: bool = opt(True, "log each token's log-prob and entropy from one no-grad forward over the "
+                                          "logged completions (False: only the log-probs TRL computed)")
 
     def __post_init__(self):
         super().__post_init__()  # MrtpoError for an unknown method or measure, β outside [0, 1], ...
@@ -149,14 +159,19 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             mask = mask & out["tool_mask"].bool()
         step = self.state.global_step
         stats = {"beta": cfg.beta_at(step), "replay_seconds": 0.0, "replay_forward_tokens": 0}
-        rho = None
+        rho, replayed = None, [set()] * B
         if stats["beta"] > 0:
-            rho = self._relevance(local_inputs, prompts, completions, ids_list, rewards, lo, G, mask.shape[1], stats)
+            rho, replayed = self._relevance(local_inputs, prompts, completions, ids_list, rewards, lo, G,
+                                            mask.shape[1], stats)
         credit = assign_credit(rewards, None if rho is None else rho.to(mask.device), mask, cfg, G, step=step,
                                weights=self.reward_weights.to(rewards.device), rows=slice(lo, lo + B))
         new = (credit.final if rho is None else credit.tokens).to(out["advantages"].dtype)
         self.mrtpo_last = {"trl_advantages": out["advantages"].detach().clone(), "advantages": new.detach(),
                            "mask": mask, **stats}
+        if cfg.credit_log and mode == "train":
+            from mrtpo.integrations.trl_log import log_step
+
+            log_step(self, out, credit, rewards, prompts, ids_list, replayed, lo, G, step)
         out["advantages"] = new
         for k, v in stats.items():
             self._metrics[mode][f"mrtpo/{k}"].append(float(v))
@@ -164,8 +179,9 @@ class MRTPOGRPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _relevance(self, inputs, prompts, completions, ids_list, rewards, lo: int, G: int, T: int,
-                   stats: dict) -> torch.Tensor:
-        """ρ (B, K, T) for this process' completions: replays grouped by prompt group, ones where not replayed."""
+                   stats: dict) -> tuple[torch.Tensor, list[set]]:
+        """ρ (B, K, T) for this process' completions (replays grouped by prompt group, ones where not replayed) and
+        per completion the rewards replayed."""
         from trl.models import unwrap_model_for_generation
 
         from mrtpo.model import LoadedModel
@@ -206,7 +222,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                 model.train(was_training)
         stats["replay_seconds"] = time.perf_counter() - t0
         lengths = [len(next(iter(r.values()))) if r else T for r in relevance]  # not replayed: uniform (ρ = 1)
-        return relevance_tensor(relevance, names, lengths, T)[0]  # (B, K, T)
+        return relevance_tensor(relevance, names, lengths, T)[0], [set(r) for r in relevance]  # (B, K, T)
 
     def _verifier_info(self, prompt, completion, example, names: list[str]) -> dict[str, str]:
         kw = {"info": self.mrtpo_config.info} if self._pass_info else {}

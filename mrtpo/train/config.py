@@ -1,7 +1,8 @@
 """What a training run needs, in one dataclass composed of its parts: the credit (:class:`CreditConfig`: estimator,
 β, warmup, cap, relevance measure), the sampling (:class:`SamplingConfig`: group size, tokens, temperature) and the
-optimisation (:class:`OptimConfig`).  Stored with the run as one flat JSON object (:meth:`TrainConfig.to_dict`);
-the CLI's ``train`` flags and the Train page's form are generated from the fields' metadata (:mod:`mrtpo.config`).
+optimisation (:class:`OptimConfig`), and the credit log (:class:`mrtpo.creditlog.CreditLogConfig`).  Stored with the
+run as one flat JSON object (:meth:`TrainConfig.to_dict`); the CLI's ``train`` flags and the Train page's form are
+generated from the fields' metadata (:mod:`mrtpo.config`).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 from mrtpo.config import check_fields, from_flat, opt, part, to_flat
 from mrtpo.core.credit import CreditConfig
+from mrtpo.creditlog.rows import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
 from mrtpo.tasks import COMPARE_MODES
@@ -66,6 +68,7 @@ class TrainConfig:
     checkpoint_every: int = opt(10, "save a checkpoint every N steps (store only; the last one is kept)", lo=1,
                                 hi=MAX_STEPS)
     probe_size: int = opt(4, "probe responses whose relevance is tracked (0: none)", lo=0, hi=MAX_GROUP_SIZE)
+    log: CreditLogConfig = part(CreditLogConfig)  # credit_log, credit_log_groups: the credit log (mrtpo.creditlog)
 
     def __post_init__(self):
         check_fields(self, "training config")

@@ -20,7 +20,7 @@ With a :class:`mrtpo.store.Store` the trainer writes every step (:class:`mrtpo.t
 sampled responses with their token data, probe relevance) in one transaction after the step completes, and every
 ``checkpoint_every`` steps (default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable
 parameters — with the AdamW state (atomically: temp file, fsync, ``os.replace``), keeping only
-the last one.
+the last one. With ``credit_log`` set, each step's first groups also go to the credit log (:mod:`.credit_log`).
 
 Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
 the run's lock (``Store.locked``: a heartbeat thread keeps it alive while steps run) before it changes
@@ -32,6 +32,7 @@ memory never runs ahead of what the store has. Other trainers and viewers can re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -41,6 +42,7 @@ import torch
 
 from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, reward_matrix
 from mrtpo.core.measures import needs_replay, oracle_relevance
+from mrtpo.creditlog import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup, score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets
@@ -49,6 +51,7 @@ from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_compare, get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.train.config import TrainConfig
+from mrtpo.train.credit_log import TrainCreditLog, step_rows
 from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
 from mrtpo.train.recorder import Recorder, sample_rows
@@ -72,11 +75,13 @@ class Trainer:
     ``Trainer(config)`` trains in memory; ``Trainer(config, store, run="name")`` creates the run in the store,
     or resumes it (then the stored config wins; ``config`` may be None). ``lm`` reuses an already loaded model
     (it is trained in place). ``family`` overrides the task family named by ``config.task`` (custom families).
+    ``credit_log``: where this trainer writes the credit log, in place of the config's (a resumed run's included;
+    not stored with the run).
     """
 
     def __init__(self, config: TrainConfig | None = None, store: Store | None = None, run: str | None = None,
                  lm: LoadedModel | None = None, log: Callable[[str], None] | None = None,
-                 family: TaskFamily | None = None):
+                 family: TaskFamily | None = None, credit_log: CreditLogConfig | None = None):
         self.log = log or (lambda msg: None)
         self.store, self.run_name, self.run_id = store, run, None
         existing = self._existing_run(store, run)
@@ -88,6 +93,8 @@ class Trainer:
             config = stored
         elif config is None:
             raise MrtpoError(f"no run named '{run}' and no config to create it with")
+        if credit_log is not None:
+            config = dataclasses.replace(config, log=credit_log)
         self.config = cfg = config
         self.credit, self.method = cfg.credit, cfg.credit.parsed
         self.family = family or get_family(cfg.task)
@@ -99,6 +106,7 @@ class Trainer:
         self._mu = threading.Lock()
         self._seen: tuple | None = None  # the store's mark this trainer's memory matches (None: restore first)
         self.recorder: Recorder | None = None
+        self.credit_log = TrainCreditLog(cfg) if cfg.log.credit_log else None
         if store is None:
             return
         if existing is None:
@@ -270,6 +278,7 @@ class Trainer:
         clock = PhaseClock(s, on_phase)
         ro = self.rollout(s, clock)
         credit, replays, relevance = self.credit_for(ro, s, clock)
+        log_rows = step_rows(self.policy, self.config, ro, credit, relevance, s) if self.credit_log else None
         clock.start("update")
         upd = self._update(ro, credit.tokens, credit.mask, s)
         clock.stop()
@@ -289,6 +298,8 @@ class Trainer:
             due = checkpoint or s % self.config.checkpoint_every == 0
             self.recorder.write_step(s, metrics, rows, probe, self.policy.state(s) if due else None, clock)
             self._seen = self._store_mark()
+        if log_rows is not None:
+            self.credit_log.write(s, log_rows)
         return metrics
 
     def _metrics(self, ro: Rollout, credit: TokenCredit, upd: dict) -> dict[str, float]:

@@ -64,14 +64,10 @@ def clipped_surrogate_loss(
     return loss, stats
 
 
-def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """log π(y_t | x, y<t) of every response token, one right-padded forward pass (in the model's dtype; bf16
-    autocast for a float32 model on CUDA).
-
-    prompts, responses: N token-id lists.  Returns (logp (N, T), mask (N, T)), T = longest response.
-    Only response positions go through the LM head, so no (N, L, V) logits tensor exists.
-    """
+def _response_logits(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits (N, T, V) float32 at ``temperature``, sampled tokens (N, T), mask (N, T)) of every response token, one
+    right-padded forward pass; only response positions go through the LM head."""
     dev = next(model.parameters()).device
     N = len(prompts)
     L = max(len(p) + len(r) for p, r in zip(prompts, responses))
@@ -97,8 +93,32 @@ def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: 
     logits = model.get_output_embeddings()(h).float()
     if temperature and temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    logp = torch.gather(logits, -1, tok.to(dev).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
-    return logp * mask.to(dev), mask.to(dev)
+    return logits, tok.to(dev), mask.to(dev)
+
+
+def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(y_t | x, y<t) of every response token, one right-padded forward pass (in the model's dtype; bf16
+    autocast for a float32 model on CUDA).
+
+    prompts, responses: N token-id lists.  Returns (logp (N, T), mask (N, T)), T = longest response.
+    Only response positions go through the LM head, so no (N, L, V) logits tensor exists.
+    """
+    logits, tok, mask = _response_logits(model, prompts, responses, pad_id, temperature)
+    logp = torch.gather(logits, -1, tok.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    return logp * mask, mask
+
+
+def token_logprobs_entropy(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
+                           pad_id: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp, entropy), each (N, T), 0 on padding: :func:`token_logprobs` and H_t = −Σ_v π(v | x, y<t) log π(v | …)
+    of the same distribution (for the credit log; no gradient)."""
+    with torch.no_grad():
+        logits, tok, mask = _response_logits(model, prompts, responses, pad_id, temperature)
+        logq = torch.log_softmax(logits, -1)
+        logp = torch.gather(logq, -1, tok.unsqueeze(-1)).squeeze(-1)
+        ent = -(logq.exp() * logq).sum(-1)
+    return logp * mask, ent * mask
 
 
 def trainable_state(model: torch.nn.Module, lora: bool) -> dict[str, torch.Tensor]:

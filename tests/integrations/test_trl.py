@@ -139,7 +139,8 @@ def test_accelerate_two_processes(tmp_path, tiny):
     cmd = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no", str(ROOT / "examples" / "trl_train.py"),
            "--model", str(model_dir), "--max-steps", "2", "--batch-size", "2", "--num-generations", "4",
-           "--max-completion-length", "8", "--output-dir", str(tmp_path / "out")]
+           "--max-completion-length", "8", "--output-dir", str(tmp_path / "out"),
+           "--credit-log", str(tmp_path / "log"), "--credit-log-groups", "1"]
     env = {**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=ROOT, env=env)
     # A gloo thread aborting at interpreter exit after the run completed ("terminate called without an active
@@ -152,6 +153,17 @@ def test_accelerate_two_processes(tmp_path, tiny):
         assert s["advantages_shape"][0] == 2 and len(s["advantages_shape"]) == 2
         assert s["max_abs_token_mean_minus_trl"] < 1e-5
     assert "done: 2 steps on 2 process(es)" in res.stdout
+    # the credit log: the main process gathered both processes' halves of the logged group and wrote each step
+    from mrtpo.creditlog import read_credit_log
+
+    log = read_credit_log(tmp_path / "log")
+    assert [st.step for st in log.steps] == [1, 2] and log.meta["rewards"] == ["starts", "short"]
+    for st in log.steps:  # rows 0, 1 came from rank 0 and rows 2, 3 from rank 1
+        assert [(r.group, r.index) for r in st.rows] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+        assert len({r.prompt for r in st.rows}) == 1
+        for r in st.rows:
+            assert len(r.logprob) == len(r.token_ids) == len(r.token_advantages) > 0
+            assert r.advantage == pytest.approx(sum(r.token_advantages) / len(r.token_advantages), abs=1e-5)
 
 
 def test_regime_and_oracle_in_trl(tmp_path, tiny):

@@ -1,0 +1,86 @@
+"""The credit log of a TRL run: one generation on the tiny model writes a step whose token advantages are the ones
+TRL's loss received, whose per-reward rows sum to them, and whose log-probs are the policy's.  Two processes:
+``tests/integrations/test_trl.py::test_accelerate_two_processes`` reads the log its run writes."""
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("trl", reason="optional extra 'trl' not installed (pip install trl==1.16.0)")
+
+from mrtpo.creditlog import read_credit_log  # noqa: E402
+from tests.integrations.test_trl import _inputs, _reward_len, _reward_vowels  # noqa: E402
+
+NAMES = ["_reward_len", "_reward_vowels"]
+
+
+def _trainer(tmp_path, tiny, **cfg):
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer
+
+    def info(prompt, completion, example):
+        return {"_reward_len": f"length modulo 3 of the answer, target {example['target']}",
+                "_reward_vowels": "the answer must contain a vowel"}
+
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Say something {i}."}], "target": i}
+                            for i in range(8)])
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=8, multi_objective_aggregation="normalize_then_sum", use_cpu=True,
+                      bf16=False, report_to="none", save_strategy="no", max_steps=1, disable_tqdm=True, seed=0)
+    tr = MRTPOGRPOTrainer(model=copy.deepcopy(tiny.model), reward_funcs=[_reward_len, _reward_vowels], args=args,
+                          train_dataset=ds, processing_class=copy.deepcopy(tiny.tokenizer), verifier_info_fn=info,
+                          mrtpo_config=MRTPOConfig(warmup=None, credit_log=str(tmp_path / "log"), **cfg))
+    tr.model.train()  # as in trainer.train(): only training generations are logged
+    return tr
+
+
+def test_trl_step_writes_what_the_trainer_computed(tmp_path, tiny):
+    tr = _trainer(tmp_path, tiny, method="mrtpo", beta=0.5, credit_log_groups=1)
+    torch.manual_seed(0)
+    out = tr._generate_and_score_completions(_inputs())
+    log = read_credit_log(tmp_path / "log")
+    assert log.meta["source"] == "trl" and log.meta["rewards"] == NAMES and log.meta["method"] == "mrtpo"
+    assert log.meta["model"]  # the policy's name or path, else its class
+    (st,) = log.steps
+    assert st.step == 1 and len(st.rows) == 4 and {r.group for r in st.rows} == {0}  # 1 group of 4 logged
+    adv, mask = out["advantages"], tr.mrtpo_last["mask"]
+    moved = 0
+    for i, r in enumerate(st.rows):
+        T = int(mask[i].sum())
+        assert r.index == i and len(r.token_ids) == T == len(r.offsets) == len(r.logprob) == len(r.entropy)
+        assert r.token_ids == out["completion_ids"][i, :T].tolist()
+        A = torch.tensor(r.token_advantages)
+        torch.testing.assert_close(A, adv[i, :T].float(), atol=2e-6, rtol=1e-6)  # what TRL's loss got
+        per = torch.tensor([r.reward_token_advantages[k] for k in NAMES])
+        torch.testing.assert_close(per.sum(0) - r.center / r.scale, A, atol=1e-5, rtol=0)
+        assert A.mean().item() == pytest.approx(r.advantage, abs=1e-5)
+        assert r.advantage == pytest.approx(float(tr.mrtpo_last["trl_advantages"][i]), abs=1e-5)  # GDPO's
+        assert r.beta == 0.5 and r.ref_logprob is None and r.kl is None  # TRL's beta is 0: no reference
+        assert r.reasons is None and set(r.rewards) == set(NAMES)
+        moved += any(v is not None for v in r.relevance.values())
+        assert all(e is not None and e >= 0 for e in r.entropy)
+    assert moved  # the rewards vary in the group: it was replayed
+    # the log-probs are the policy's at temperature 1: one forward here gives the same numbers
+    r = st.rows[0]
+    ids = torch.cat([out["prompt_ids"][0][out["prompt_mask"][0].bool()], torch.tensor(r.token_ids)])
+    with torch.no_grad():
+        logits = tr.model(ids.unsqueeze(0)).logits[0].float()
+    P = int(out["prompt_mask"][0].sum())
+    lp = torch.log_softmax(logits[P - 1:-1], -1).gather(1, torch.tensor(r.token_ids).unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(torch.tensor(r.logprob), lp, atol=1e-4, rtol=1e-4)
+
+
+def test_trl_gdpo_log_without_the_extra_forward(tmp_path, tiny):
+    tr = _trainer(tmp_path, tiny, method="gdpo", beta=0.5, credit_log_groups=2, credit_log_logprobs=False)
+    torch.manual_seed(0)
+    out = tr._generate_and_score_completions(_inputs())
+    (st,) = read_credit_log(tmp_path / "log").steps
+    assert [(r.group, r.index) for r in st.rows] == [(g, i) for g in (0, 1) for i in range(4)]
+    for i, r in enumerate(st.rows):  # response-level: every token gets the GDPO advantage, nothing replayed
+        assert r.beta == 0.0 and all(v is None for v in r.relevance.values())
+        assert r.token_advantages == pytest.approx([float(out["advantages"][i])] * len(r.token_ids), abs=1e-5)
+        assert r.logprob is None and r.entropy is None  # TRL computed none (aligned steps, no vLLM)
+    tr._generate_and_score_completions(_inputs())  # the same update again: its first generation stays
+    assert [s.step for s in read_credit_log(tmp_path / "log").steps] == [1]
