@@ -18,7 +18,7 @@ response) and [] (nothing specific) are left out and counted.  Instructions rewa
 
 Usage: PYTHONPATH=$PWD python bench/localization.py [--model default] [--families sql,instructions,tools]
        [--measures js,js-word,...] [--examples 24] [--group 4] [--max-new-tokens 96] [--seed 0] [--start 0]
-       [--skip-sampled]
+       [--skip-sampled | --skip-hand]
        [--template FILE] [--info rule,findings,quoted] [--json out.json] [--no-doc]
 
 The figures also go to docs/benchmarks.md, one section per regime, ``localization-<regime>`` (with ``--seed N``,
@@ -159,6 +159,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--seed", type=int, default=0, help="sampling seed (another seed: a fresh draw of responses)")
     ap.add_argument("--start", type=int, default=0, help="index of the first sampled example (24: other prompts)")
+    ap.add_argument("--skip-hand", action="store_true",
+                    help="only the sampled responses (the hand-marked table does not depend on --seed)")
     ap.add_argument("--skip-sampled", action="store_true", help="only the hand-marked table and the agreement")
     ap.add_argument("--template", default=None, help="override every family's template (JSON file)")
     ap.add_argument("--json", default=None, help="also write every figure as JSON")
@@ -173,14 +175,16 @@ def main() -> None:
     print(f"model {lm.name}; measures {', '.join(measures)}; verifier information: {', '.join(infos)}")
     out = {"model": lm.name, "hand_marked": {}, "sampled": {}}
     t0 = time.perf_counter()
-    for info in infos:
+    for info in infos if not a.skip_hand else ():
         hand = out["hand_marked"][info] = {f: hand_marked(lm, f, measures, tpl, info) for f in families}
         print_table(f"1. Hand-marked spans (sample_data/localization), v_k: {info}", hand, measures)
-    print("\n3. Verifier evidence vs hand marks (token precision / recall of the evidence; identical spans)")
-    for f, res in hand.items():
-        print(f"{f:<13}" + ", ".join(f"{k}: {v['identical']}/{v['pairs']} identical, P {_f(v['precision'], '.2f')}"
-                                     f" R {_f(v['recall'], '.2f')}" for k, v in res["agreement"].items()))
-    print(f"({time.perf_counter() - t0:.0f} s)")
+    if not a.skip_hand:
+        print("\n3. Verifier evidence vs hand marks (token precision / recall of the evidence; identical spans)")
+        for f, res in hand.items():
+            print(f"{f:<13}" + ", ".join(f"{k}: {v['identical']}/{v['pairs']} identical, "
+                                         f"P {_f(v['precision'], '.2f')} R {_f(v['recall'], '.2f')}"
+                                         for k, v in res["agreement"].items()))
+        print(f"({time.perf_counter() - t0:.0f} s)", flush=True)
     if not a.skip_sampled:
         t0 = time.perf_counter()
         per_family = {f: sampled(lm, f, measures, a.examples, a.group, a.max_new_tokens, tpl, infos, a.seed, a.start)
@@ -199,7 +203,7 @@ def main() -> None:
         for info in infos:
             name = section_name(a, info)
             path = report.update_section(name, report.section("bench/localization.py", doc_text(
-                a, lm.name, measures, out["hand_marked"][info], out["sampled"].get(info), info)))
+                a, lm.name, measures, out["hand_marked"].get(info), out["sampled"].get(info), info)))
             print(f"written to {path} (section {name})")
 
 
@@ -208,6 +212,7 @@ def section_name(a, info: str = "rule") -> str:
     ``-start24``, ``-hand-only`` (``--skip-sampled``), in that order."""
     parts = ["localization", info] + ([f"seed{a.seed}"] if a.seed else [])
     parts += ([f"start{a.start}"] if a.start else []) + (["hand-only"] if a.skip_sampled else [])
+    parts += ["sampled-only"] if getattr(a, "skip_hand", False) else []
     return "-".join(parts)
 
 
@@ -215,7 +220,7 @@ def doc_text(a, model: str, measures: list[str], hand: dict, samp: dict | None, 
     """The figures printed above as markdown for docs/benchmarks.md: token AUROC (lift) per measure and family on
     sampled responses (with the means over even- and odd-indexed examples) and on the hand marks, and the evidence's
     agreement with the hand marks."""
-    families = list(hand)
+    families = list(hand or samp or {})
 
     def cell(s):
         return f"{_f(s['auroc'])} ({_f(s['lift'], '.2f')})"
@@ -233,6 +238,8 @@ def doc_text(a, model: str, measures: list[str], hand: dict, samp: dict | None, 
                          ["measure", *families, "mean", "even", "odd"],
                          [[f"`{m}`", *(cell(samp[f]["measures"][m]["all"]) for f in families), mean(samp, m),
                            mean(samp, m, "choose"), mean(samp, m, "report")] for m in measures]))
+    if not hand:  # --skip-hand
+        return "\n\n".join(parts)
     pairs = ", ".join(f"{f} {hand[f]['measures'][measures[0]]['all']['pairs']}" for f in families)
     parts.append(f"Hand-marked spans (`sample_data/localization/`; pairs: {pairs}).\n\n" + report.table(
         ["measure", *families, "mean"],

@@ -132,3 +132,7 @@ def test_localization_section_name_and_text():
     assert "| `js` | 0.520 (1.50) | 0.740 (1.50) | 0.630 | 0.640 | 0.620 |" in text
     assert "| sql | format | 15 / 18 | 0.90 | 0.83 |" in text
     assert "Verifier evidence on sampled" not in localization.doc_text(a, "default", ["js"], res, None)
+    only = localization.doc_text(a, "default", ["js"], None, res)  # --skip-hand: the sampled table alone
+    assert "| `js` | 0.520 (1.50) | 0.740 (1.50) | 0.630 | 0.640 | 0.620 |" in only and "Hand-marked" not in only
+    assert localization.section_name(argparse.Namespace(**{**vars(a), "seed": 1, "skip_hand": True})) == (
+        "localization-rule-seed1-sampled-only")
