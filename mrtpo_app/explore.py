@@ -13,7 +13,7 @@ import streamlit as st
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.credit import BETA, MEASURE
 from mrtpo.core.info import INFO, INFO_LABELS
-from mrtpo.core.measures import MEASURE_HELP, measure_names
+from mrtpo.core.measures import MEASURE_HELP, measure_names, needs_rewording
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import SampleTry, ScoredGroup, score_group, varied_rewards
 from mrtpo.tasks.base import Example, TaskFamily
@@ -281,8 +281,13 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
         help="per response: this response's largest |advantage| and ρ set the strongest colors, so small "
              "advantages stay visible; shared by the group: one scale for every response, to compare responses. "
              "The download uses the same choice.")
+    replay = run.replay
+    if needs_rewording(measure) and not any(r.js_reworded for r in replay.responses):
+        with guard("replaying with v_k reworded"), st.spinner(
+                "js-reworded reads P_k′ (v_k said in other words): replaying the group once more…"), W.job():
+            replay = S.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task", reword=True)
     with guard("token view"):
-        v = token_view(run.group, run.replay, method=method, beta=beta, measure=measure)
+        v = token_view(run.group, replay, method=method, beta=beta, measure=measure)
         body = render.response_html(v, i, scale=scale, group=g)
     st.html(f"<style>{render.CSS}</style>{body}")
     label = parse_method(method).label

@@ -221,16 +221,17 @@ def _sample(model: str, device: str, prompt: str, n: int, max_new_tokens: int, t
 
 def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[str, str]],
             token_ids: Sequence[Sequence[int]], template: dict, rewards: Sequence[Sequence[float]] | None,
-            precision: str = PRECISION) -> ReplayResult:
+            precision: str = PRECISION, reword: bool = False) -> ReplayResult:
     """Leave-one-out replay of one group, kept by every input.
 
     verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
-    or None (replay every reward).
+    or None (replay every reward); reword: also replay P_k′ (v_k reworded: the ``js-reworded`` measure's input).
     """
     lm = get_model(model, device)
     R = None if rewards is None else np.asarray(rewards, dtype=float)
     return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
-                        Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision))
+                        Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
+                        reword=reword)
 
 
 def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], token_ids: Sequence[int],
@@ -257,11 +258,12 @@ def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, trie
 
 
 def replay_for(ch: Choices, group: ScoredGroup, template: dict, skip_constant: bool = True,
-               verifier_info: Sequence[dict[str, str]] | None = None) -> ReplayResult:
-    """:func:`replay_cached` for a scored group (optionally with edited verifier information)."""
+               verifier_info: Sequence[dict[str, str]] | None = None, reword: bool = False) -> ReplayResult:
+    """:func:`replay_cached` for a scored group (optionally with edited verifier information; ``reword``: with the
+    P_k′ prompts that ``js-reworded`` reads)."""
     infos = list(verifier_info) if verifier_info is not None else group.verifier_info
     return replay_cached(ch.model, ch.device, group.prompt, infos, [list(s.token_ids) for s in group.samples],
-                         template, group.rewards.tolist() if skip_constant else None)
+                         template, group.rewards.tolist() if skip_constant else None, PRECISION, reword)
 
 
 @dataclass

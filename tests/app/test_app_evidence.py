@@ -20,6 +20,7 @@ from mrtpo.model import Sample, tokenize_response  # noqa: E402
 from mrtpo.replay import replay_scored
 from mrtpo.tasks import get_family  # noqa: E402
 from mrtpo.views import faithfulness_table, token_view  # noqa: E402
+from mrtpo_app import state as S  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 RESPONSES = ["Tea, green tea, and a cup.", "Green tea in a cup is calm.", "Black tea, hot.", "Tea is nice."]
@@ -179,3 +180,28 @@ def test_templates_use_the_measure_picked_on_explore(app: AppTest):
     at.switch_page("app.py").run()
     _ok(at)
     assert at.selectbox(key="explore_measure").value == "js-support"
+
+
+def test_js_reworded_replays_once_more_and_templates_follow(app: AppTest):
+    """js-reworded reads P_k′ (v_k in other words), which the group's replay did not run: picking it replays the
+    group once more with the rewordings (cached), and ρ is the library's for that replay; Templates replays with
+    them too."""
+    at = app
+    at.selectbox(key="explore_measure").set_value("js-reworded").run()
+    _ok(at)
+    body = at.get("html")[0].proto.body
+    assert "relevance ρ (js-reworded)" in body
+    run = at.session_state["mrtpo_group"]
+    assert not any(r.js_reworded for r in run.replay.responses)  # the session's replay is left as it was
+    again = S.replay_for(run.choices, run.group, run.template, reword=True)  # the cached replay the page used
+    assert all(set(r.js_reworded) == set(r.js) for r in again.responses)
+    df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
+    want = faithfulness_table(token_view(run.group, again, measure="js-reworded"))
+    np.testing.assert_allclose(df["token AUROC"].astype(float), [r["token AUROC"] for r in want], atol=1e-6)
+    at.switch_page("pages/template-editor.py").run()
+    _ok(at)
+    at.button(key="tpl_rerun").click().run()
+    _ok(at)
+    after = at.session_state["tpl_after"]
+    assert all(r.js_reworded for r in after["replay"].responses if r.js)
+    assert any("measure js\\-reworded" in s.value for s in at.subheader)
