@@ -45,6 +45,12 @@ class RunFollower:
         self._pending: list[CreditRow] = []  # board rows of steps not yet returned
         self._done: set[Path] = set()  # TRL / verl files read
 
+    @property
+    def meta(self) -> dict | None:
+        """A credit log's ``meta.json`` (model, method, measure, reward names, ...), once polled; None for other
+        formats."""
+        return self._credit.meta if self._credit is not None else None
+
     def poll(self, final: bool = False) -> list[CreditStep]:
         """The complete steps written since the last poll (step order)."""
         if self.fmt == "auto":

@@ -27,7 +27,8 @@ one viewer reads them all beside mrtpo's own credit log.
 
 - ``trl`` and ``verl``: TRL's completions parquet and verl's JSONL dumps (:mod:`mrtpo.integrations.rollouts`): prompt,
   completion, rewards (TRL: every numeric column but ``step`` and ``advantage``; verl: ``score``, a number or
-  {reward: value}) and TRL's logged ``advantage``; no tokens.  Groups: rows of a step with the same prompt.
+  {reward: value}) and TRL's logged ``advantage``; the other text columns (a ``reference``, ``ground_truth``, ...)
+  go to ``extra``; no tokens.  Groups: rows of a step with the same prompt.
 
 Every problem is a :class:`mrtpo.creditlog.CreditLogError` naming the file, the row (line) and the field; a file in
 none of the formats says which fields each one needs.
@@ -249,8 +250,10 @@ def read_rollout_log(path: str | Path, fmt: str, after_step: int | None = None) 
             vals = {k: v for k, v in r.values.items() if k not in ("step", "advantage", "prompt", "completion")
                     and (v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)))}
         rewards = {str(k): _reward(v, r.source, r.row, str(k)) for k, v in vals.items()}
+        text = {k: v for k, v in r.values.items() if isinstance(v, str)
+                and k not in ("prompt", "completion", "input", "output")}
         rows.append(CreditRow(step=r.step or 0, group=0, index=0, prompt=r.prompt, completion=r.completion,
-                              rewards=rewards, advantage=r.advantage, source=r.source, row=r.row))
+                              rewards=rewards, advantage=r.advantage, extra=text, source=r.source, row=r.row))
     rows = [r for r in rows if after_step is None or r.step > after_step]
     return group_steps(rows, lambda r: r.prompt)
 
