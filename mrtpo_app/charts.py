@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from mrtpo.core.stats import smooth
@@ -102,6 +103,7 @@ def component_curves_chart(curves: dict, cols: int = 3, height: int = 220) -> go
     rows = max(1, math.ceil(len(keys) / cols))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[TITLES[k] for k in keys],
                         vertical_spacing=min(0.3, 0.6 / rows), horizontal_spacing=0.06)
+    colors = PALETTE if len(curves) <= len(PALETTE) else qualitative.Dark24  # many rewards: colors that differ
     last = 1
     for j, (name, c) in enumerate(curves.items()):
         for i, k in enumerate(keys):
@@ -109,12 +111,13 @@ def component_curves_chart(curves: dict, cols: int = 3, height: int = 220) -> go
             x, y = [p[0] for p in pts], [p[1] for p in pts]
             last = max([last] + x)
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, legendgroup=name, showlegend=i == 0,
-                                     marker={"size": 5}, line={"color": PALETTE[j % len(PALETTE)]},
+                                     marker={"size": 5}, line={"color": colors[j % len(colors)]},
                                      hovertemplate=f"{name} · step %{{x}}: %{{y:.3f}}<extra></extra>"),
                           row=i // cols + 1, col=i % cols + 1)
             if k != "mean":
                 fig.update_yaxes(range=[-0.05, 1.05], row=i // cols + 1, col=i % cols + 1)
     step_axes(fig, last, rows)
-    fig.update_layout(height=height * rows + 60, margin={"t": 70, "b": 20, "l": 20, "r": 20},
+    top = 40 + 24 * math.ceil(len(curves) / 4)  # the legend's lines (about 4 long reward names a line) above
+    fig.update_layout(height=height * rows + top, margin={"t": top, "b": 20, "l": 20, "r": 20},
                       legend={"orientation": "h", "x": 0, "y": 1, "yanchor": "top", "yref": "container"})
     return fig

@@ -71,15 +71,15 @@ def _stick_to_newest(nums: list[int]) -> None:
     st.session_state["rollouts_step_newest"] = newest
 
 
-def _header(run: FollowedRun, path: str, new: list[int]) -> None:
+def _header(run: FollowedRun, new: list[int]) -> None:
     f = run.follower
     meta = f.meta or {}
     nums = sorted(run.steps)
-    what = ", ".join(f"{k} {md(meta[k])}" for k in ("source", "model", "method", "measure") if meta.get(k))
-    got = f"; new: step{'s' if len(new) > 1 else ''} {', '.join(map(str, new))}" if new and len(new) < len(nums) else ""
-    st.markdown(f"**{md(path)}** ({md(FORMAT_LABELS.get(f.fmt, f.fmt))}{', ' + what if what else ''}): "
-                f"**{len(nums)} step{'s' if len(nums) != 1 else ''}** ({nums[0]}–{nums[-1]}){got} · checked "
-                f"{time.strftime('%H:%M:%S', time.localtime(run.checked))}")
+    what = "".join(f" · {k} {md(meta[k])}" for k in ("source", "model", "task", "method", "measure") if meta.get(k))
+    got = "" if not new or len(new) == len(nums) else f" · new: step{'s' * (len(new) > 1)} {', '.join(map(str, new))}"
+    st.markdown(f"**{len(nums)} step{'s' if len(nums) != 1 else ''}** ({nums[0]}–{nums[-1]}){got} · checked "
+                f"{time.strftime('%H:%M:%S', time.localtime(run.checked))}  \n"
+                f"{md(FORMAT_LABELS.get(f.fmt, f.fmt))}{what}")
     if f.fmt == "board":
         st.caption("OpenRLHF's board: a step is shown once a later step is in the log (another rank may still be "
                    "writing it).")
@@ -130,7 +130,7 @@ def viewer(path: str, fmt: str) -> None:
                 "). Steps appear as the run writes them (Follow on, or **Check now**).")
         return
     with c1:
-        _header(run, path, new)
+        _header(run, new)
     meta = run.follower.meta or {}
     st.subheader("Reward components over steps")
     st.plotly_chart(charts.component_curves_chart(run.curves), key="rollouts_curves", width="stretch")

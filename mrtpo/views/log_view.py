@@ -46,29 +46,33 @@ def _num(v) -> float:
     return float("nan") if v is None else float(v)
 
 
+def _shown(v) -> float:
+    """A table's number: 4 decimals (a logged 1e-8 is float noise: 0.0)."""
+    return round(_num(v), 4) + 0.0
+
+
 def _short(text: str | None, n: int) -> str:
     t = " ".join((text or "").split())
     return t if len(t) <= n else t[: n - 1] + "…"
 
 
 def step_table(step: CreditStep, width: int = 80) -> list[dict]:
-    """One dict per logged response of ``step`` (groups in order): ``group``, ``#`` (its index in the group), each
-    reward's value and (where the log has it) its advantage Â, the response's advantage, its tokens, the response
-    and the reference (cut to ``width`` characters)."""
+    """One dict per logged response of ``step`` (groups in order): ``group``, ``#`` (its index in the group), the
+    response's advantage, the response and its reference (cut to ``width`` characters), its tokens, then each
+    reward's value and (where the log has it) its advantage Â (NaN where a reward does not apply); numbers to 4
+    decimals."""
     names = reward_names(step.rows)
     out = []
     for r in step.rows:
-        d = {"group": r.group, "#": r.index}
-        for k in names:
-            d[k] = _num(r.rewards.get(k))
-            if r.reward_advantages is not None:
-                d[f"Â {k}"] = _num(r.reward_advantages.get(k))
-        d["advantage"] = _num(r.advantage)
-        d["tokens"] = r.n_tokens
-        d["response"] = _short(r.completion, width)
+        d = {"group": r.group, "#": r.index, "advantage": _shown(r.advantage), "response": _short(r.completion, width)}
         ref = reference(r)
         if ref is not None:
             d["reference"] = _short(ref[1], width)
+        d["tokens"] = r.n_tokens
+        for k in names:
+            d[k] = _shown(r.rewards.get(k))
+            if r.reward_advantages is not None:
+                d[f"Â {k}"] = _shown(r.reward_advantages.get(k))
         out.append(d)
     return out
 
