@@ -104,9 +104,10 @@ def _response(step: CreditStep, i: int, meta: dict) -> None:
                    "beside the token advantages A'_ikt the update used, what was moved beside the relevance ρ (1 "
                    f"where the credit was uniform); this step's β_s = {view.beta:.3g}. Colors are scaled to this "
                    "response; hover a token for its numbers.")
-    elif r.tokens:
+    elif r.n_tokens:
         st.html(f"<style>{render.CSS}</style>{series_html(r)}")
-        st.caption("This log has no per-reward token credit (an mrtpo credit log has it): its per-token series.")
+        st.caption("This log has no per-reward token credit (an mrtpo credit log has it): its per-token series."
+                   + ("" if r.tokens else " It holds token ids without their texts (⟨id⟩)."))
     else:
         st.markdown("**Response**")
         st.text(r.completion or "")

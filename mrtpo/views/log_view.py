@@ -152,10 +152,12 @@ def token_series(row: CreditRow) -> list[tuple[str, str, list[float]]]:
 
 def series_html(row: CreditRow) -> str:
     """Heatmap rows of one response's logged per-token series (:func:`token_series`), each on its own scale (the
-    largest |value|: in its label), for a log without per-reward credit; '' when the row has no tokens."""
-    if not row.tokens:
+    largest |value|: in its label), for a log without per-reward credit; a log of token ids without their texts
+    (prime-rl's export) shows the ids as ``⟨id⟩``; '' when the row has no tokens."""
+    texts = row.tokens or [f"⟨{t}⟩" for t in row.token_ids or []]
+    if not texts:
         return ""
-    toks = [{"text": t} for t in row.tokens]
+    toks = [{"text": t} for t in texts]
     series = token_series(row)
     tips = [f"{t['text']!r} | " + " | ".join(f"{lab} {v[n]:.4g}" for lab, _, v in series)
             for n, t in enumerate(toks)]

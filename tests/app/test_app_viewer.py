@@ -136,3 +136,14 @@ def test_viewer_a_credit_log_with_no_step_yet_and_the_format_picker(tmp_path):
     assert at.selectbox(key="rollouts_step").options == ["1"]
     at.selectbox(key="rollouts_log_format").set_value("board").run()  # a wrong format, picked by hand
     assert not at.exception and "field 'response': missing" in _shown(at.error[0].value)
+
+
+@pytest.mark.parametrize("folder, fmt, steps, rows", [
+    ("board", "OpenRLHF board JSONL", ["1"], "probability p"),  # the newest step held back (ranks may be writing)
+    ("prime_rl", "prime-rl token export", ["1", "2"], "advantage A_t"),  # step 3 has no STABLE yet
+])
+def test_viewer_on_the_tool_fixtures(folder, fmt, steps, rows):
+    at = _viewer(Path(__file__).resolve().parents[1] / "integrations" / "fixtures" / folder)
+    assert any(fmt in _shown(m.value) for m in at.markdown)
+    assert at.selectbox(key="rollouts_step").options == steps
+    assert rows in at.get("html")[0].proto.body and len(at.dataframe[1].value) > 0  # heatmap rows, token table

@@ -76,6 +76,8 @@ def test_series_of_a_log_without_credit():
                       "value (critic) (±0.4)"]
     assert body.count('<span class="tok"') == 8 and "rgba(178,24,43,0.850)" in body  # value −0.4: full red
     assert series_html(CreditRow(1, 0, 0, "p", "c", {"r": 1.0})) == ""  # no tokens
+    ids = CreditRow(1, 0, 0, None, None, {"r": 1.0}, token_ids=[7, 8], entropy=[0.5, 1.0])  # prime-rl, no decode
+    assert ">⟨7⟩</span>" in series_html(ids) and "entropy (0 … 1)" in series_html(ids)
 
 
 def test_curves_step_by_step_equal_the_curves_at_once():
