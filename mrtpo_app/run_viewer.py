@@ -39,6 +39,7 @@ assert set(FORMAT_LABELS) == {"auto", *FORMATS}
 class FollowedRun:
     """A log being followed: its follower, the steps read so far and their reward components over steps."""
 
+    path: str  # as given (absolute)
     follower: RunFollower
     steps: dict[int, CreditStep] = field(default_factory=dict)
     curves: dict = field(default_factory=dict)
@@ -59,7 +60,7 @@ def followed(path: str, fmt: str) -> FollowedRun:
     runs = st.session_state.setdefault(RUNS_KEY, {})
     key = (os.path.abspath(os.path.expanduser(path)), fmt)
     if key not in runs:
-        runs[key] = FollowedRun(RunFollower(key[0], fmt))
+        runs[key] = FollowedRun(key[0], RunFollower(key[0], fmt))
     return runs[key]
 
 
@@ -77,9 +78,10 @@ def _header(run: FollowedRun, new: list[int]) -> None:
     nums = sorted(run.steps)
     what = "".join(f" · {k} {md(meta[k])}" for k in ("source", "model", "task", "method", "measure") if meta.get(k))
     got = "" if not new or len(new) == len(nums) else f" · new: step{'s' * (len(new) > 1)} {', '.join(map(str, new))}"
+    where = "" if str(f.path) == run.path else f" · in {md(f.path)}"  # a run folder: where it keeps its log
     st.markdown(f"**{len(nums)} step{'s' if len(nums) != 1 else ''}** ({nums[0]}–{nums[-1]}){got} · checked "
                 f"{time.strftime('%H:%M:%S', time.localtime(run.checked))}  \n"
-                f"{md(FORMAT_LABELS.get(f.fmt, f.fmt))}{what}")
+                f"{md(FORMAT_LABELS.get(f.fmt, f.fmt))}{where}{what}")
     if f.fmt == "board":
         st.caption("OpenRLHF's board: a step is shown once a later step is in the log (another rank may still be "
                    "writing it).")

@@ -259,6 +259,21 @@ def read_rollout_log(path: str | Path, fmt: str, after_step: int | None = None) 
 
 
 # ---------------------------------------------------------------------------------------------- any of them
+def log_folder(path: str | Path) -> Path:
+    """Where a run folder keeps its log: a folder holding one credit log (a child folder with ``meta.json``) → that
+    child; TRL's output folder (a ``completions`` child folder of parquet files, ``log_completions=True``) → that
+    child; anything else as it is."""
+    path = Path(path)
+    if not path.is_dir() or (path / META_FILE).is_file():
+        return path
+    logs = [d for d in sorted(path.iterdir()) if d.is_dir() and (d / META_FILE).is_file()]
+    if len(logs) == 1:
+        return logs[0]
+    if (path / "completions").is_dir() and any((path / "completions").glob("*.parquet")):
+        return path / "completions"
+    return path
+
+
 def detect_format(path: str | Path) -> str:
     """``credit-log``, ``board``, ``prime-rl``, ``trl`` (parquet) or ``verl``, from the folder's layout, the file's
     name or the first row's fields;
@@ -290,7 +305,9 @@ def detect_format(path: str | Path) -> str:
 
 def read_run_log(path: str | Path, fmt: str = "auto", after_step: int | None = None,
                  decode: Decode | None = None) -> list[CreditStep]:
-    """The steps after ``after_step`` of a run's log in any format mrtpo reads (``auto``: :func:`detect_format`)."""
+    """The steps after ``after_step`` of a run's log in any format mrtpo reads (``auto``: :func:`detect_format`); a run
+    folder is read where it keeps its log (:func:`log_folder`)."""
+    path = log_folder(path)
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "credit-log":
         return read_credit_log(path, after_step).steps

@@ -147,3 +147,23 @@ def test_viewer_on_the_tool_fixtures(folder, fmt, steps, rows):
     assert any(fmt in _shown(m.value) for m in at.markdown)
     assert at.selectbox(key="rollouts_step").options == steps
     assert rows in at.get("html")[0].proto.body and len(at.dataframe[1].value) > 0  # heatmap rows, token table
+
+
+def test_viewer_on_a_run_folder_finds_its_log(tmp_path):
+    """A TRL output folder: its credit log (a child folder with meta.json) is followed; without one, its
+    completions/ parquet files."""
+    import pandas as pd
+
+    R, mask, credit = _credit()
+    _writer(tmp_path).write_step(1, _rows(1, R, mask, credit))  # tmp_path/log
+    (tmp_path / "completions").mkdir()
+    pd.DataFrame({"step": [1, 1], "prompt": ["q", "q"], "completion": ["a", "b"], "r": [1.0, 0.0],
+                  "advantage": [0.7, -0.7]}).to_parquet(tmp_path / "completions" / "completions_00001.parquet")
+    at = _viewer(tmp_path)
+    text = _shown(" ".join(m.value for m in at.markdown))
+    assert "mrtpo credit log · in " + str(tmp_path / "log") in text
+    (tmp_path / "log" / "meta.json").unlink()
+    at = _viewer(tmp_path)
+    text = _shown(" ".join(m.value for m in at.markdown))
+    assert "TRL completions parquet · in " + str(tmp_path / "completions") in text
+    assert at.dataframe[0].value["r"].tolist() == [1.0, 0.0]
