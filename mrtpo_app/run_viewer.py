@@ -26,7 +26,7 @@ from mrtpo.views.log_view import group_of, has_credit, log_view, reference, seri
 from mrtpo.views.run_stats import add_step
 from mrtpo_app import charts
 from mrtpo_app import state as S
-from mrtpo_app.ui import guard, md, short
+from mrtpo_app.ui import guard, md, short, show_error
 
 FOLLOW_SECONDS = 3.0  # how often the Follow toggle checks the log for new steps
 RUNS_KEY = "rollouts_runs"
@@ -123,11 +123,16 @@ def _response(step: CreditStep, i: int, meta: dict) -> None:
 def viewer(path: str, fmt: str) -> None:
     """The viewer's body (a fragment: the Follow timer reruns only this): poll, then the curves and a step."""
     run = followed(path, fmt)
-    with guard(f"reading {path}"):
-        new = run.poll()
     c1, c2 = st.columns([6, 1])
     c2.button("Check now", key="rollouts_check", icon=":material/refresh:",
               help="read the steps written since the last check")
+    try:
+        new = run.poll()
+    except Exception as e:  # noqa: BLE001 - a message, never a traceback; the steps read before stay shown
+        show_error(e, f"reading {path}")
+        if not run.steps:
+            return
+        new = []
     if not run.steps:
         c1.info(f"No complete step in **{md(path)}** yet ({md(FORMAT_LABELS.get(run.follower.fmt, run.follower.fmt))}"
                 "). Steps appear as the run writes them (Follow on, or **Check now**).")

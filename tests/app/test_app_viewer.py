@@ -167,3 +167,18 @@ def test_viewer_on_a_run_folder_finds_its_log(tmp_path):
     text = _shown(" ".join(m.value for m in at.markdown))
     assert "TRL completions parquet · in " + str(tmp_path / "completions") in text
     assert at.dataframe[0].value["r"].tolist() == [1.0, 0.0]
+
+
+def test_a_bad_step_file_is_a_message_above_the_steps_read_before(tmp_path):
+    R, mask, credit = _credit()
+    w = _writer(tmp_path)
+    w.write_step(1, _rows(1, R, mask, credit))
+    at = _viewer(tmp_path / "log")
+    (tmp_path / "log" / "step-000002.jsonl").write_text("{oops\n")
+    at.run()
+    assert not at.exception and "step-000002.jsonl: row 1: not valid JSON" in _shown(at.error[0].value)
+    assert at.selectbox(key="rollouts_step").options == ["1"] and at.get("html")  # step 1 still shown
+    w.write_step(2, _rows(2, R, mask, credit))  # the file written again, whole
+    at.run()
+    _ok(at)
+    assert at.selectbox(key="rollouts_step").options == ["1", "2"]
