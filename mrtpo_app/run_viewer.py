@@ -22,7 +22,16 @@ from mrtpo.integrations.run_follow import RunFollower
 from mrtpo.integrations.tool_logs import FORMATS
 from mrtpo.views import render
 from mrtpo.views.log_tokens import token_table
-from mrtpo.views.log_view import group_of, has_credit, log_view, reference, series_html, step_table, title
+from mrtpo.views.log_view import (
+    first_informative,
+    group_of,
+    has_credit,
+    log_view,
+    reference,
+    series_html,
+    step_table,
+    title,
+)
 from mrtpo.views.run_stats import add_step
 from mrtpo_app import charts
 from mrtpo_app import state as S
@@ -154,6 +163,7 @@ def viewer(path: str, fmt: str) -> None:
     step = run.steps[n]
     sel = st.dataframe(pd.DataFrame(step_table(step)), hide_index=True, width="stretch", on_select="rerun",
                        selection_mode="single-row", key=f"rollouts_table_{n}")
+    st.session_state.setdefault(f"rollouts_resp_{n}", first_informative(step))  # a response with colors first
     S.follow_table(st.session_state, sel.selection.rows, f"rollouts_resp_{n}", f"rollouts_table_seen_{n}")
     i = st.selectbox("Response (or select a row above)", list(range(len(step.rows))), key=f"rollouts_resp_{n}",
                      format_func=lambda k: f"{title(step.rows[k])} — {short(step.rows[k].completion or '', 50)}")

@@ -171,6 +171,12 @@ def series_html(row: CreditRow) -> str:
     return f'<div class="mrtpo">{head}{"".join(parts)}</div>' if parts else ""
 
 
+def first_informative(step: CreditStep) -> int:
+    """The index of the step's first response with a nonzero advantage (a group where some reward varies: its
+    heatmaps have colors), else 0."""
+    return next((i for i, r in enumerate(step.rows) if r.advantage), 0)
+
+
 def group_of(step: CreditStep, i: int) -> tuple[list[CreditRow], int]:
     """The rows of the group of ``step``'s response ``i`` (its index in ``step.rows``) and that response's index in
     them."""

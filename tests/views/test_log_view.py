@@ -9,7 +9,16 @@ import pytest
 from mrtpo.creditlog import CreditRow, CreditStep
 from mrtpo.errors import MrtpoError
 from mrtpo.views import render
-from mrtpo.views.log_view import group_of, has_credit, log_view, reference, series_html, step_table, token_series
+from mrtpo.views.log_view import (
+    first_informative,
+    group_of,
+    has_credit,
+    log_view,
+    reference,
+    series_html,
+    step_table,
+    token_series,
+)
 from mrtpo.views.run_stats import add_step, component_curves
 
 
@@ -61,6 +70,7 @@ def test_step_table_groups_and_reference():
     assert math.isnan(t[2]["b"]) and t[2]["reference"] == "the answer" and "reference" not in t[0]
     assert reference(rows[2]) == ("ground_truth", "  the answer ") and reference(rows[0]) is None
     assert group_of(step, 2) == ([rows[2]], 0) and group_of(step, 1) == (rows[:2], 1)
+    assert first_informative(step) == 0 and first_informative(CreditStep(1, "f", rows[2:] + rows[:2])) == 1
 
 
 def test_series_of_a_log_without_credit():
