@@ -54,14 +54,18 @@ def test_viewer_follows_a_growing_credit_log_without_rereading_old_steps(tmp_pat
     table = at.dataframe[0].value
     assert table["group"].tolist() == [0, 0, 1, 1] and table["format"].tolist() == R[:, 0].tolist()
     np.testing.assert_allclose(table["Â format"].to_numpy(), credit.adv.per_reward[:, 0].numpy(), atol=1e-4)
-    # response 0's heatmaps from the logged numbers (no model): 'format' was replayed (GDPO | MRTPO, moved | ρ),
-    # 'correct' varies in group 0 but was not replayed (GDPO | MRTPO rows, ρ = 1), then the combined pair
+    # the response shown first: the first with a nonzero advantage (group 0's two rewards cancel: advantage 0)
+    assert table["advantage"].tolist()[:3] == [0.0, 0.0, pytest.approx(1.2246)]
+    assert at.selectbox(key="rollouts_resp_2").value == 2
+    # its heatmaps from the logged numbers (no model): 'format' was replayed (GDPO | MRTPO, moved | ρ), 'correct'
+    # varies in group 1 but was not replayed (GDPO | MRTPO rows, ρ = 1), then the combined pair
     body = at.get("html")[0].proto.body
     assert body.count('<span class="tok"') == 4 * (4 + 4 + 2) and "GDPO (uniform)" in body and "β=0.5" in body
     # its token table: one row per token with the logged per-reward advantages and ρ
     tokens = at.dataframe[1].value
     assert len(tokens) == 4 and tokens["ρ:format"].tolist() == pytest.approx([2.0, 1.0, 0.5, 0.5])
-    np.testing.assert_allclose(tokens["A:format"].to_numpy(), credit.per_reward[0, 0, :4].numpy(), atol=1e-5)
+    np.testing.assert_allclose(tokens["A:format"].to_numpy(), credit.per_reward[2, 0, :4].numpy(), atol=1e-5)
+    np.testing.assert_allclose(tokens["A"].to_numpy(), credit.tokens[2, :4].numpy(), atol=1e-5)
     assert tokens["p"].tolist() == pytest.approx([np.exp(-0.5)] * 4)
     # the curves over steps: one line per reward in each panel
     chart = json.loads(at.get("plotly_chart")[0].proto.spec)

@@ -13,7 +13,7 @@ from tests.e2e.test_e2e_browser import (  # (skipped there without chromium)
     running_app,
 )
 
-NEW = ("fresh words here", "xyz", "hi!!", "no")
+NEW = ("ab, c", "xyz", "fresh words here", "no")  # response 2: the first shown (advantage ≠ 0)
 
 
 def test_viewer_follows_a_growing_log_in_chromium(tmp_path):
@@ -27,7 +27,7 @@ def test_viewer_follows_a_growing_log_in_chromium(tmp_path):
         assert page.get_by_text("GDPO (uniform)").first.is_visible()
         assert page.locator("[data-testid='stPlotlyChart']").first.is_visible()
         first = page.locator(".mrtpo .toks").first.inner_text()
-        assert first == "ab, c"
+        assert first == "hi!!"  # response 2 of step 1: the first with a nonzero advantage
         # the run writes step 2: Follow (on by default) shows it without a reload, the picker on the new step
         w.write_step(2, _rows(2, R, mask, credit, texts=NEW))
         page.get_by_text("2 steps", exact=False).first.wait_for(state="visible", timeout=30_000)
