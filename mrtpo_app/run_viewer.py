@@ -41,7 +41,6 @@ FOLLOW_SECONDS = 3.0  # how often the Follow toggle checks the log for new steps
 RUNS_KEY = "rollouts_runs"
 FORMAT_LABELS = {"auto": "auto-detect", "credit-log": "mrtpo credit log", "board": "OpenRLHF board JSONL",
                  "prime-rl": "prime-rl token export", "trl": "TRL completions parquet", "verl": "verl JSONL dump"}
-assert set(FORMAT_LABELS) == {"auto", *FORMATS}
 
 
 @dataclass
@@ -181,7 +180,8 @@ def show() -> None:
                               "completions parquet, an OpenRLHF board JSONL (or its folder), a prime-rl output folder "
                               "or token_exports, a verl dump folder or file")
     c1, c2 = st.columns([1, 2])
-    fmt = c1.selectbox("Format", list(FORMAT_LABELS), key="rollouts_log_format", format_func=FORMAT_LABELS.get)
+    fmt = c1.selectbox("Format", ["auto", *FORMATS], key="rollouts_log_format",
+                       format_func=lambda f: FORMAT_LABELS.get(f, f))
     follow = c2.toggle(f"Follow (check for new steps every {FOLLOW_SECONDS:g} s)", value=True, key="rollouts_follow")
     if not path.strip():
         st.info("Give a run's log above: `python examples/trl_train.py --model tiny-random --credit-log "
