@@ -35,6 +35,15 @@ def test_viewer_follows_a_growing_log_in_chromium(tmp_path):
                                "e => e.innerText.includes('fresh words here'))", timeout=30_000)
         page.wait_for_selector(IDLE, timeout=60_000)
         assert page.get_by_role("combobox", name="Step").input_value() == "2"
+        # a click on the table's first row (its selection cell; header and rows 35 px high) shows that response
+        table = page.locator("[data-testid='stDataFrame']").first
+        table.scroll_into_view_if_needed()
+        box = table.bounding_box()
+        page.mouse.click(box["x"] + 12, box["y"] + 35 + 17)
+        page.wait_for_function("() => [...document.querySelectorAll('.mrtpo .toks')].some("
+                               "e => e.innerText === 'ab, c')", timeout=30_000)
+        assert page.get_by_role("combobox", name="Response (or select a row above)").input_value().startswith(
+            "group 0 · #0")
         assert page.locator("[data-testid='stException']").count() == 0
         assert page.locator("[data-testid='stAlertContentError']").count() == 0
         if shots:
