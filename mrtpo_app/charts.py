@@ -1,15 +1,17 @@
-"""The Train page's Plotly figures: per-metric curves of runs, an experiment's curves with bands over seeds, the probe's
-relevance over steps."""
+"""The app's Plotly figures: the Train page's per-metric curves of runs, an experiment's curves with bands over seeds,
+the probe's relevance over steps; the run viewer's reward components over steps."""
 from __future__ import annotations
 
 import math
 
 import plotly.graph_objects as go
+from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from mrtpo.core.stats import smooth
 from mrtpo.experiment.report import PALETTE, band_polygons, panel_keys
 from mrtpo.views.curves import metric_title
+from mrtpo.views.run_stats import METRICS, TITLES
 
 
 def step_axes(fig: go.Figure, last: int, rows: int) -> None:
@@ -89,4 +91,33 @@ def probe_heatmap(tokens: list[str], steps: list[int], heat: list[list[float]]) 
                                hovertemplate="%{y} · token %{x}<br>ρ = %{z:.3f}<extra></extra>"))
     fig.update_layout(height=120 + 22 * len(steps), margin={"t": 10, "b": 10, "l": 10, "r": 10},
                       yaxis={"autorange": "reversed"}, xaxis={"showticklabels": len(labels) <= 60})
+    return fig
+
+
+def component_curves_chart(curves: dict, cols: int = 3, height: int = 220) -> go.Figure:
+    """A run's reward components over steps (:func:`mrtpo.views.run_stats.component_curves`): one panel per metric
+    (mean reward, share of zeros, of constant groups, of the advantage's magnitude, concentration), one line per
+    reward; the shares on their whole [0, 1] scale. A metric no reward has (another tool's log without per-reward
+    advantages) is left out."""
+    keys = [m for m in METRICS if any(v is not None for c in curves.values() for v in c[m].values())]
+    rows = max(1, math.ceil(len(keys) / cols))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[TITLES[k] for k in keys],
+                        vertical_spacing=min(0.3, 0.6 / rows), horizontal_spacing=0.06)
+    colors = PALETTE if len(curves) <= len(PALETTE) else qualitative.Dark24  # many rewards: colors that differ
+    last = 1
+    for j, (name, c) in enumerate(curves.items()):
+        for i, k in enumerate(keys):
+            pts = sorted((s, v) for s, v in c[k].items() if v is not None)
+            x, y = [p[0] for p in pts], [p[1] for p in pts]
+            last = max([last] + x)
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, legendgroup=name, showlegend=i == 0,
+                                     marker={"size": 5}, line={"color": colors[j % len(colors)]},
+                                     hovertemplate=f"{name} · step %{{x}}: %{{y:.3f}}<extra></extra>"),
+                          row=i // cols + 1, col=i % cols + 1)
+            if k != "mean":
+                fig.update_yaxes(range=[-0.05, 1.05], row=i // cols + 1, col=i % cols + 1)
+    step_axes(fig, last, rows)
+    top = 40 + 24 * math.ceil(len(curves) / 4)  # the legend's lines (about 4 long reward names a line) above
+    fig.update_layout(height=height * rows + top, margin={"t": top, "b": 20, "l": 20, "r": 20},
+                      legend={"orientation": "h", "x": 0, "y": 1, "yanchor": "top", "yref": "container"})
     return fig

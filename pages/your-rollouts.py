@@ -1,10 +1,11 @@
-"""App page: upload your own rollouts (TRL completions parquet or verl JSONL) and see relevance heatmaps.
+"""App page: follow a training run's log (the run viewer, :mod:`mrtpo_app.run_viewer`), or upload your own rollouts
+(TRL completions parquet or verl JSONL) and see relevance heatmaps.
 
-The uploaded file is parsed by :mod:`mrtpo.integrations.rollouts`, grouped by (step, prompt); the verifier
+Upload: the uploaded file is parsed by :mod:`mrtpo.integrations.rollouts`, grouped by (step, prompt); the verifier
 template (JSON {reward column: text over the row's fields}) says which columns are rewards and what each checker
 reads. The replay of the chosen group runs once (cached by :func:`mrtpo_app.state.replay_cached`); the β slider and
 the method only re-color. Session keys: ``rollouts_file`` ((name, bytes), set by the uploader), ``rollouts_vt``,
-``rollouts_format``, ``rollouts_group``, ``rollouts_method``, ``rollouts_beta``.
+``rollouts_format``, ``rollouts_group``, ``rollouts_method``, ``rollouts_beta``; ``rollouts_source`` picks the view.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from mrtpo.integrations import rollout_explain as rx
 from mrtpo.integrations import rollouts as ro
 from mrtpo.model import TooLong
 from mrtpo.views import render, token_view
+from mrtpo_app import run_viewer
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md
@@ -49,8 +51,18 @@ def _label(g: ro.RolloutGroup) -> str:
     return f"{step}{len(g.rows)} rows · {text[:60] + ('…' if len(text) > 60 else '')}"
 
 
+SOURCES = {"log": "Follow a run's log", "upload": "Upload a file"}
+
 ch = page("Your rollouts")
 st.title("Your rollouts")
+source = st.segmented_control("Source", list(SOURCES), format_func=SOURCES.get, default="log", required=True,
+                              key="rollouts_source")
+if source == "log":
+    st.caption("A training run's log, read as it grows: an mrtpo credit log (TRL's `MRTPOGRPOTrainer` or `mrtpo "
+               "train` with `--credit-log`), OpenRLHF's board JSONL, prime-rl's token export, TRL's completions "
+               "parquet or verl's dumps. Only new steps are read at each check.")
+    run_viewer.show()
+    st.stop()
 st.caption("Upload a TRL completions log (`completions_*.parquet`, written with `log_completions=True`) or a "
            "verl-style JSONL dump (`input`, `output`, `score`, `step`, extra fields). Rows are grouped by step and "
            "prompt; the verifier template names the reward columns and what each reward's checker reads, with the "

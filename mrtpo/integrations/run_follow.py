@@ -26,6 +26,7 @@ from mrtpo.integrations.tool_logs import (
     board_row,
     detect_format,
     group_steps,
+    log_folder,
     read_prime_rl,
     read_rollout_log,
 )
@@ -34,7 +35,8 @@ from mrtpo.jsonl import parse_json
 
 class RunFollower:
     """Polls a growing run log (module docstring); ``fmt`` as :func:`mrtpo.integrations.tool_logs.detect_format`
-    gives it (``auto``: detected at the first poll that finds something)."""
+    gives it (``auto``: detected at the first poll that finds something).  A run folder is followed where it keeps
+    its log (:func:`mrtpo.integrations.tool_logs.log_folder`, until the first step is read): ``path`` says where."""
 
     def __init__(self, path: str | Path, fmt: str = "auto", decode: Decode | None = None):
         self.path, self.fmt, self.decode = Path(path), fmt, decode
@@ -45,8 +47,16 @@ class RunFollower:
         self._pending: list[CreditRow] = []  # board rows of steps not yet returned
         self._done: set[Path] = set()  # TRL / verl files read
 
+    @property
+    def meta(self) -> dict | None:
+        """A credit log's ``meta.json`` (model, method, measure, reward names, ...), once polled; None for other
+        formats."""
+        return self._credit.meta if self._credit is not None else None
+
     def poll(self, final: bool = False) -> list[CreditStep]:
         """The complete steps written since the last poll (step order)."""
+        if self.last_step is None and self._credit is None:  # nothing read yet: where the run keeps its log
+            self.path = log_folder(self.path)
         if self.fmt == "auto":
             self.fmt = detect_format(self.path)
         if self.fmt == "credit-log":

@@ -27,7 +27,8 @@ one viewer reads them all beside mrtpo's own credit log.
 
 - ``trl`` and ``verl``: TRL's completions parquet and verl's JSONL dumps (:mod:`mrtpo.integrations.rollouts`): prompt,
   completion, rewards (TRL: every numeric column but ``step`` and ``advantage``; verl: ``score``, a number or
-  {reward: value}) and TRL's logged ``advantage``; no tokens.  Groups: rows of a step with the same prompt.
+  {reward: value}) and TRL's logged ``advantage``; the other text columns (a ``reference``, ``ground_truth``, ...)
+  go to ``extra``; no tokens.  Groups: rows of a step with the same prompt.
 
 Every problem is a :class:`mrtpo.creditlog.CreditLogError` naming the file, the row (line) and the field; a file in
 none of the formats says which fields each one needs.
@@ -249,13 +250,30 @@ def read_rollout_log(path: str | Path, fmt: str, after_step: int | None = None) 
             vals = {k: v for k, v in r.values.items() if k not in ("step", "advantage", "prompt", "completion")
                     and (v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)))}
         rewards = {str(k): _reward(v, r.source, r.row, str(k)) for k, v in vals.items()}
+        text = {k: v for k, v in r.values.items() if isinstance(v, str)
+                and k not in ("prompt", "completion", "input", "output")}
         rows.append(CreditRow(step=r.step or 0, group=0, index=0, prompt=r.prompt, completion=r.completion,
-                              rewards=rewards, advantage=r.advantage, source=r.source, row=r.row))
+                              rewards=rewards, advantage=r.advantage, extra=text, source=r.source, row=r.row))
     rows = [r for r in rows if after_step is None or r.step > after_step]
     return group_steps(rows, lambda r: r.prompt)
 
 
 # ---------------------------------------------------------------------------------------------- any of them
+def log_folder(path: str | Path) -> Path:
+    """Where a run folder keeps its log: a folder holding one credit log (a child folder with ``meta.json``) → that
+    child; TRL's output folder (a ``completions`` child folder of parquet files, ``log_completions=True``) → that
+    child; anything else as it is."""
+    path = Path(path)
+    if not path.is_dir() or (path / META_FILE).is_file():
+        return path
+    logs = [d for d in sorted(path.iterdir()) if d.is_dir() and (d / META_FILE).is_file()]
+    if len(logs) == 1:
+        return logs[0]
+    if (path / "completions").is_dir() and any((path / "completions").glob("*.parquet")):
+        return path / "completions"
+    return path
+
+
 def detect_format(path: str | Path) -> str:
     """``credit-log``, ``board``, ``prime-rl``, ``trl`` (parquet) or ``verl``, from the folder's layout, the file's
     name or the first row's fields;
@@ -287,7 +305,9 @@ def detect_format(path: str | Path) -> str:
 
 def read_run_log(path: str | Path, fmt: str = "auto", after_step: int | None = None,
                  decode: Decode | None = None) -> list[CreditStep]:
-    """The steps after ``after_step`` of a run's log in any format mrtpo reads (``auto``: :func:`detect_format`)."""
+    """The steps after ``after_step`` of a run's log in any format mrtpo reads (``auto``: :func:`detect_format`); a run
+    folder is read where it keeps its log (:func:`log_folder`)."""
+    path = log_folder(path)
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "credit-log":
         return read_credit_log(path, after_step).steps

@@ -19,6 +19,8 @@ from typing import Sequence
 from mrtpo.creditlog import CreditRow, CreditStep
 
 METRICS = ("mean", "zeros", "constant", "share", "top10")
+TITLES = {"mean": "mean reward", "zeros": "share of zero rewards", "constant": "share of constant groups (Â = 0)",
+          "share": "share of the advantage's magnitude", "top10": "share of |A'| on the top 10 % of tokens"}
 TOP = 0.1  # the share of tokens ``top10`` looks at
 
 
@@ -71,8 +73,14 @@ def component_curves(steps: Sequence[CreditStep]) -> dict[str, dict[str, dict[in
     have is absent from that step's points."""
     out: dict[str, dict[str, dict[int, float | None]]] = {}
     for st in steps:
-        for k, m in step_components(st).items():
-            curves = out.setdefault(k, {name: {} for name in METRICS})
-            for name in METRICS:
-                curves[name][st.step] = m[name]
+        add_step(out, st)
     return out
+
+
+def add_step(curves: dict[str, dict[str, dict[int, float | None]]], step: CreditStep) -> None:
+    """Add one step's points to ``curves`` (:func:`component_curves`' value), in place: a viewer following a run
+    computes each new step once."""
+    for k, m in step_components(step).items():
+        c = curves.setdefault(k, {name: {} for name in METRICS})
+        for name in METRICS:
+            c[name][step.step] = m[name]

@@ -155,6 +155,7 @@ def test_app_page(trl_file, monkeypatch):
     monkeypatch.setenv("MRTPO_MODEL", "tiny-random")
     at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "..", "pages", "your-rollouts.py"),
                            default_timeout=60)
+    at.session_state["rollouts_source"] = "upload"  # (the default view follows a run's log)
     at.run()
     assert not at.exception and "Upload a file" in at.info[0].value
     at.session_state["rollouts_file"] = ("completions_00002.parquet", trl_file.read_bytes())

@@ -92,6 +92,7 @@ def test_app_upload_with_long_completions_says_so_in_seconds(tmp_path, monkeypat
     monkeypatch.setenv("MRTPO_MODEL", "tiny-random")
     at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "..", "pages", "your-rollouts.py"),
                            default_timeout=120)
+    at.session_state["rollouts_source"] = "upload"  # (the default view follows a run's log)
     at.run()
     at.session_state["rollouts_file"] = ("long.jsonl", f.read_bytes())
     at.text_area(key="rollouts_vt").set_value(json.dumps(VT))
