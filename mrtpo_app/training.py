@@ -179,8 +179,9 @@ def experiment_view(store: Store, db_path: str) -> None:
                 f"{md(INFO_LABELS.get(b.get('info', 'rule'), ''))}{' · LoRA' if b['lora'] else ''} (an arm's own "
                 f"fields are in its name)")
     if finished < len(runs):
-        st.info(f"In progress: {finished} of {len(runs)} runs finished. The statistics use the steps that every "
-                f"method of a seed has stored so far; press **Refresh** to update.")
+        st.info(f"In progress: {finished} of {len(runs)} runs finished. The table and curves use the steps every "
+                f"method of a seed has stored so far, each Δ the steps its arm and the baseline have; press "
+                f"**Refresh** to update.")
         st.button("Refresh", key="train_exp_refresh")
     st.caption("The runs of one seed share the prompts and the sampling streams (schedule seed): at step 1 every "
                "method samples the same groups, later they differ only through their policies. Band: min–max over "

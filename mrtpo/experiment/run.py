@@ -339,8 +339,9 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
               boot_seed: int = 0) -> dict:
     """The experiment's statistics (module docstring) as a JSON-ready dict; ``threshold`` None = the default rule.
 
-    A seed's step counts for the curves and the paired units only when every method's run of that seed has it, so
-    a partly run experiment compares like with like. MrtpoError if two runs of one seed saw different examples at
+    A seed's step counts for the curves and the methods' table only when every method's run of that seed has it, so
+    a partly run experiment compares like with like; each paired comparison uses the steps its arm and the baseline
+    both have (an arm that has not run yet does not hold the others' comparisons back). MrtpoError if two runs of one seed saw different examples at
     the same step (then they are not paired).
     """
     cfg = data.config
@@ -375,14 +376,18 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
                    "runs": [cfg.run_name(m, j) for j in range(J)], "steps_done": data.steps_done[m]}
                for m in cfg.methods}
     paired = {}
+    own = {m: np.all(np.isfinite(data.units[m]), axis=2) for m in cfg.methods}  # (J, S): the cells each run has
     for m in cfg.methods[1:]:
-        diffs = [(data.units[m][j] - data.units[base][j])[have[j]].ravel() for j in range(J)]
+        pair = own[m] & own[base]  # (J, S): each arm is paired with the baseline on the cells both have
+        pc = {x: np.where(pair, data.units[x].mean(axis=2), np.nan) for x in (m, base)}
+        diffs = [(data.units[m][j] - data.units[base][j])[pair[j]].ravel() for j in range(J)]
         diffs = [d for d in diffs if d.size]
         n = int(sum(d.size for d in diffs))
         ci = cluster_bootstrap_ci(diffs, n_boot, boot_seed) if n else (float("nan"), float("nan"))
         paired[m] = {"auc_diff": float(np.mean(np.concatenate(diffs))) if n else float("nan"), "ci95": list(ci),
                      "n": n, "n_seeds": len(diffs), "against": base,
-                     "seed_diffs": [auc(run_curve[m][j]) - auc(run_curve[base][j]) for j in range(J)]}
+                     "steps_paired": [int(pair[j].sum()) for j in range(J)],
+                     "seed_diffs": [auc(pc[m][j]) - auc(pc[base][j]) for j in range(J)]}
         paired[m]["detectable"] = detectable_diff(paired[m]["seed_diffs"])
     steps_common = int(have.all(axis=0).sum()) if J else 0
     return {
@@ -395,7 +400,8 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
                     "response's mean reward",
             "auc": "(1/S) Σ_{s=1..S} c̄(s): the step mean of the seed-mean mean-reward curve",
             "final": f"mean of the seed-mean curve over the last min({FINAL_WINDOW}, S) steps",
-            "auc_diff": f"mean over the n paired units of (method − {base}); = AUC difference when complete",
+            "auc_diff": f"mean over the n paired units of (method − {base}): the (seed, step) cells both runs have; "
+                        f"= AUC difference when complete",
             "ci95": f"percentile cluster bootstrap ({n_boot} resamples, seed {boot_seed}): seeds with replacement, "
                     f"then units within each drawn seed",
             "steps_to_threshold": f"first step where the seed-mean curve, trailing mean over {SMOOTH_WINDOW} "

@@ -426,3 +426,22 @@ def test_detectable_diff_hand_worked_and_against_scipy():
         assert detectable_diff(d) == pytest.approx(q * d.std(ddof=1) / np.sqrt(n), rel=1e-4)
     assert np.isnan(detectable_diff([0.02])) and np.isnan(detectable_diff([0.01, float("nan")]))
     assert detectable_diff([0.01, None, 0.03, 0.02]) == detectable_diff([0.01, 0.03, 0.02])  # an unfinished seed
+
+
+def test_an_arm_not_run_yet_does_not_hold_back_the_others_comparisons():
+    """Three arms, seed 0, 3 steps; the third arm has only step 1. The table and curves use step 1 (every arm has
+    it); each Δ uses the steps its arm and the baseline both have: mrtpo − gdpo over all 3 steps
+    ((0 + 0.2 + 0.1) / 3 = 0.1), the partial arm's over step 1 alone (0.5 − 0.2 = 0.3)."""
+    base = {k: v for k, v in cfg(prompts_per_step=1).to_dict().items() if k not in X.PER_RUN_FIELDS}
+    exp = X.ExperimentConfig("hand3", ["gdpo", "mrtpo", "mrtpo:measure=evidence"], 1, 3, base)
+    u = {"gdpo": np.array([0.2, 0.4, 0.6]).reshape(1, 3, 1), "mrtpo": np.array([0.2, 0.6, 0.7]).reshape(1, 3, 1),
+         "mrtpo:measure=evidence": np.array([0.5, np.nan, np.nan]).reshape(1, 3, 1)}
+    ids = {m: [[["e"] for _ in range(3)]] for m in exp.methods}
+    d = X.ExperimentData(exp, u, ids, {m: {} for m in exp.methods}, {"gdpo": [3], "mrtpo": [3],
+                                                                      "mrtpo:measure=evidence": [1]})
+    s = X.experiment_summary(d, n_boot=200)
+    assert s["methods"]["gdpo"]["auc"] == pytest.approx(0.2) and s["methods"]["mrtpo"]["auc"] == pytest.approx(0.2)
+    p, q = s["paired"]["mrtpo"], s["paired"]["mrtpo:measure=evidence"]
+    assert p["auc_diff"] == pytest.approx(0.1) and p["n"] == 3 and p["steps_paired"] == [3]
+    assert p["seed_diffs"] == pytest.approx([(0.2 + 0.6 + 0.7) / 3 - 0.4])
+    assert q["auc_diff"] == pytest.approx(0.3) and q["n"] == 1 and q["steps_paired"] == [1]
