@@ -341,8 +341,8 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
 
     A seed's step counts for the curves and the methods' table only when every method's run of that seed has it, so
     a partly run experiment compares like with like; each paired comparison uses the steps its arm and the baseline
-    both have (an arm that has not run yet does not hold the others' comparisons back). MrtpoError if two runs of one seed saw different examples at
-    the same step (then they are not paired).
+    both have (an arm that has not run yet does not hold the others' comparisons back). MrtpoError if two runs of
+    one seed saw different examples at the same step (then they are not paired).
     """
     cfg = data.config
     base, J = cfg.methods[0], cfg.seeds
