@@ -10,7 +10,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from mrtpo.creditlog.format import FORMAT, META_FILE, VERSION, CreditLogError, CreditRow, check_meta, check_row
 from mrtpo.errors import MrtpoError
@@ -121,10 +121,9 @@ def step_files(folder: str | Path, after_step: int | None = None) -> list[tuple[
     return sorted(out)
 
 
-def read_step_file(path: str | Path, step: int | None = None) -> list[CreditRow]:
-    """The rows of one step file, each checked (:func:`mrtpo.creditlog.format.check_row`); a row whose ``step``
-    is not the file's is an error too."""
-    rows = []
+def json_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each line of a JSONL file; CreditLogError naming the file and line for one that
+    cannot be read (this log's and the other trainers' logs alike)."""
     try:
         lines = list(json_lines(path))
     except InputFileError as e:
@@ -132,6 +131,14 @@ def read_step_file(path: str | Path, step: int | None = None) -> list[CreditRow]
     for n, obj, problem in lines:
         if problem is not None:
             raise CreditLogError(path, n, "", problem)
+        yield n, obj
+
+
+def read_step_file(path: str | Path, step: int | None = None) -> list[CreditRow]:
+    """The rows of one step file, each checked (:func:`mrtpo.creditlog.format.check_row`); a row whose ``step``
+    is not the file's is an error too."""
+    rows = []
+    for n, obj in json_rows(path):
         r = check_row(obj, path, n)
         if step is not None and r.step != step:
             raise CreditLogError(path, n, "step", f"is {r.step} in the file of step {step}")

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from mrtpo.creditlog import CreditLogError, CreditRow, CreditStep, read_credit_log
+from mrtpo.creditlog.files import json_rows
 from mrtpo.creditlog.format import META_FILE
-from mrtpo.jsonl import InputFileError, json_lines
 
 FORMATS = ("credit-log", "board", "prime-rl", "trl", "verl")
 BOARD_REQUIRED = ("prompt", "response", "response_tokens", "logprobs", "reward", "step")
@@ -59,15 +59,7 @@ Decode = Callable[[list[int]], str]
 
 
 # ---------------------------------------------------------------------------------------------- checks
-def _rows(path: Path) -> Iterable[tuple[int, dict]]:
-    try:
-        lines = list(json_lines(path))
-    except InputFileError as e:
-        raise CreditLogError(path, 0, "", e.problem) from None
-    for n, obj, problem in lines:
-        if problem is not None:
-            raise CreditLogError(path, n, "", problem)
-        yield n, obj
+_rows = json_rows  # (line number, object) per JSONL line, errors naming file and line
 
 
 def _number(v, path, n, name, null: bool = False) -> float | None:
