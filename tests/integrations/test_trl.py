@@ -57,7 +57,9 @@ def _reward_vowels(completions, **kw):
     return [float(any(ch in "aeiou" for ch in _text(c))) for c in completions]
 
 
-def _trainer(tmp_path, tiny, method, beta, calls=None):
+def _trainer(tmp_path, tiny, method, beta, calls=None, **extra):
+    """One TRL step's MRTPOGRPOTrainer on the tiny model (two toy rewards with verifier information); ``extra``:
+    more MRTPOConfig fields."""
     from datasets import Dataset
     from trl import GRPOConfig
 
@@ -78,7 +80,7 @@ def _trainer(tmp_path, tiny, method, beta, calls=None):
     # tokenizer stay as every other test loaded them
     return MRTPOGRPOTrainer(model=copy.deepcopy(tiny.model), reward_funcs=[_reward_len, _reward_vowels], args=args,
                             train_dataset=ds, processing_class=copy.deepcopy(tiny.tokenizer), verifier_info_fn=info,
-                            mrtpo_config=MRTPOConfig(method=method, beta=beta, warmup=None))
+                            mrtpo_config=MRTPOConfig(method=method, beta=beta, warmup=None, **extra))
 
 
 def _inputs():

@@ -1,7 +1,6 @@
 """The credit log of a TRL run: one generation on the tiny model writes a step whose token advantages are the ones
 TRL's loss received, whose per-reward rows sum to them, and whose log-probs are the policy's.  Two processes:
 ``tests/integrations/test_trl.py::test_accelerate_two_processes`` reads the log its run writes."""
-import copy
 
 import pytest
 import torch
@@ -9,29 +8,14 @@ import torch
 pytest.importorskip("trl", reason="optional extra 'trl' not installed (pip install trl==1.16.0)")
 
 from mrtpo.creditlog import read_credit_log  # noqa: E402
-from tests.integrations.test_trl import _inputs, _reward_len, _reward_vowels  # noqa: E402
+from tests.integrations.test_trl import _inputs  # noqa: E402
+from tests.integrations.test_trl import _trainer as trl_trainer  # noqa: E402
 
 NAMES = ["_reward_len", "_reward_vowels"]
 
 
-def _trainer(tmp_path, tiny, **cfg):
-    from datasets import Dataset
-    from trl import GRPOConfig
-
-    from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer
-
-    def info(prompt, completion, example):
-        return {"_reward_len": f"length modulo 3 of the answer, target {example['target']}",
-                "_reward_vowels": "the answer must contain a vowel"}
-
-    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Say something {i}."}], "target": i}
-                            for i in range(8)])
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
-                      max_completion_length=8, multi_objective_aggregation="normalize_then_sum", use_cpu=True,
-                      bf16=False, report_to="none", save_strategy="no", max_steps=1, disable_tqdm=True, seed=0)
-    tr = MRTPOGRPOTrainer(model=copy.deepcopy(tiny.model), reward_funcs=[_reward_len, _reward_vowels], args=args,
-                          train_dataset=ds, processing_class=copy.deepcopy(tiny.tokenizer), verifier_info_fn=info,
-                          mrtpo_config=MRTPOConfig(warmup=None, credit_log=str(tmp_path / "log"), **cfg))
+def _trainer(tmp_path, tiny, method, beta, **cfg):
+    tr = trl_trainer(tmp_path, tiny, method, beta, credit_log=str(tmp_path / "log"), **cfg)
     tr.model.train()  # as in trainer.train(): only training generations are logged
     return tr
 
