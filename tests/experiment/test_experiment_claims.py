@@ -42,11 +42,17 @@ def test_two_experiments_at_once_never_train_a_run_past_its_steps(tmp_path):
         except MrtpoError as e:
             outcomes[i] = str(e)
 
-    threads = [threading.Thread(target=runner, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=runner, args=(i,), daemon=True) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=300)
+    if any(t.is_alive() for t in threads):  # seen once in CI: a deadlock; fail with every thread's stack, not hang
+        import faulthandler
+        import sys
+
+        faulthandler.dump_traceback(sys.stderr, all_threads=True)
+        pytest.fail("the two runners did not finish within 300 s (a deadlock): stacks on stderr")
     assert "ran" in outcomes, outcomes
     for o in outcomes:
         assert o == "ran" or ("experiment 'toyexp' is being run: its run 'toyexp." in o and "already exists" not in o)
