@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from mrtpo.errors import MrtpoError
@@ -137,13 +138,31 @@ def db_problem(path: Path, e: Exception) -> str:
     return text
 
 
+def _to_wal(conn: sqlite3.Connection, wait_s: float = 30.0) -> None:
+    """Switch the store to WAL mode (a no-op once it is: the mode is kept in the file).
+
+    SQLite does not call the busy handler for this switch: while another connection opens a new store at the same
+    moment it fails at once with "database is locked" (seen with two trainers started together). So it is retried
+    here, for up to ``wait_s`` seconds like every other write (``busy_timeout``)."""
+    deadline, pause = time.monotonic() + wait_s, 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
 def open_store(path: Path) -> sqlite3.Connection:
     """The connection to run store ``path`` (created when absent; WAL mode), its tables there and at
     :data:`SCHEMA_VERSION` (versions 1 and 2 are brought up to date). MrtpoError, the file untouched, when it is not
     mrtpo's (:func:`_open`) or of a newer version."""
     conn = _open(path)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
+        _to_wal(conn)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(_SCHEMA)
         conn.execute("BEGIN IMMEDIATE")

@@ -24,7 +24,7 @@ from tests.app.test_app import APP, _ok, shown  # noqa: E402
 
 def together(fns):
     """Run each function in its own thread, all released at once; their results (an exception is re-raised)."""
-    out, barrier = [None] * len(fns), threading.Barrier(len(fns))
+    out, barrier = [None] * len(fns), threading.Barrier(len(fns), timeout=120)
 
     def run(i):
         barrier.wait()

@@ -31,12 +31,12 @@ def test_two_experiments_at_once_never_train_a_run_past_its_steps(tmp_path):
     with a message that says the experiment is being run; every run ends with exactly the experiment's steps."""
     path, exp = tmp_path / "r.db", exp_config(steps=2)
     outcomes: list = [None, None]
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(2, timeout=120)  # a runner that fails before it must not leave the other waiting
 
     def runner(i):
-        st = Store(path)
-        barrier.wait()
         try:
+            st = Store(path)  # both open the new store at once: this once failed with "database is locked"
+            barrier.wait()
             X.run_experiment(st, exp, family=ToyFamily())
             outcomes[i] = "ran"
         except MrtpoError as e:
@@ -47,7 +47,7 @@ def test_two_experiments_at_once_never_train_a_run_past_its_steps(tmp_path):
         t.start()
     for t in threads:
         t.join(timeout=300)
-    if any(t.is_alive() for t in threads):  # seen once in CI: a deadlock; fail with every thread's stack, not hang
+    if any(t.is_alive() for t in threads):  # fail with every thread's stack rather than hang
         import faulthandler
         import sys
 

@@ -257,7 +257,7 @@ def test_draw_follows_the_distribution(monkeypatch):
 def sample_in_threads(lm, seeds, rounds=3, **kw):
     """Each seed sampled by its own thread, all started together (a barrier), ``rounds`` times: {seed: [groups]}."""
     got, errors = {s: [] for s in seeds}, []
-    barrier = threading.Barrier(len(seeds))
+    barrier = threading.Barrier(len(seeds), timeout=120)
 
     def work(s):
         try:
