@@ -200,7 +200,7 @@ def test_stores_opened_at_once_on_a_new_file_all_open(tmp_path):
         path = tmp_path / f"s{i}.db"
         barrier = threading.Barrier(4, timeout=60)
 
-        def open_one():
+        def open_one(path=path, barrier=barrier):
             barrier.wait()
             time.sleep(random.random() * 0.003)  # spread over the few ms the first open takes
             try:
