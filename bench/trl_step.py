@@ -18,6 +18,13 @@ is warm-up), with the phases each trainer reports (rollout = sampling + rewards;
     PYTHONPATH=$PWD python bench/trl_step.py [--steps 4] [--group 4] [--prompts 2] [--max-new-tokens 48] [--no-doc]
 
 The figures also go to docs/benchmarks.md, section ``trl-step`` (``--no-doc``: printed only).
+
+``--credit-log``: instead, the cost of the credit log (issue "Watch real training runs"; target: logging 4 groups a
+step adds <= 3 % to a step). One ``MRTPOGRPOTrainer`` (the TRL integration, method mrtpo, the rule as verifier
+information, no warm-up) with ``credit_log`` on and ``credit_log_groups`` = --prompts (default 4 with this flag: every
+group of the step is logged); each step timed whole and its logging (``trl_log.log_step``: the no-grad forward for
+log-probs and entropy, the rows, the atomic write) timed inside it, so the ratio is measured in the same steps:
+  RATIO logging / (step - logging)  (target <= 0.03).   Section ``trl-credit-log``.
 """
 from __future__ import annotations
 
@@ -78,17 +85,21 @@ def main() -> None:
     ap.add_argument("--model", default="default")
     ap.add_argument("--task", default="instructions")
     ap.add_argument("--group", type=int, default=4)
-    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=None, help="prompts a step (default 2; 4 with --credit-log)")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, the core count)")
+    ap.add_argument("--credit-log", action="store_true", help="measure the credit log's cost instead (docstring)")
     report.add_doc_flag(ap)
     a = ap.parse_args()
+    a.prompts = a.prompts or (4 if a.credit_log else 2)
     print(report.machine(), flush=True)
     if a.threads > 0:
         torch.set_num_threads(a.threads)
+    if a.credit_log:
+        return credit_log_cost(a)
 
     import trl
     from datasets import Dataset
@@ -194,6 +205,97 @@ def main() -> None:
                    f"means over steps 2–{a.steps}.")
         path = report.update_section("trl-step", report.section("bench/trl_step.py", doc_text(setting, mean)))
         print(f"  written to {path} (section trl-step)")
+
+
+def credit_log_cost(a) -> None:
+    """``--credit-log``: time each step of the TRL integration with the credit log on, and the logging inside it."""
+    import tempfile
+
+    import trl
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig
+
+    from mrtpo.integrations import trl_log
+    from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer
+    from mrtpo.model import load_model
+    from mrtpo.tasks import get_family
+
+    family = get_family(a.task)
+    exs = family.examples()
+    order = [exs[i % len(exs)] for i in range(a.steps * a.prompts)]
+    by_id = {ex.id: ex for ex in order}
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": ex.prompt}], "example_id": ex.id}
+                              for ex in order])
+
+    def info(prompt, completion, example):
+        return family.rule_info(by_id[example["example_id"]])
+
+    lm = load_model(a.model, "cpu")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, trl {trl.__version__}; model {a.model} "
+          f"(float32 on CPU); TRL integration, method mrtpo (rule), credit log of {a.prompts} groups of {a.group} a "
+          f"step, {a.max_new_tokens} new tokens, {a.steps} steps (step 1 = warm-up, not counted)", flush=True)
+    rec: list[dict] = []
+    now = {"log": 0.0, "forward": 0.0}
+
+    def timed(fn, key):
+        def wrapped(*x, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*x, **kw)
+            finally:
+                now[key] += time.perf_counter() - t
+        return wrapped
+
+    trl_log.log_step = timed(trl_log.log_step, "log")
+    trl_log.token_stats = timed(trl_log.token_stats, "forward")
+
+    class Steps(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            now.update(log=0.0, forward=0.0)
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            rec.append({"step": time.perf_counter() - self.t0, **now})
+            r = rec[-1]
+            print(f"  step {state.global_step}  step {r['step']:6.2f} s  logging {r['log']:5.2f} s (forward "
+                  f"{r['forward']:.2f})  logging / rest {r['log'] / (r['step'] - r['log']):.3f}", flush=True)
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out, max_steps=a.steps, per_device_train_batch_size=a.group * a.prompts,
+            num_generations=a.group, max_completion_length=a.max_new_tokens, learning_rate=a.lr,
+            lr_scheduler_type="constant", beta=0.0, temperature=1.0, top_p=1.0, top_k=0,
+            multi_objective_aggregation="normalize_then_sum", use_vllm=False, use_cpu=True, bf16=False,
+            gradient_checkpointing=False, shuffle_dataset=False, report_to="none", save_strategy="no",
+            logging_steps=10_000, disable_tqdm=True, seed=a.seed, data_seed=a.seed)
+        tr = MRTPOGRPOTrainer(model=lm.model.train(), reward_funcs=reward_functions(family, by_id), args=args,
+                              train_dataset=data, processing_class=lm.tokenizer, verifier_info_fn=info,
+                              callbacks=[Steps()], mrtpo_config=MRTPOConfig(
+                                  method="mrtpo", warmup=None, credit_log=f"{out}/credit",
+                                  credit_log_groups=a.prompts))
+        tr.train()
+    mean = {k: float(np.mean([r[k] for r in rec[1:]])) for k in ("step", "log", "forward")}
+    ratio = mean["log"] / (mean["step"] - mean["log"])
+    print(f"  means over steps 2-{a.steps}: step {mean['step']:.2f} s, logging {mean['log']:.3f} s (forward "
+          f"{mean['forward']:.3f} s)")
+    print(f"  RATIO logging / (step - logging) = {ratio:.4f}   (target <= 0.03)")
+    if not a.no_doc:
+        setting = (f"Model {a.model} (float32 on CPU), torch {torch.__version__}, trl {trl.__version__}; TRL "
+                   f"integration, method mrtpo (rule); task {a.task}, {a.prompts} groups of {a.group} logged a step "
+                   f"(all of them), {a.max_new_tokens} new tokens; means over steps 2–{a.steps}.")
+        path = report.update_section("trl-credit-log", report.section("bench/trl_step.py --credit-log",
+                                                                       credit_log_text(setting, mean)))
+        print(f"  written to {path} (section trl-credit-log)")
+
+
+def credit_log_text(setting: str, mean: dict) -> str:
+    """The credit log's cost as markdown (``mean``: step, log and forward seconds)."""
+    ratio = mean["log"] / (mean["step"] - mean["log"])
+    return setting + "\n\n" + report.table(["figure", "value", "target"], [
+        ["step (with the credit log)", f"{mean['step']:.2f} s", ""],
+        ["logging in it (of which the log-prob forward)", f"{mean['log']:.3f} s ({mean['forward']:.3f} s)", ""],
+        ["logging / (step − logging)", f"{100 * ratio:.1f} %", "≤ 3 %"]])
 
 
 def doc_text(setting: str, mean: dict) -> str:

@@ -136,3 +136,9 @@ def test_localization_section_name_and_text():
     assert "| `js` | 0.520 (1.50) | 0.740 (1.50) | 0.630 | 0.640 | 0.620 |" in only and "Hand-marked" not in only
     assert localization.section_name(argparse.Namespace(**{**vars(a), "seed": 1, "skip_hand": True})) == (
         "localization-rule-seed1-sampled-only")
+
+
+def test_trl_credit_log_section():
+    text = trl_step.credit_log_text("S.", {"step": 20.6, "log": 0.6, "forward": 0.45})
+    assert "| logging in it (of which the log-prob forward) | 0.600 s (0.450 s) |  |" in text
+    assert "| logging / (step − logging) | 3.0 % | ≤ 3 % |" in text
