@@ -67,8 +67,9 @@ class MRTPOConfig(CreditConfig):
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     credit_log: str | None = opt(None, LOG_HELP)
     credit_log_groups: int = opt(GROUPS, GROUPS_HELP, lo=1, hi=4096)
-    credit_log_logprobs: bool = opt(True, "log each token's log-prob and entropy from one no-grad forward over the "
-                                          "logged completions (False: only the log-probs TRL computed)")
+    credit_log_logprobs: bool = opt(True, "log each token's log-prob and entropy from TRL's own loss forward (a "
+                                          "step is written once its loss has run; False: at once, with only the "
+                                          "log-probs TRL computed)")
 
     def __post_init__(self):
         super().__post_init__()  # MrtpoError for an unknown method or measure, β outside [0, 1], ...
@@ -138,6 +139,32 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         self.mrtpo_last: dict = {}
         self._mrtpo_batch: tuple | None = None
         super().__init__(*args, **kwargs)
+
+    def train(self, *args, **kwargs):
+        """TRL's ``train``; then the credit log's last waiting step is written (:func:`mrtpo.integrations.trl_log.
+        flush`)."""
+        result = super().train(*args, **kwargs)
+        if self.mrtpo_config.credit_log:
+            from mrtpo.integrations.trl_log import flush
+
+            flush(self)
+        return result
+
+    def _compute_loss(self, model, inputs):
+        self._mrtpo_capture = inputs.get("mrtpo_row")  # the credit log takes this forward's log-probs and entropy
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._mrtpo_capture = None
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        idx, self._mrtpo_capture = getattr(self, "_mrtpo_capture", None), None  # the loss' first forward only
+        if idx is not None:
+            from mrtpo.integrations.trl_log import capture
+
+            capture(self, idx, out[0], out[1])
+        return out
 
     # TRL calls this once per generation batch with the local rows; it returns rewards gathered over processes.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

@@ -139,6 +139,6 @@ def test_localization_section_name_and_text():
 
 
 def test_trl_credit_log_section():
-    text = trl_step.credit_log_text("S.", {"step": 20.6, "log": 0.6, "forward": 0.45})
-    assert "| logging in it (of which the log-prob forward) | 0.600 s (0.450 s) |  |" in text
+    text = trl_step.credit_log_text("S.", {"step": 20.6, "all": 0.6, "capture": 0.45})
+    assert "| logging in it (of which taking the loss forward's log-probs) | 0.600 s (0.450 s) |  |" in text
     assert "| logging / (step − logging) | 3.0 % | ≤ 3 % |" in text

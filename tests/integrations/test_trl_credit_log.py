@@ -21,9 +21,18 @@ def _trainer(tmp_path, tiny, method, beta, **cfg):
 
 
 def test_trl_step_writes_what_the_trainer_computed(tmp_path, tiny):
+    from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+    from mrtpo.integrations.trl_log import flush
+
     tr = _trainer(tmp_path, tiny, method="mrtpo", beta=0.5, credit_log_groups=1)
     torch.manual_seed(0)
     out = tr._generate_and_score_completions(_inputs())
+    assert not (tmp_path / "log").exists()  # the rows wait for the loss forward's log-probs and entropy
+    tr.current_gradient_accumulation_steps = 1  # what train() sets before a loss
+    for part in split_tensor_dict(shuffle_sequence_dict(dict(out)), 2):  # as TRL does: shuffled micro-batches
+        tr._compute_loss(tr.model, part)
+    flush(tr)
     log = read_credit_log(tmp_path / "log")
     assert log.meta["source"] == "trl" and log.meta["rewards"] == NAMES and log.meta["method"] == "mrtpo"
     assert log.meta["model"]  # the policy's name or path, else its class
@@ -46,14 +55,22 @@ def test_trl_step_writes_what_the_trainer_computed(tmp_path, tiny):
         moved += any(v is not None for v in r.relevance.values())
         assert all(e is not None and e >= 0 for e in r.entropy)
     assert moved  # the rewards vary in the group: it was replayed
-    # the log-probs are the policy's at temperature 1: one forward here gives the same numbers
-    r = st.rows[0]
-    ids = torch.cat([out["prompt_ids"][0][out["prompt_mask"][0].bool()], torch.tensor(r.token_ids)])
-    with torch.no_grad():
-        logits = tr.model(ids.unsqueeze(0)).logits[0].float()
-    P = int(out["prompt_mask"][0].sum())
-    lp = torch.log_softmax(logits[P - 1:-1], -1).gather(1, torch.tensor(r.token_ids).unsqueeze(1)).squeeze(1)
-    torch.testing.assert_close(torch.tensor(r.logprob), lp, atol=1e-4, rtol=1e-4)
+    # the log-probs and entropies are the policy's at temperature 1: one forward here gives the same numbers
+    for i in (0, 3):
+        r = st.rows[i]
+        ids = torch.cat([out["prompt_ids"][i][out["prompt_mask"][i].bool()], torch.tensor(r.token_ids)])
+        with torch.no_grad():
+            logits = tr.model(ids.unsqueeze(0)).logits[0].float()
+        P = int(out["prompt_mask"][i].sum())
+        logp = torch.log_softmax(logits[P - 1:-1], -1)
+        lp = logp.gather(1, torch.tensor(r.token_ids).unsqueeze(1)).squeeze(1)
+        torch.testing.assert_close(torch.tensor(r.logprob), lp, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(torch.tensor(r.entropy), -(logp.exp() * logp).sum(-1), atol=1e-4, rtol=1e-4)
+    tr.state.global_step = 1
+    tr._generate_and_score_completions(_inputs())  # a generation no loss reached: written without log-probs
+    flush(tr)
+    last = read_credit_log(tmp_path / "log").steps[-1]
+    assert all(r.logprob is None and r.entropy is None for r in last.rows) and len(last.rows) == 4
 
 
 def test_trl_gdpo_log_without_the_extra_forward(tmp_path, tiny):
