@@ -296,3 +296,78 @@ def test_sampling_leaves_the_global_generator_alone(tiny):
     assert torch.equal(torch.get_rng_state(), before)
     torch.manual_seed(999)
     assert [x.token_ids for x in sample(tiny, PROMPTS[0], n=3, max_new_tokens=16, seed=7)] == a
+
+
+# ---------------------------------------------------------------------------------------------- few rows (AVX2)
+def test_rows_linear_is_linear_with_the_operands_swapped(monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(96, 64, generator=g), torch.randn(96, generator=g)
+    for shape in ((8, 64), (8, 1, 64), (2, 3, 64), (1, 64)):
+        x = torch.randn(*shape, generator=g)
+        y = D.rows_linear(x, w, b)
+        assert y.shape == (*shape[:-1], 96) and y.is_contiguous()  # contiguous: SDPA keeps its fast kernel
+        torch.testing.assert_close(y, torch.nn.functional.linear(x, w, b), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(D.rows_linear(x, w, None), x @ w.t(), atol=1e-5, rtol=1e-5)
+    called = []
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: called.append(a[0].shape) or a[0] @ a[1].t())
+    D.rows_linear(torch.zeros(D.FEW_ROWS + 1, 64), w, None)  # a prompt's many rows: the plain product
+    D.rows_linear(torch.zeros(D.FEW_ROWS, 64), w, None)
+    assert called == [(D.FEW_ROWS + 1, 64)]
+
+
+def test_the_few_rows_stack_shares_the_models_parameters(tiny):
+    import copy as _copy
+
+    from peft import LoraConfig, get_peft_model
+
+    model = _copy.deepcopy(tiny.model)
+    stack = D.decoder_stack(model)
+    few = D.few_rows_stack(stack)
+    assert D.few_rows_stack(stack) is few  # kept
+    assert [id(p) for p in few.parameters()] == [id(p) for p in stack.parameters()]  # the same tensors
+    assert sum(isinstance(m, D.RowsLinear) for m in few.modules()) == 14  # 2 layers x 7 projections
+    assert not any(isinstance(m, D.RowsLinear) for m in stack.modules())  # the model keeps its own layers
+    x = torch.tensor([[5, 6, 7]])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model(input_ids=x).logits.sum().backward()
+    opt.step()  # the trainer's update shows in the copy at once
+    with torch.no_grad():
+        torch.testing.assert_close(few(input_ids=x).last_hidden_state, stack(input_ids=x).last_hidden_state)
+    peft = get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    assert D.few_rows_stack(D.decoder_stack(peft)) is not few  # an adapter came in: a new copy, with it
+    with torch.no_grad():
+        torch.testing.assert_close(D.few_rows_stack(D.decoder_stack(peft))(input_ids=x).last_hidden_state,
+                                   D.decoder_stack(peft)(input_ids=x).last_hidden_state)
+
+
+@pytest.mark.parametrize("fast_bf16", [False, True])
+def test_auto_samples_the_same_greedy_tokens_through_the_few_rows_path(spiky, monkeypatch, fast_bf16):
+    """On a CPU without fast bf16 "auto" decodes float32 through the few-rows stack: the same greedy tokens as the
+    model's own layers, and the same draws for a seed as without it (draws at the same seed; sums in another order
+    can only move a draw that falls on a boundary)."""
+    monkeypatch.setattr(D, "fast_bf16_cpu", lambda: fast_bf16)
+    import mrtpo.model.sampler as S
+
+    used = []
+    real = D.rows_linear
+    monkeypatch.setattr(D, "rows_linear", lambda *a: used.append(1) or real(*a))
+    monkeypatch.setattr(S, "rows_linear", D.rows_linear)
+    for prompt in PROMPTS:
+        want = sample(spiky, prompt, n=3, max_new_tokens=12, temperature=0, precision="model")
+        got = sample(spiky, prompt, n=3, max_new_tokens=12, temperature=0, precision="auto")
+        if not fast_bf16:
+            assert [s.token_ids for s in got] == [s.token_ids for s in want]
+    assert bool(used) == (not fast_bf16)  # AMX / AVX512-BF16: bf16 weight copies, not this path
+    if not fast_bf16:
+        a = sample(spiky, PROMPTS[1], n=4, max_new_tokens=12, seed=5, precision="auto")
+        monkeypatch.setattr(D, "few_rows_fast", lambda *a: False)
+        b = sample(spiky, PROMPTS[1], n=4, max_new_tokens=12, seed=5, precision="auto")
+        assert [s.token_ids for s in a] == [s.token_ids for s in b]
+
+
+def test_default_model_greedy_is_the_same_through_the_few_rows_path(smol, monkeypatch):
+    monkeypatch.setattr(D, "fast_bf16_cpu", lambda: False)
+    prompt = "Write one SQL query that lists the names of all customers."
+    want = sample(smol, prompt, n=4, max_new_tokens=24, temperature=0, precision="model")
+    got = sample(smol, prompt, n=4, max_new_tokens=24, temperature=0, precision="auto")
+    assert [s.token_ids for s in got] == [s.token_ids for s in want] and len(got[0].token_ids) > 8
