@@ -79,7 +79,8 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 def few_rows_stack(backbone: torch.nn.Module) -> torch.nn.Module:
     """``backbone`` with each ``nn.Linear`` as a :class:`RowsLinear` over the same parameters: new modules, the
     model's tensors (a trainer's updates show in it at once). Made once per module and kept (weakly) while the
-    module holds the same parameter objects (adding a LoRA adapter, say, makes a new one)."""
+    module holds the same parameter objects (adding a LoRA adapter, say, makes a new one; :class:`Decoder` does not
+    use it for stacks with adapters)."""
     import copy
 
     with _module_lock(backbone):  # not while a Decoder has its cast copies swapped into the module
@@ -98,6 +99,12 @@ def few_rows_stack(backbone: torch.nn.Module) -> torch.nn.Module:
 
 
 _few_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module → (its parameters' ids, its copy)
+
+
+def _has_adapters(backbone: torch.nn.Module) -> bool:
+    """Whether peft adapter layers are in the stack: their switches (``disable_adapter``, merging) change attributes of
+    the model's own modules, which a copy would not follow, so such a stack decodes through its own layers."""
+    return any(type(m).__module__.startswith("peft.") for m in backbone.modules())
 
 
 def few_rows_fast(device: torch.device, dtype: torch.dtype) -> bool:
@@ -121,7 +128,8 @@ class Decoder:
         self.params = None
         self._turn = _module_lock(backbone)
         dev = next(backbone.parameters()).device
-        self.module = few_rows_stack(backbone) if few_rows and few_rows_fast(dev, dtype) else backbone
+        few_rows = few_rows and few_rows_fast(dev, dtype) and not _has_adapters(backbone)
+        self.module = few_rows_stack(backbone) if few_rows else backbone
         with self._turn:  # not while another Decoder's pass has its copies swapped in
             if any(p.dtype != dtype and p.is_floating_point() for p in backbone.parameters()):
                 self.params = {n: p.detach().to(dtype) for n, p in backbone.named_parameters()}

@@ -338,6 +338,14 @@ def test_the_few_rows_stack_shares_the_models_parameters(tiny):
     with torch.no_grad():
         torch.testing.assert_close(D.few_rows_stack(D.decoder_stack(peft))(input_ids=x).last_hidden_state,
                                    D.decoder_stack(peft)(input_ids=x).last_hidden_state)
+    # but a Decoder over a stack with adapters uses the model's own modules (peft's switches act on those)
+    import unittest.mock
+
+    with unittest.mock.patch.object(D, "fast_bf16_cpu", lambda: False):
+        assert D.Decoder(D.decoder_stack(peft), torch.float32, few_rows=True).module is D.decoder_stack(peft)
+        fresh = D.decoder_stack(_copy.deepcopy(tiny.model))
+        assert D.Decoder(fresh, torch.float32, few_rows=True).module is D.few_rows_stack(fresh) is not fresh
+        assert D.Decoder(fresh, torch.float32).module is fresh
 
 
 @pytest.mark.parametrize("fast_bf16", [False, True])
