@@ -131,10 +131,12 @@ def detectable_diff(seed_diffs: Sequence[float]) -> float:
 
         MDE = (t_{0.975, n−1} + t_{0.80, n−1}) · sd(d) / √n,   sd with Bessel's correction
 
-    (t quantiles tabulated for n − 1 ≤ 30, the normal's 1.96 + 0.8416 beyond). NaN with fewer than 2 finite d_j."""
+    (t quantiles tabulated for n − 1 ≤ 30, the normal's 1.96 + 0.8416 beyond). NaN with fewer than 2 finite d_j,
+    and when they are all equal: no spread to estimate it from (seen with 2 seeds whose Δ AUC were both 1/36 on
+    rewards in steps of 1/8 — the formula would say any difference is detectable)."""
     d = np.asarray([x for x in seed_diffs if x is not None and np.isfinite(x)], dtype=float)
     n = d.size
-    if n < 2:
+    if n < 2 or np.ptp(d) == 0:
         return float("nan")
     df = n - 1
     q = _T975[df - 1] + _T80[df - 1] if df <= len(_T975) else 1.959964 + 0.841621

@@ -425,6 +425,7 @@ def test_detectable_diff_hand_worked_and_against_scipy():
         q = t.ppf(0.975, n - 1) + t.ppf(0.8, n - 1) if n <= 31 else 1.959964 + 0.841621
         assert detectable_diff(d) == pytest.approx(q * d.std(ddof=1) / np.sqrt(n), rel=1e-4)
     assert np.isnan(detectable_diff([0.02])) and np.isnan(detectable_diff([0.01, float("nan")]))
+    assert np.isnan(detectable_diff([1 / 36, 1 / 36]))  # no spread seen: nothing to say, not "0 is detectable"
     assert detectable_diff([0.01, None, 0.03, 0.02]) == detectable_diff([0.01, 0.03, 0.02])  # an unfinished seed
 
 
