@@ -388,7 +388,8 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
                      "n": n, "n_seeds": len(diffs), "against": base,
                      "steps_paired": [int(pair[j].sum()) for j in range(J)],
                      "seed_diffs": [auc(pc[m][j]) - auc(pc[base][j]) for j in range(J)]}
-        paired[m]["detectable"] = detectable_diff(paired[m]["seed_diffs"])
+        mde = detectable_diff(paired[m]["seed_diffs"])
+        paired[m]["detectable"] = mde if np.isfinite(mde) else None  # None: fewer than 2 seeds, or no spread
     steps_common = int(have.all(axis=0).sum()) if J else 0
     return {
         "experiment": cfg.name, "task": cfg.base["task"], "model": cfg.base["model"], "steps": cfg.steps,
