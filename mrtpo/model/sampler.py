@@ -11,7 +11,7 @@ import torch
 
 from mrtpo.config import check_fields, opt
 from mrtpo.errors import MrtpoError
-from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, few_rows_fast, rows_linear
+from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, rows_linear
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.load import LoadedModel
 from mrtpo.model.rng import generator, seeded_global
@@ -128,7 +128,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
 
     dev = lm.device
     dec = Decoder(decoder_stack(lm.model), dtype, few_rows=few_rows)
-    linear = rows_linear if few_rows and few_rows_fast(dev, dtype) else torch.nn.functional.linear
+    linear = rows_linear if dec.few_rows else torch.nn.functional.linear
     prefill = DynamicCache()  # plain full-length layers, whatever the model's config says (e.g. sliding windows)
     out = dec(input_ids=torch.tensor([prompt_ids], device=dev), use_cache=True, **{dec.cache_kwarg: prefill})
     try:
