@@ -4,7 +4,11 @@ Run:  mrtpo app [--port 8501]   or   streamlit run app.py   (the same app: Strea
 ``MRTPO_MODEL=tiny-random`` makes the tiny random model the sidebar's default (tests, demos).
 
 Sample a group, score it with every verifier, replay it under P_all and each P_\\k, and see which tokens each
-reward's advantage goes to; the parts are in :mod:`mrtpo_app.explore`.
+reward's advantage goes to; the parts are in :mod:`mrtpo_app.sampling` (the button) and :mod:`mrtpo_app.explore`.
+
+Until there is a group the page imports nothing that imports torch: it renders while the sidebar's model (torch and
+transformers with it) loads in the background (:func:`mrtpo_app.state.preload_model`); the rest of the page's imports
+come after the first group exists.
 """
 from __future__ import annotations
 
@@ -12,12 +16,9 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from mrtpo.core.advantages import method_names
-from mrtpo.core.credit import METHOD
 from mrtpo.core.info import INFO, INFO_LABELS, INFO_REGIMES
-from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS
-from mrtpo.views import group_table
-from mrtpo_app import explore as E
+from mrtpo.model.defaults import GROUP_SIZE, MAX_NEW_TOKENS
+from mrtpo_app import sampling
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short
@@ -68,15 +69,22 @@ if mode == "Task example":
              "every reply (what a reward function's user has). + findings: what the checker found in this reply "
              "(a parse error, the rows a query returned). Told what the checker read: + the characters it read, "
              "quoted, so the replay is told where the evidence is.")
-inp = E.Inputs(ch, mode, ex, fam, int(n), float(temperature), int(max_new), custom_prompt, custom_rewards, info)
+inp = sampling.Inputs(ch, mode, ex, fam, int(n), float(temperature), int(max_new), custom_prompt, custom_rewards, info)
 
 if st.button("Sample group", type="primary", key="explore_sample"):
-    E.sample_group(inp, int(seed))
+    sampling.sample_group(inp, int(seed))
 
 run = S.get_group()
 if run is None:
     st.info("Press **Sample group** to sample, score and replay a group.")
     st.stop()
+
+# a group exists, so the model side is loaded: the rest of the page's imports (torch among them) cost nothing now
+from mrtpo.core.advantages import method_names  # noqa: E402
+from mrtpo.core.credit import METHOD  # noqa: E402
+from mrtpo.views import group_table  # noqa: E402
+from mrtpo_app import explore as E  # noqa: E402
+
 if run.mode == "task" and run.group.info != inp.info:  # the same responses, the other regime's v_k
     with guard("verifier information"):
         E.switch_info(run, inp.info)

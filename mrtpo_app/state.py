@@ -17,25 +17,28 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import MutableMapping, Sequence
+from typing import TYPE_CHECKING, MutableMapping, Sequence
 
 import numpy as np
 import streamlit as st
 
-from mrtpo.core.credit import BETA
 from mrtpo.core.info import INFO
 from mrtpo.errors import MrtpoError
-from mrtpo.groups import SampleTry, ScoredGroup, template_for
-from mrtpo.groups import sample_until_varied as _sample_until_varied
-from mrtpo.model import DEFAULT_MODEL, LoadedModel, Sample, default_model_cached, load_model, sample
-from mrtpo.model.sampler import TOP_P
-from mrtpo.replay import ReplayConfig, ReplayResult, next_token_topk, replay_group
+from mrtpo.model.defaults import DEFAULT_MODEL, TOP_P
 from mrtpo.tasks import family_names, get_family
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
-from mrtpo.views import TokenView, token_view
 from mrtpo_app import work as W
 from mrtpo_app.ui import timing_text
+
+if TYPE_CHECKING:
+    from mrtpo.groups import SampleTry, ScoredGroup
+    from mrtpo.model import LoadedModel, Sample
+    from mrtpo.replay import ReplayResult
+    from mrtpo.views import TokenView
+
+# Nothing here imports torch at import time: the library's model side (torch, transformers) is imported inside the
+# functions that run the model, first by the preload thread (:func:`preload_model`), so a page renders before it.
 
 MODEL_ENV = "MRTPO_MODEL"  # the sidebar's default model (tests set "tiny-random")
 
@@ -68,6 +71,13 @@ _PRELOAD_LOCK = threading.Lock()
 _PRELOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtpo-preload")
 
 
+def load_model(name: str, device: str = "auto") -> LoadedModel:
+    """:func:`mrtpo.model.load_model` (its import — torch, transformers — happens here, in the thread that loads)."""
+    from mrtpo.model import load_model as load
+
+    return load(name, device)
+
+
 def preload_model(name: str, device: str = "auto") -> None:
     """Start loading ``name`` on ``device`` in a background thread (once per process), so that the model is ready,
     or nearly, when the first Sample click asks for it: the sidebar calls this on every run; the load overlaps with
@@ -77,7 +87,18 @@ def preload_model(name: str, device: str = "auto") -> None:
     with _PRELOAD_LOCK:
         if key not in _PRELOADED:
             _PRELOADED.add(key)
-            _PRELOADS[key] = _PRELOADER.submit(load_model, name, device)
+            _PRELOADS[key] = _PRELOADER.submit(_preload, name, device)
+
+
+def _preload(name: str, device: str) -> LoadedModel:
+    """The preload thread's work: the model, then the rest of the library's model side a first group needs (imported
+    here, in the background, so the click that waits for this model finds them imported)."""
+    lm = load_model(name, device)
+    import mrtpo.groups
+    import mrtpo.replay
+    import mrtpo.views  # noqa: F401
+
+    return lm
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
@@ -96,6 +117,8 @@ def get_model(name: str, device: str = "auto") -> LoadedModel:
     """The model ``name`` on ``device``, loaded once per process and shared by every session (MrtpoError if missing).
 
     The first load of the default model on a machine converts it (about 20 s): a spinner says so."""
+    from mrtpo.model import default_model_cached
+
     if name == DEFAULT_MODEL and not default_model_cached():
         with st.spinner(CONVERTING):
             return _model(name, device)
@@ -150,6 +173,8 @@ def current_template(fam: str | None) -> dict:
     saved = st.session_state.get("mrtpo_template", {}).get(fam or "")
     if saved is not None:
         return dict(saved)
+    from mrtpo.groups import template_for
+
     return template_for(get_family(fam) if fam else None).to_dict()
 
 
@@ -215,6 +240,8 @@ def _sample(model: str, device: str, prompt: str, n: int, max_new_tokens: int, t
             top_p: float = TOP_P, precision: str = PRECISION) -> list[Sample]:
     """``n`` sampled responses to ``prompt``, kept by every input (the seed included: each call draws from a
     generator of its own, so a key's group is the same whoever sampled it first)."""
+    from mrtpo.model import sample
+
     return sample(get_model(model, device), prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
                   top_p=top_p, seed=seed, precision=precision)
 
@@ -227,6 +254,8 @@ def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[s
     verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
     or None (replay every reward); reword: also replay P_k′ (v_k reworded: the ``js-reworded`` measure's input).
     """
+    from mrtpo.replay import ReplayConfig, replay_group
+
     lm = get_model(model, device)
     R = None if rewards is None else np.asarray(rewards, dtype=float)
     return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
@@ -237,6 +266,8 @@ def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[s
 def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], token_ids: Sequence[int],
           reward: str, t: int, k: int, template: dict) -> dict:
     """:func:`mrtpo.replay.next_token_topk` (the top-k of p_t and q_t at position t), kept by every input."""
+    from mrtpo.replay import next_token_topk
+
     return next_token_topk(get_model(model, device), prompt, dict(verifier_info), list(token_ids), reward, t, k,
                            Template.from_dict(template))
 
@@ -251,7 +282,9 @@ def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, trie
                         ) -> tuple[ScoredGroup, list[SampleTry]]:
     """:func:`mrtpo.groups.sample_until_varied` on :func:`sample_cached` (a seed tried before is not sampled
     again): seeds ``seed``, ``seed + 1``, … until ``want`` rewards vary in the group, at most ``tries``."""
-    return _sample_until_varied(
+    from mrtpo.groups import sample_until_varied as until_varied
+
+    return until_varied(
         None, family_, example, tries, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
         on_try=on_try, want=want, info=info,
         sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens, temperature, s))
@@ -316,9 +349,12 @@ def require_group() -> SessionGroup:
     return run
 
 
-def view(run: SessionGroup, method: str = "mrtpo", beta: float = BETA) -> TokenView:
+def view(run: SessionGroup, method: str = "mrtpo", beta: float | None = None) -> TokenView:
     """The token view of the current group under ``method`` and ``β`` (no model calls; cheap)."""
-    return token_view(run.group, run.replay, method=method, beta=beta)
+    from mrtpo.core.credit import BETA
+    from mrtpo.views import token_view
+
+    return token_view(run.group, run.replay, method=method, beta=BETA if beta is None else beta)
 
 
 class Timer:

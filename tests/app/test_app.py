@@ -431,10 +431,10 @@ def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
 
     monkeypatch.setattr(St.st, "spinner", spinner)
     monkeypatch.setattr(St, "_model", lambda name, device="auto": f"model {name}")
-    monkeypatch.setattr(St, "default_model_cached", lambda: False)
+    monkeypatch.setattr("mrtpo.model.default_model_cached", lambda: False)
     assert St.get_model("default") == "model default" and said == [St.CONVERTING]
     assert "Converting the default model" in said[0] and "20 s" in said[0]
-    monkeypatch.setattr(St, "default_model_cached", lambda: True)
+    monkeypatch.setattr("mrtpo.model.default_model_cached", lambda: True)
     St.get_model("default")
     St.get_model("tiny-random")
     assert len(said) == 1
