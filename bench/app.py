@@ -4,8 +4,9 @@ per-reward heatmap, in a real headless Chromium, default model on CPU, text-to-S
     python bench/app.py [--model default] [--family sql] [--shots /tmp/shots] [--no-doc]
 
 Prints the figures measured in this one run (target with the model already converted in the cache: cold start →
-first heatmap ≤ 10 s; with an empty cache the GGUF conversion adds about 12 s). With ``--shots`` it also
-saves screenshots of every page (Explore, Templates, Methods, Teach) to that folder.
+first heatmap ≤ 10 s; with an empty cache the GGUF conversion adds about 12 s), then the warm figure: on the same
+server, a new browser session samples another seed (nothing cached) — page load to its heatmap, target ≤ 6 s.
+With ``--shots`` it also saves screenshots of every page (Explore, Templates, Methods, Teach) to that folder.
 Needs Debian's chromium and Playwright for Python (``make test-setup``). The figures also go to
 docs/benchmarks.md, section ``app`` (``--no-doc``: printed only).
 """
@@ -32,6 +33,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
                  "--disable-component-update", "--disable-sync"]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 TARGET_S = 10.0  # warm model cache (issue 15; was 30 s before the sampler was rewritten)
+WARM_TARGET_S = 6.0  # the server already up, the model loaded (issue 24)
+CAPTION = re.compile(r"model ([\d.]+ s|cached) · sample")
 
 
 def free_port() -> int:
@@ -94,7 +97,7 @@ def main() -> int:
             page.wait_for_selector(".mrtpo .tok", state="visible", timeout=900_000)
             t_heat = time.perf_counter()
             page.wait_for_selector(IDLE, timeout=60_000)
-            caption = page.get_by_text(re.compile(r"model [\d.]+ s · sample")).first.inner_text()
+            caption = page.get_by_text(CAPTION).first.inner_text()
             n_tok = page.locator(".mrtpo .tok").count()
             errors = page.locator("[data-testid='stAlertContentError']").count()
             if a.shots:
@@ -108,6 +111,7 @@ def main() -> int:
                     if name == "templates":
                         page.get_by_role("button", name="Re-run replay (same responses)").click()
                         shoot(page, shots, "templates_after")
+            warm, warm_caption = warm_session(browser, f"{url}/?family={a.family}")
             browser.close()
     finally:
         proc.terminate()
@@ -123,12 +127,35 @@ def main() -> int:
     print(f"cold start → first heatmap {cold:6.2f} s   target ≤ {TARGET_S:.0f} s   "
           f"ratio {cold / TARGET_S:.2f} of target")
     print(f"heatmap spans {n_tok}, error boxes {errors}")
+    print(f"warm: new session → heatmap {warm:6.2f} s   target ≤ {WARM_TARGET_S:.0f} s   (in-app: {warm_caption})")
     if not a.no_doc:
         f = dict(model=a.model, family=a.family, health=t_health - t0, page=t_page - t0, click=t_heat - t_page,
-                 cold=cold, caption=caption, spans=n_tok, errors=errors)
+                 cold=cold, caption=caption, spans=n_tok, errors=errors, warm=warm, warm_caption=warm_caption)
         path = report.update_section("app", report.section("bench/app.py", doc_text(f)))
         print(f"written to {path} (section app)")
-    return 0 if cold <= TARGET_S and errors == 0 else 1
+    return 0 if cold <= TARGET_S and warm <= WARM_TARGET_S and errors == 0 else 1
+
+
+def warm_session(browser, url: str) -> tuple[float, str]:
+    """A second student on the warm server: a new browser context opens the page, sets seed 1 (a group nobody
+    sampled: nothing comes from the caches) and samples; seconds from opening the page to its heatmap, and the
+    in-app timings."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 2400})
+    page = ctx.new_page()
+    t0 = time.perf_counter()
+    page.goto(url, wait_until="domcontentloaded")
+    page.wait_for_selector(IDLE, timeout=60_000)
+    seed = page.get_by_label("Seed")
+    seed.fill("1")
+    seed.press("Enter")
+    page.wait_for_selector(IDLE, timeout=60_000)
+    page.get_by_role("button", name="Sample group").click()
+    page.wait_for_selector(".mrtpo .tok", state="visible", timeout=900_000)
+    seconds = time.perf_counter() - t0
+    page.wait_for_selector(IDLE, timeout=60_000)
+    caption = page.get_by_text(CAPTION).first.inner_text()
+    ctx.close()
+    return seconds, caption
 
 
 def doc_text(f: dict) -> str:
@@ -139,8 +166,11 @@ def doc_text(f: dict) -> str:
                 ["start → page ready", f"{f['page']:.2f} s", ""],
                 ["click → first heatmap", f"{f['click']:.2f} s", ""],
                 ["**cold start → first heatmap**", f"**{f['cold']:.2f} s** ({f['cold'] / TARGET_S:.2f} of the target)",
-                 f"≤ {TARGET_S:.0f} s"]])
-            + f"\n\nIn the app: {f['caption']}; {f['spans']} heatmap spans, {f['errors']} error boxes.")
+                 f"≤ {TARGET_S:.0f} s"],
+                ["**warm: a new session → its heatmap** (seed 1, nothing cached)",
+                 f"**{f['warm']:.2f} s** ({f['warm'] / WARM_TARGET_S:.2f} of the target)", f"≤ {WARM_TARGET_S:.0f} s"]])
+            + f"\n\nIn the app: {f['caption']}; {f['spans']} heatmap spans, {f['errors']} error boxes. Warm session: "
+              f"{f['warm_caption']}.")
 
 
 if __name__ == "__main__":

@@ -89,10 +89,13 @@ def test_trl_step_section():
 
 def test_app_section():
     f = dict(model="default", family="sql", health=0.8, page=5.0, click=9.5, cold=14.5, caption="model 1.9 s",
-             spans=420, errors=0)
+             spans=420, errors=0, warm=7.5, warm_caption="model cached · sample 5.0 s")
     text = app.doc_text(f)
     assert "| **cold start → first heatmap** | **14.50 s** (1.45 of the target) | ≤ 10 s |" in text
-    assert text.endswith("In the app: model 1.9 s; 420 heatmap spans, 0 error boxes.")
+    assert ("| **warm: a new session → its heatmap** (seed 1, nothing cached) | **7.50 s** (1.25 of the target) "
+            "| ≤ 6 s |") in text
+    assert text.endswith("In the app: model 1.9 s; 420 heatmap spans, 0 error boxes. Warm session: model cached · "
+                         "sample 5.0 s.")
 
 
 def test_learning_section_name_and_text():
