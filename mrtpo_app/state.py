@@ -81,8 +81,9 @@ def load_model(name: str, device: str = "auto") -> LoadedModel:
 def preload_model(name: str, device: str = "auto") -> None:
     """Start loading ``name`` on ``device`` in a background thread (once per process), so that the model is ready,
     or nearly, when the first Sample click asks for it: the sidebar calls this on every run; the load overlaps with
-    the page's start. The thread runs the library's ``load_model`` only (no Streamlit call); :func:`_load_model`
-    takes its result, or its error, as its own."""
+    the page's start (torch and transformers are first imported there, so the page does not wait for them). The
+    thread runs :func:`_preload` (no Streamlit call); :func:`_load_model` takes its result, or its error, as its
+    own."""
     key = (name, device)
     with _PRELOAD_LOCK:
         if key not in _PRELOADED:
@@ -350,7 +351,7 @@ def require_group() -> SessionGroup:
 
 
 def view(run: SessionGroup, method: str = "mrtpo", beta: float | None = None) -> TokenView:
-    """The token view of the current group under ``method`` and ``β`` (no model calls; cheap)."""
+    """The token view of the current group under ``method`` and ``β`` (None: the default, BETA; no model calls)."""
     from mrtpo.core.credit import BETA
     from mrtpo.views import token_view
 
