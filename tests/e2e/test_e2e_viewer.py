@@ -25,7 +25,9 @@ def test_viewer_follows_a_growing_log_in_chromium(tmp_path):
         page.get_by_text("1 step", exact=False).first.wait_for(state="visible", timeout=60_000)
         page.wait_for_selector(".mrtpo .legend", state="visible", timeout=60_000)
         assert page.get_by_text("GDPO (uniform)").first.is_visible()
-        assert page.locator("[data-testid='stPlotlyChart']").first.is_visible()
+        # the curves' chart comes before the heatmaps in the page, but Plotly draws it once its script has loaded
+        # (lazily, in the browser): wait for it rather than look once
+        page.locator("[data-testid='stPlotlyChart']").first.wait_for(state="visible", timeout=30_000)
         first = page.locator(".mrtpo .toks").first.inner_text()
         assert first == "hi!!"  # response 2 of step 1: the first with a nonzero advantage
         # the run writes step 2: Follow (on by default) shows it without a reload, the picker on the new step
