@@ -5,7 +5,9 @@ and K = 3 rewards (format, valid, correct; all replayed), prints:
   (a) naive / batched+prefix-shared replay time,
   (b) replay time / generation time for the same group (target <= 0.5 under the rule, the default --info),
   (c) peak memory of the replay (process RSS above the level before it), beside the size the
-      (variants x responses x length x vocab) logits would have taken.
+      (variants x responses x length x vocab) logits would have taken,
+  (d) the float32 floor: the replay's matrix products over this machine's float32 GEMM peak (bench/floor.py), and
+      replay / generation time at that floor (the least this machine allows at full precision).
 Usage: python bench/replay.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2] [--no-doc]
 
 The figures also go to docs/benchmarks.md, section ``replay`` (``--no-doc``: printed only).
@@ -23,13 +25,14 @@ import torch
 
 from mrtpo.core.info import INFO, INFO_REGIMES
 from mrtpo.groups import score_group, template_for
-from mrtpo.model import fast_bf16_cpu, load_model, sample
+from mrtpo.model import decoder_stack, fast_bf16_cpu, load_model, sample
 from mrtpo.replay import ReplayConfig, naive_replay_group, replay_group
 from mrtpo.tasks import get_family
 
 try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/replay.py
-    from bench import report
+    from bench import floor, report
 except ImportError:
+    import floor
     import report
 
 
@@ -82,6 +85,7 @@ def main() -> None:
     sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
 
     sample(lm, ex.prompt, n=2, max_new_tokens=4, seed=1)  # warm-up
+    peak = floor.float32_peak()  # here and after the replays: the best of both (a busy moment lowers one)
     t_gen = float("inf")
     for _ in range(a.repeats):  # best of the repeats, like the replays below (same seed, same samples)
         sync()
@@ -115,6 +119,10 @@ def main() -> None:
     T = sum(len(s.token_ids) for s in samples)
     V = lm.model.get_output_embeddings().weight.shape[0]
     full_logits = (1 + len(fast.rewards)) * T * V * 4
+    flops = floor.replay_flops(floor.linear_weights(decoder_stack(lm.model)), V,
+                               lm.model.get_output_embeddings().weight.shape[1], fast.forward_tokens,
+                               (1 + len(fast.rewards)) * T)
+    peak = max(peak, floor.float32_peak())
     print(f"model {lm.name} on {lm.device} ({lm.dtype}); verifier information '{a.info}'; example {ex.id}: prompt "
           f"{n_prompt} tokens "
           f"(shared prefix {fast.prefix_tokens}), G = {a.group}, K = {len(fast.rewards)}, response tokens {T} "
@@ -131,6 +139,9 @@ def main() -> None:
     print(f"(c) replay peak memory:          {mem['auto'] / 2**20:.0f} MiB (default), {mem['model'] / 2**20:.0f} MiB "
           f"(model dtype) above the loaded model (weights paged in), in a fresh process (all logits at once would be "
           f"{full_logits / 2**20:.0f} MiB)")
+    print(f"(d) float32 floor:               {flops / 1e12:.3f} TFLOP of matrix products at this machine's float32 "
+          f"peak {peak / 1e9:.0f} GFLOPS = {flops / peak:.2f} s; at that floor replay / generation would be "
+          f"{flops / peak / t_gen:.3f} (the model-dtype replay: {flops / t_exact / 1e9:.0f} GFLOPS overall)")
     if not a.no_doc:
         setting = (f"Model {lm.name} on {lm.device} ({lm.dtype}); verifier information `{a.info}`; example "
                    f"`{ex.id}`: prompt {n_prompt} tokens, "
@@ -140,7 +151,7 @@ def main() -> None:
                  naive=(naive.forward_tokens, naive.forward_passes),
                  exact=(exact_res.forward_tokens, exact_res.forward_passes),
                  fast=(fast.forward_tokens, fast.forward_passes), err=err, bf16_err=bf16_err if bf16 else None,
-                 mem_auto=mem["auto"], mem_model=mem["model"], full_logits=full_logits)
+                 mem_auto=mem["auto"], mem_model=mem["model"], full_logits=full_logits, flops=flops, peak=peak)
         path = report.update_section("replay", report.section("bench/replay.py", doc_text(f)))
         print(f"written to {path} (section replay)")
 
@@ -169,6 +180,11 @@ def doc_text(f: dict) -> str:
         ["(c) replay peak memory above the loaded model, default", f"{f['mem_auto'] / mib:.0f} MiB", ""],
         ["(c) replay peak memory above the loaded model, model dtype", f"{f['mem_model'] / mib:.0f} MiB",
          f"all logits at once: {f['full_logits'] / mib:.0f} MiB"],
+        ["(d) float32 floor: the replay's matrix products at this machine's float32 GEMM peak",
+         f"{f['flops'] / f['peak']:.2f} s", f"{f['flops'] / 1e12:.3f} TFLOP at {f['peak'] / 1e9:.0f} GFLOPS "
+         f"(`bench/floor.py`); the model-dtype replay: {f['flops'] / f['t_exact'] / 1e9:.0f} GFLOPS overall"],
+        ["(d) replay / generation time at that floor", f"{f['flops'] / f['peak'] / f['t_gen']:.3f}",
+         "the least this machine allows in float32"],
     ]
     return (f["setting"] + "\n\n" + report.table(["", "time", "tokens through the model"], rows) + "\n\n"
             + report.table(["figure", "value", "target / note"], figures))

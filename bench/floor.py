@@ -1,0 +1,49 @@
+"""The least time a replay can take on this machine: its matrix products' FLOPs over the float32 peak measured here.
+
+A replay is compute bound on a CPU (issue "Fast on every machine": ~50 GFLOPS on 2 AVX2 cores, the peak of
+torch's float32 GEMM there). Its products, counted exactly from the model's shapes and the tokens the replay put
+through it, divided by the best float32 GEMM rate this machine reaches on the model's own layer shapes, give a
+lower bound on its time at full precision (attention, norms, softmax and JS come on top and are not counted):
+
+    floor = (2 · N_lin · forward_tokens + 2 · V · H · head_rows) / peak
+
+N_lin: the weights of the decoder stack's linear layers (embeddings excluded); forward_tokens: tokens through the
+stack; head_rows: hidden states projected onto the vocabulary (V × H). Dividing by the sampling time of the same
+group gives the least replay / sampling ratio this machine allows in float32.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import torch
+
+# (rows, in, out) of SmolLM2-135M's layers at a replay's batch size: the attention and MLP products
+SHAPES = ((2048, 576, 576), (2048, 576, 1536), (2048, 1536, 576))
+
+
+def linear_weights(stack: torch.nn.Module) -> int:
+    """N_lin: the number of weights in the linear layers of ``stack`` (a decoder stack; embeddings are not linear)."""
+    return sum(m.weight.numel() for m in stack.modules() if isinstance(m, torch.nn.Linear))
+
+
+def replay_flops(n_lin: int, vocab: int, hidden: int, forward_tokens: int, head_rows: int) -> float:
+    """FLOPs of a replay's matrix products: 2 · N_lin · forward_tokens + 2 · V · H · head_rows."""
+    return 2.0 * n_lin * forward_tokens + 2.0 * vocab * hidden * head_rows
+
+
+def float32_peak(shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 10,
+                 clock: Callable[[], float] = time.perf_counter) -> float:
+    """The best float32 rate of ``torch.mm`` over ``shapes`` (m, k, n) on this machine, in FLOP/s (2·m·k·n per
+    product; each shape warmed up once, then the fastest of ``repeats`` products)."""
+    best = 0.0
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        torch.mm(a, b)
+        for _ in range(repeats):
+            t0 = clock()
+            torch.mm(a, b)
+            dt = clock() - t0
+            if dt > 0:
+                best = max(best, 2.0 * m * k * n / dt)
+    return best

@@ -1,0 +1,34 @@
+"""bench/floor.py: a replay's matrix-product FLOPs and this machine's float32 peak, the replay's least time."""
+import itertools
+
+import pytest
+import torch
+
+from bench import floor
+
+
+def test_linear_weights_counts_the_stacks_linear_layers(tiny):
+    from mrtpo.model import decoder_stack
+
+    c = tiny.model.config
+    kv = c.num_key_value_heads * getattr(c, "head_dim", c.hidden_size // c.num_attention_heads)
+    per_layer = 2 * c.hidden_size * c.hidden_size + 2 * c.hidden_size * kv + 3 * c.hidden_size * c.intermediate_size
+    assert floor.linear_weights(decoder_stack(tiny.model)) == c.num_hidden_layers * per_layer
+    assert floor.linear_weights(torch.nn.Embedding(10, 4)) == 0  # embeddings are looked up, not multiplied
+
+
+def test_replay_flops_smollm2_135m_hand_worked():
+    # SmolLM2-135M: 30 layers of q, o 576×576, k, v 576×192, gate, up, down 576×1536: 106,168,320 linear weights
+    n_lin = 30 * (2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536)
+    assert n_lin == 106_168_320
+    flops = floor.replay_flops(n_lin, 49152, 576, forward_tokens=3917, head_rows=4 * 762)
+    assert flops == 2 * 106_168_320 * 3917 + 2 * 49152 * 576 * 3048
+    assert flops == pytest.approx(1.0043e12, rel=1e-4)
+
+
+def test_float32_peak_is_the_fastest_product():
+    ticks = itertools.count()  # every clock read advances one second: each product "takes" 1 s
+    peak = floor.float32_peak(shapes=((8, 4, 2), (16, 4, 2)), repeats=2, clock=lambda: float(next(ticks)))
+    assert peak == 2 * 16 * 4 * 2
+    real = floor.float32_peak(shapes=((64, 64, 64),), repeats=2)
+    assert 1e6 < real < 1e14  # a real machine's rate in FLOP/s, not a time or a count
