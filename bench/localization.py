@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from mrtpo.core.faithfulness import agreement, pair_metrics, summarize_pairs
-from mrtpo.core.measures import measure_names, needs_rewording
+from mrtpo.core.measures import measure_names, needs_attention, needs_rewording
 from mrtpo.groups import template_for
 from mrtpo.model import load_model
 from mrtpo.replay import replay_group
@@ -72,7 +72,7 @@ def hand_marked(lm, family: str, measures: list[str], template: Template | None 
         scores = [fam.score(ex, r["response"]) for r in items]
         infos = [fam.verifier_info(ex, r["response"], sc, info) for r, sc in zip(items, scores)]
         res = replay_group(lm, fam.replay_prompt(ex), infos, [r["response"] for r in items], tpl,
-                           reword=any(map(needs_rewording, measures)))
+                           reword=any(map(needs_rewording, measures)), attention=any(map(needs_attention, measures)))
         # the oracle reads the verifiers' evidence (scored against the hand marks, as every measure)
         evidence = [{k: v.evidence for k, v in sc.items()} for sc in scores]
         for m in measures:

@@ -128,10 +128,12 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
              "advantages stay visible; shared by the group: one scale for every response, to compare responses. "
              "The download uses the same choice.")
     replay = run.replay
-    if needs_rewording(measure) and not any(r.js_reworded for r in replay.responses):
-        with guard("replaying with v_k reworded"), st.spinner(
-                "js-reworded reads P_k′ (v_k said in other words): replaying the group once more…"), W.job():
-            replay = S.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task", reword=True)
+    if S.lacks_inputs(replay, measure):
+        what = "P_k′ (v_k said in other words)" if needs_rewording(measure) else "P_all's attention to each v_k"
+        with guard(f"replaying for {measure}"), st.spinner(f"{measure} reads {what}: replaying the group once more…"), \
+                W.job():
+            replay = S.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task",
+                                  **S.replay_inputs(measure))
     with guard("token view"):
         v = token_view(run.group, replay, method=method, beta=beta, measure=measure)
         body = render.response_html(v, i, scale=scale, group=g)

@@ -249,11 +249,12 @@ def _sample(model: str, device: str, prompt: str, n: int, max_new_tokens: int, t
 
 def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[str, str]],
             token_ids: Sequence[Sequence[int]], template: dict, rewards: Sequence[Sequence[float]] | None,
-            precision: str = PRECISION, reword: bool = False) -> ReplayResult:
+            precision: str = PRECISION, reword: bool = False, attention: bool = False) -> ReplayResult:
     """Leave-one-out replay of one group, kept by every input.
 
     verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
-    or None (replay every reward); reword: also replay P_k′ (v_k reworded: the ``js-reworded`` measure's input).
+    or None (replay every reward); reword: also replay P_k′ (v_k reworded: the ``js-reworded`` measure's input);
+    attention: also read P_all's attention to each v_k (the ``attn-contrast`` measure's input).
     """
     from mrtpo.replay import ReplayConfig, replay_group
 
@@ -261,7 +262,7 @@ def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[s
     R = None if rewards is None else np.asarray(rewards, dtype=float)
     return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
                         Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
-                        reword=reword)
+                        reword=reword, attention=attention)
 
 
 def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], token_ids: Sequence[int],
@@ -291,13 +292,29 @@ def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, trie
         sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens, temperature, s))
 
 
+def replay_inputs(measure: str) -> dict[str, bool]:
+    """What a replay must also run for ``measure``: {"reword": P_k′ (js-reworded), "attention": P_all's attention
+    (attn-contrast)}, as :func:`replay_for` takes them."""
+    from mrtpo.core.measures import needs_attention, needs_rewording
+
+    return {"reword": needs_rewording(measure), "attention": needs_attention(measure)}
+
+
+def lacks_inputs(replay: ReplayResult, measure: str) -> bool:
+    """Whether ``replay`` did not run what ``measure`` reads (:func:`replay_inputs`): it must be replayed again."""
+    need = replay_inputs(measure)
+    return ((need["reword"] and not any(r.js_reworded for r in replay.responses))
+            or (need["attention"] and not any(r.attn for r in replay.responses)))
+
+
 def replay_for(ch: Choices, group: ScoredGroup, template: dict, skip_constant: bool = True,
-               verifier_info: Sequence[dict[str, str]] | None = None, reword: bool = False) -> ReplayResult:
+               verifier_info: Sequence[dict[str, str]] | None = None, reword: bool = False,
+               attention: bool = False) -> ReplayResult:
     """:func:`replay_cached` for a scored group (optionally with edited verifier information; ``reword``: with the
-    P_k′ prompts that ``js-reworded`` reads)."""
+    P_k′ prompts that ``js-reworded`` reads; ``attention``: with P_all's attention that ``attn-contrast`` reads)."""
     infos = list(verifier_info) if verifier_info is not None else group.verifier_info
     return replay_cached(ch.model, ch.device, group.prompt, infos, [list(s.token_ids) for s in group.samples],
-                         template, group.rewards.tolist() if skip_constant else None, PRECISION, reword)
+                         template, group.rewards.tolist() if skip_constant else None, PRECISION, reword, attention)
 
 
 @dataclass

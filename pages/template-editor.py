@@ -7,7 +7,6 @@ import streamlit as st
 
 from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
-from mrtpo.core.measures import needs_rewording
 from mrtpo.errors import MrtpoError
 from mrtpo.templates import Template
 from mrtpo.views import faithfulness_table, panels, relevance_change, render, token_view
@@ -93,13 +92,14 @@ every = st.checkbox("Replay every reward, also those constant in the group (thei
 skip = not every and run.mode == "task"
 if st.button("Re-run replay (same responses)", type="primary", key="tpl_rerun"):
     with st.status("Replaying with the edited template…") as status, guard("replay"):
-        rw = needs_rewording(st.session_state.get(S.MEASURE_KEY, MEASURE))  # js-reworded also reads P_k′
+        measure = st.session_state.get(S.MEASURE_KEY, MEASURE)
+        need = S.replay_inputs(measure)  # js-reworded also reads P_k′, attn-contrast P_all's attention
         with S.Timer({}, "replay") as tm:
-            reuse = (not every or run.mode == "custom") and (not rw or any(r.js_reworded for r in run.replay.responses))
+            reuse = (not every or run.mode == "custom") and not S.lacks_inputs(run.replay, measure)
             before_all = run.replay if reuse else S.replay_for(run.choices, g, run.template, skip_constant=skip,
-                                                               reword=rw)
+                                                               **need)
             after = S.replay_for(run.choices, g, new_template.to_dict(), skip_constant=skip, verifier_info=infos,
-                                 reword=rw)
+                                 **need)
         status.update(label=f"Replay done ({tm.text}; {after.forward_passes} forward passes)" if not tm.cached
                       else "Replay done (cached: this template and these texts were replayed before)",
                       state="complete")

@@ -50,7 +50,7 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 
 def cmd_relevance(a) -> int:
-    from mrtpo.core.measures import ORACLE, needs_rewording
+    from mrtpo.core.measures import ORACLE, needs_attention, needs_rewording
     from mrtpo.replay import replay_group
 
     if ORACLE in a.measure:  # before anything is read
@@ -75,7 +75,7 @@ def cmd_relevance(a) -> int:
     def run(items):
         res = replay_group(lm, items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
                            [c["response"] for _, c in items], template, measure=a.measure[0],
-                           reword=any(map(needs_rewording, a.measure)))
+                           reword=any(map(needs_rewording, a.measure)), attention=any(map(needs_attention, a.measure)))
         out = {}
         for i, (n, c) in enumerate(items):
             j = res.responses[i].to_json()

@@ -35,6 +35,11 @@ class MeasureInput:
     # (R, T): d between π(·|P_all, y<t) and π(·|P_k′, y<t), P_k′ = P_all with v_k reworded (mrtpo.templates
     # REWORDINGS); None where the replay ran without rewordings (only js-reworded reads it)
     js_reworded: np.ndarray | None = None
+    # a_kt: how much y_t's position attends to v_k's tokens in P_all, mean over heads and the upper half of the layers
+    # (mrtpo.replay.attention); attn_others (K', T) the same for the other replayed rewards; None where the replay
+    # did not read the attention (only attn-contrast reads it)
+    attn: np.ndarray | None = None
+    attn_others: np.ndarray | None = None
 
 
 #: a relevance measure: MeasureInput -> (T,) scores ≥ 0; :func:`measure_relevance` normalizes them to ρ (mean 1)
@@ -230,6 +235,23 @@ def _js_reworded(inp: MeasureInput) -> np.ndarray:
 def needs_rewording(measure: str) -> bool:
     """Whether ``measure`` reads P_k′ (v_k reworded): the replay then runs R more prompts per reward."""
     return get_measure(measure) is _js_reworded
+
+
+@register_measure("attn-contrast", "how much y_t attends to v_k's tokens in P_all (mean over heads and the upper half "
+                                   "of the layers) minus the mean over the other replayed rewards' v_j, at least 0; "
+                                   "then word max (one more pass of the responses under P_all, with the attention read)")
+def _attn_contrast(inp: MeasureInput) -> np.ndarray:
+    """s_t = max(0, a_kt − mean_{j≠k} a_jt), word max. Black-box like every JS measure (v_k is the rule), but it
+    asks where the policy *looks* at the rule while writing y_t rather than how the rule moves its prediction."""
+    if inp.attn is None:
+        raise MrtpoError("the 'attn-contrast' measure reads P_all's attention to each v_k; this replay did not read "
+                         "it (replay_group(..., attention=True))")
+    return word_max(contrast(inp.attn, inp.attn_others), inp.offsets, inp.text)
+
+
+def needs_attention(measure: str) -> bool:
+    """Whether ``measure`` reads P_all's attention to each v_k: the replay then runs one more pass under P_all."""
+    return get_measure(measure) is _attn_contrast
 
 
 # ---------------------------------------------------------------------------------------------- the oracle

@@ -27,7 +27,7 @@ import torch
 
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.js import js_distance
-from mrtpo.core.measures import measure_relevance, needs_replay, needs_rewording
+from mrtpo.core.measures import measure_relevance, needs_attention, needs_replay, needs_rewording
 from mrtpo.errors import MrtpoError
 from mrtpo.model import (
     Decoder,
@@ -40,6 +40,7 @@ from mrtpo.model import (
     token_offsets,
     tokenize_response,
 )
+from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 from mrtpo.templates import ALL, REWORDINGS, Template, TemplateError, reworded_key
@@ -133,8 +134,8 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool 
     return _Plan(texts, ids, offs, ptexts, pids, act, skip, reworded)
 
 
-def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype, measure: str = "js"
-            ) -> ReplayResult:
+def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype, measure: str = "js",
+            attn: list[dict[str, np.ndarray]] | None = None) -> ReplayResult:
     """JS + normalization from final hidden states ``hidden_of(i, variant) -> (T, H)``, in vocab-bounded chunks.
 
     Per chunk of a response's tokens, one matrix product projects every variant onto the vocabulary (in
@@ -196,7 +197,8 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
             text=plan.texts[i], token_ids=rid, offsets=plan.offsets[i],
             js={k: js[k].numpy() for k in plan.rewards}, relevance={}, skipped=list(plan.skipped),
             logp_all=lp_all.numpy(), logp_without={k: v.numpy() for k, v in lp_k.items()}, measure=measure,
-            js_reworded={k: torch.stack([js[v] for v in vs]).numpy() for k, vs in plan.reworded.items() if vs})
+            js_reworded={k: torch.stack([js[v] for v in vs]).numpy() for k, vs in plan.reworded.items() if vs},
+            attn=attn[i] if attn is not None else {})
         rr.relevance = {k: measure_relevance(measure, rr.measure_input(k)) for k in plan.rewards}
         out.append(rr)
     return ReplayResult(responses=out, prompts=plan.prompt_texts, rewards=plan.rewards, skipped=plan.skipped,
@@ -214,6 +216,7 @@ def replay_group(
     config: ReplayConfig | None = None,
     measure: str = "js",
     reword: bool | None = None,
+    attention: bool | None = None,
 ) -> ReplayResult:
     """Batched leave-one-out replay of one group, with KV reuse across variants.
 
@@ -224,6 +227,8 @@ def replay_group(
     measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's).
     reword:        also replay P_k′ (v_k reworded, R = len(REWORDINGS) per reward) for ``js-reworded``; default:
                    when ``measure`` needs it.
+    attention:     also read P_all's attention to each v_k (:mod:`mrtpo.replay.attention`: one more pass of the
+                   responses under P_all) for ``attn-contrast``; default: when ``measure`` needs it.
     Returns per-response tokens, JS distances d (T,) and relevance ρ (T,) for every replayed reward.
 
     The (1 + K') × G sequences P_all + y_i, P_\\k + y_i go through :func:`mrtpo.replay.kvtrie.shared_hidden`: a trie of
@@ -251,7 +256,18 @@ def replay_group(
     stats = {"prefix_tokens": shared, "forward_tokens": passes.forward_tokens,
              "forward_passes": passes.forward_passes, "logits_budget": cfg.logits_budget}
     hidden = dict(zip(keys, states))
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype, measure)
+    attn = None
+    if needs_attention(measure) if attention is None else attention:
+        attn = _info_attention(lm, plan, Decoder(decoder_stack(lm.model), dtype))
+        stats["forward_passes"] += 1 + sum(len(r) > 0 for r in plan.resp_ids)
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype, measure, attn)
+
+
+def _info_attention(lm: LoadedModel, plan: _Plan, dec: Decoder) -> list[dict[str, np.ndarray]]:
+    """Per response, {reward: a_kt (T,)}: P_all's attention from y_t to v_k's tokens (those P_\\k lacks)."""
+    prompts = [p[ALL] for p in plan.prompt_ids]
+    spans = [{k: info_span(p[ALL], p[k]) for k in plan.rewards} for p in plan.prompt_ids]
+    return info_attention(dec, prompts, spans, plan.resp_ids, lm.device)
 
 
 @torch.no_grad()
@@ -264,8 +280,10 @@ def naive_replay_group(
     rewards: np.ndarray | torch.Tensor | None = None,
     measure: str = "js",
     reword: bool | None = None,
+    attention: bool | None = None,
 ) -> ReplayResult:
-    """Reference replay: every (variant, response) sequence alone, full prompt, full logits, no cache."""
+    """Reference replay: every (variant, response) sequence alone, full prompt, full logits, no cache (P_all's
+    attention, where read, as in :func:`replay_group`)."""
     t0 = time.perf_counter()
     plan = _plan(lm, prompt, verifier_info, responses, template, rewards,
                  needs_rewording(measure) if reword is None else reword)
@@ -280,17 +298,20 @@ def naive_replay_group(
             hidden[(i, v)] = h[len(p) - 1 : len(p) - 1 + len(rid)]
             stats["forward_tokens"] += ids.shape[1]
             stats["forward_passes"] += 1
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, lm.dtype, measure)
+    attn = None
+    if needs_attention(measure) if attention is None else attention:
+        attn = _info_attention(lm, plan, Decoder(backbone, lm.dtype))
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, lm.dtype, measure, attn)
 
 
 def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
-                  config: ReplayConfig | None = None, measure: str = "js", reword: bool | None = None
-                  ) -> ReplayResult:
+                  config: ReplayConfig | None = None, measure: str = "js", reword: bool | None = None,
+                  attention: bool | None = None) -> ReplayResult:
     """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``; relevance from the
     measure named ``measure`` (:data:`mrtpo.core.measures.MEASURES`; the oracle reads the group's evidence, after a
     replay that gives the tokens and the JS distances shown beside it)."""
     replay_with = measure if needs_replay(measure) else "js"
     rep = replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
                        rewards=group.rewards if skip_constant else None, config=config, measure=replay_with,
-                       reword=reword)
+                       reword=reword, attention=attention)
     return rep if replay_with == measure else rep.with_measure(measure, group.evidence or None)

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 
 from mrtpo.core.faithfulness import response_metrics, summarize_pairs
 from mrtpo.core.info import INFO, check_info
-from mrtpo.core.measures import needs_rewording
+from mrtpo.core.measures import needs_attention, needs_rewording
 from mrtpo.groups import sample_group
 from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS, LoadedModel
 from mrtpo.replay.engine import replay_scored
@@ -42,7 +42,8 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
         for info in infos:
             t1 = time.perf_counter()
             g = g0.with_info(family, info)
-            rep = replay_scored(lm, g, template, skip_constant=False, reword=any(map(needs_rewording, measures)))
+            rep = replay_scored(lm, g, template, skip_constant=False, reword=any(map(needs_rewording, measures)),
+                                attention=any(map(needs_attention, measures)))
             t2 = time.perf_counter()
             for m in measures:
                 rm = rep.with_measure(m, g.evidence)

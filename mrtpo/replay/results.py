@@ -29,6 +29,7 @@ class ResponseRelevance:
     logp_without: dict[str, np.ndarray] = field(default_factory=dict)  # reward -> (T,) log π(y_t | P_\k, y<t)
     measure: str = "js"
     js_reworded: dict[str, np.ndarray] = field(default_factory=dict)  # reward -> (R, T) d′ under v_k reworded
+    attn: dict[str, np.ndarray] = field(default_factory=dict)  # reward -> (T,) a_kt, P_all's attention to v_k
 
     def measure_input(self, reward: str, evidence=NO_EVIDENCE) -> "MeasureInput":
         """What a relevance measure reads for ``reward`` (see :class:`MeasureInput`); ``evidence``: the spans its
@@ -37,8 +38,13 @@ class ResponseRelevance:
         lp = np.zeros(T, np.float32) if self.logp_all is None else self.logp_all
         rest = [v for k, v in self.js.items() if k != reward]
         others = np.array(rest, dtype=np.float32).reshape(len(rest), T)
+        attn = attn_others = None
+        if reward in self.attn:
+            attn = self.attn[reward]
+            rest = [v for k, v in self.attn.items() if k != reward]
+            attn_others = np.array(rest, dtype=np.float32).reshape(len(rest), T)
         return MeasureInput(self.js[reward], lp, self.logp_without.get(reward, lp), self.offsets, self.text, others,
-                            evidence, self.js_reworded.get(reward))
+                            evidence, self.js_reworded.get(reward), attn, attn_others)
 
     def with_measure(self, name: str, evidence: dict | None = None) -> "ResponseRelevance":
         """The same response with ``relevance`` from measure ``name`` (no model call); ``evidence``: {reward: the

@@ -205,3 +205,21 @@ def test_js_reworded_replays_once_more_and_templates_follow(app: AppTest):
     after = at.session_state["tpl_after"]
     assert all(r.js_reworded for r in after["replay"].responses if r.js)
     assert any("measure js\\-reworded" in s.value for s in at.subheader)
+
+
+def test_attn_contrast_replays_once_more_with_the_attention(app: AppTest):
+    """attn-contrast reads P_all's attention to each v_k, which the group's replay did not read: picking it replays
+    the group once more with the attention (cached), and ρ is the library's for that replay."""
+    at = app
+    at.selectbox(key="explore_measure").set_value("attn-contrast").run()
+    _ok(at)
+    body = at.get("html")[0].proto.body
+    assert "relevance ρ (attn-contrast)" in body
+    run = at.session_state["mrtpo_group"]
+    assert not any(r.attn for r in run.replay.responses)  # the session's replay is left as it was
+    again = S.replay_for(run.choices, run.group, run.template, attention=True)  # the cached replay the page used
+    assert all(set(r.attn) == set(r.js) for r in again.responses)
+    assert S.lacks_inputs(run.replay, "attn-contrast") and not S.lacks_inputs(again, "attn-contrast")
+    df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
+    want = faithfulness_table(token_view(run.group, again, measure="attn-contrast"))
+    np.testing.assert_allclose(df["token AUROC"].astype(float), [r["token AUROC"] for r in want], atol=1e-6)

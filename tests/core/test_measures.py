@@ -13,6 +13,7 @@ from mrtpo.core.measures import (
     get_measure,
     lead,
     measure_relevance,
+    needs_attention,
     needs_replay,
     needs_rewording,
     reworded_contrast,
@@ -154,9 +155,11 @@ def test_sampled_token_logprobs_match_full_logsoftmax(tiny):
 def test_replay_measure_equals_stored_replay_with_measure(tiny):
     base = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"))
     reworded = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"), reword=True)
+    looked = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"), attention=True)
     for name in [m for m in MEASURES if needs_replay(m)]:  # the oracle reads evidence, not a replay
         direct = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"), measure=name)
-        src = reworded if needs_rewording(name) else base  # a replay with the same prompts, batched the same
+        # a replay with the same prompts, batched the same
+        src = reworded if needs_rewording(name) else looked if needs_attention(name) else base
         again = src.with_measure(name)
         assert direct.measure == again.measure == name
         for a, b, r in zip(direct.responses, again.responses, src.responses):
@@ -240,3 +243,19 @@ def test_evidence_measure_on_a_real_tokenization(smol):
     lab = token_labels(offsets, ev, reply)
     assert lab.sum() == 2 and np.allclose(rho[lab], len(ids) / 2) and np.allclose(rho[~lab], 0)
     assert pair_metrics(rho, offsets, ev, reply).auroc == 1.0
+
+
+def test_attn_contrast_hand_worked():
+    # a_k − mean of the others' a_j, at least 0, then word max: "ab c" = tokens a|b (one word), c
+    a = np.array([0.30, 0.10, 0.05], np.float32)
+    others = np.array([[0.10, 0.20, 0.10], [0.10, 0.00, 0.00]], np.float32)  # mean (0.10, 0.10, 0.05)
+    inp = MeasureInput(np.zeros(3), np.zeros(3), np.zeros(3), [(0, 1), (1, 2), (3, 4)], "ab c", attn=a,
+                       attn_others=others)
+    np.testing.assert_allclose(get_measure("attn-contrast")(inp), [0.2, 0.2, 0.0], atol=1e-7)
+    alone = MeasureInput(np.zeros(3), np.zeros(3), np.zeros(3), [(0, 1), (1, 2), (3, 4)], "ab c", attn=a,
+                         attn_others=np.zeros((0, 3), np.float32))  # no other reward: a itself
+    np.testing.assert_allclose(get_measure("attn-contrast")(alone), [0.3, 0.3, 0.05], atol=1e-7)
+    with pytest.raises(MrtpoError, match="did not read it"):
+        get_measure("attn-contrast")(MeasureInput(np.zeros(3), np.zeros(3), np.zeros(3), inp.offsets, "ab c"))
+    assert needs_attention("attn-contrast")
+    assert not any(needs_attention(m) for m in MEASURES if m != "attn-contrast")
