@@ -239,7 +239,7 @@ def needs_rewording(measure: str) -> bool:
 
 @register_measure("attn-contrast", "how much y_t attends to v_k's tokens in P_all (mean over heads and the upper half "
                                    "of the layers) minus the mean over the other replayed rewards' v_j, at least 0; "
-                                   "then word max (one more pass of the responses under P_all, with the attention read)")
+                                   "then word max (one more pass of the responses under P_all, reading its attention)")
 def _attn_contrast(inp: MeasureInput) -> np.ndarray:
     """s_t = max(0, a_kt − mean_{j≠k} a_jt), word max. Black-box like every JS measure (v_k is the rule), but it
     asks where the policy *looks* at the rule while writing y_t rather than how the rule moves its prediction."""

@@ -1,5 +1,5 @@
-"""How much each response token attends to each reward's verifier information in P_all (the ``attn-contrast``
-measure, :mod:`mrtpo.core.measures`).
+"""How much each response token attends to each reward's verifier information in P_all (the ``attn-contrast`` measure,
+:mod:`mrtpo.core.measures`).
 
 With v_k at P_all's token positions [a_k, b_k) (the tokens P_\\k lacks: :func:`info_span`), for the query at y_t's
 own position,
@@ -7,10 +7,11 @@ own position,
     a_kt = 1 / (|U| · H) · Σ_{l ∈ U} Σ_heads Σ_{j ∈ [a_k, b_k)} A_l[t, j],    U = the upper half of the L layers
 
 A_l the softmax attention of one head of layer l. The upper half (layers ⌊L/2⌋ … L − 1): on the hand-marked
-localization set it localized the checkers' evidence better than all layers (token AUROC 0.787 against 0.760; the
-lower half alone 0.71), chosen there and then confirmed on two sampled draws (docs/benchmarks.md). The prompt runs once (its KV cache kept: the same P_all serves a
-group under the response-independent ``rule``), each response through it (the cache cropped back after it), with
-eager attention and a forward hook per attention module that keeps only these sums.
+localization set it localized the checkers' evidence better than all layers (token AUROC 0.787 against 0.760),
+chosen there and then confirmed on two sampled draws (docs/benchmarks.md). The prompt runs
+once (its KV cache kept: the same P_all serves a group under the response-independent ``rule``), each response
+through it (the cache cropped back after it), with eager attention and a forward hook per attention module that
+keeps only these sums.
 """
 from __future__ import annotations
 
