@@ -14,6 +14,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, rows_linear
 from mrtpo.model.defaults import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS, TEMPERATURE, TOP_P
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
+from mrtpo.model.llama_step import llama_step
 from mrtpo.model.load import LoadedModel
 from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
@@ -114,15 +115,19 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     instead of 9 per step for 8 x 49k on 2 CPU cores). A
     row that produced a ``stop`` token gets padding from then on; the loop ends when every row has stopped or after
     max_new_tokens tokens. Models whose cache is not per-layer keys and values sample with ``generate`` instead.
-    ``few_rows``: where it is faster (float32 on AVX2 CPUs, :func:`mrtpo.model.decoder.few_rows_fast`), the decoding
-    steps and the LM head multiply their n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`): the same
-    products, summed in another order.
+    ``few_rows`` (what ``precision="auto"`` asks for): the decoding steps run where they measured fastest — on bf16
+    weight copies of a Llama-family stack on a CPU with AMX / AVX512-BF16, through the project's own step
+    (:func:`mrtpo.model.llama_step.llama_step`: the layers' operations without their plumbing, bit-identical hidden
+    states); float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`), through the model's layers with each
+    product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the same products, summed in
+    another order). The LM head multiplies as (W xᵀ)ᵀ in both.
     """
     from transformers import DynamicCache
 
     dev = lm.device
     dec = Decoder(decoder_stack(lm.model), dtype, few_rows=few_rows)
-    linear = rows_linear if dec.few_rows else torch.nn.functional.linear
+    step = llama_step(dec) if few_rows else None  # the own step where it was measured faster, else the layers
+    linear = rows_linear if dec.few_rows or step is not None else torch.nn.functional.linear
     prefill = DynamicCache()  # plain full-length layers, whatever the model's config says (e.g. sliding windows)
     out = dec(input_ids=torch.tensor([prompt_ids], device=dev), use_cache=True, **{dec.cache_kwarg: prefill})
     try:
@@ -161,6 +166,9 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         done |= torch.isin(nxt, stop_ids)
         if t + 1 == max_new_tokens or bool(done.all()):
             return tokens[:, : t + 1]
+        if step is not None:
+            h = step(nxt, P + t, buf)
+            continue
         pos = torch.full((n, 1), P + t, dtype=torch.long, device=dev)
         h = dec(input_ids=nxt[:, None], position_ids=pos, use_cache=True, **{dec.cache_kwarg: cache}).last_hidden_state
         h = h[:, -1]

@@ -354,18 +354,16 @@ def test_auto_samples_the_same_greedy_tokens_through_the_few_rows_path(spiky, mo
     model's own layers, and the same draws for a seed as without it (draws at the same seed; sums in another order
     can only move a draw that falls on a boundary)."""
     monkeypatch.setattr(D, "fast_bf16_cpu", lambda: fast_bf16)
-    import mrtpo.model.sampler as S
 
     used = []
-    real = D.rows_linear
-    monkeypatch.setattr(D, "rows_linear", lambda *a: used.append(1) or real(*a))
-    monkeypatch.setattr(S, "rows_linear", D.rows_linear)
+    real = D.few_rows_stack
+    monkeypatch.setattr(D, "few_rows_stack", lambda *a: used.append(1) or real(*a))
     for prompt in PROMPTS:
         want = sample(spiky, prompt, n=3, max_new_tokens=12, temperature=0, precision="model")
         got = sample(spiky, prompt, n=3, max_new_tokens=12, temperature=0, precision="auto")
         if not fast_bf16:
             assert [s.token_ids for s in got] == [s.token_ids for s in want]
-    assert bool(used) == (not fast_bf16)  # AMX / AVX512-BF16: bf16 weight copies, not this path
+    assert bool(used) == (not fast_bf16)  # AMX / AVX512-BF16: bf16 weight copies (the own step), not this path
     if not fast_bf16:
         a = sample(spiky, PROMPTS[1], n=4, max_new_tokens=12, seed=5, precision="auto")
         monkeypatch.setattr(D, "few_rows_fast", lambda *a: False)
