@@ -1,4 +1,5 @@
-"""The least time a replay can take on this machine: its matrix products' FLOPs over the float32 peak measured here.
+"""The least time a replay can take on this machine: its matrix products' FLOPs over the GEMM peak measured here, in
+the dtype the replay computes in (float32; bfloat16 on AMX / AVX512-BF16 CPUs, where the replay runs on bf16 copies).
 
 A replay is compute bound on a CPU (issue "Fast on every machine": ~50 GFLOPS on 2 AVX2 cores, the peak of
 torch's float32 GEMM there). Its products, counted exactly from the model's shapes and the tokens the replay put
@@ -9,7 +10,7 @@ lower bound on its time at full precision (attention, norms, softmax and JS come
 
 N_lin: the weights of the decoder stack's linear layers (embeddings excluded); forward_tokens: tokens through the
 stack; head_rows: hidden states projected onto the vocabulary (V × H). Dividing by the sampling time of the same
-group gives the least replay / sampling ratio this machine allows in float32.
+group gives the least replay / sampling ratio this machine allows in that dtype.
 """
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ def replay_flops(n_lin: int, vocab: int, hidden: int, forward_tokens: int, head_
     return 2.0 * n_lin * forward_tokens + 2.0 * vocab * hidden * head_rows
 
 
-def float32_peak(shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 10,
-                 clock: Callable[[], float] = time.perf_counter) -> float:
-    """The best float32 rate of ``torch.mm`` over ``shapes`` (m, k, n) on this machine, in FLOP/s (2·m·k·n per
+def gemm_peak(dtype: torch.dtype = torch.float32, shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 10,
+              clock: Callable[[], float] = time.perf_counter) -> float:
+    """The best rate of ``torch.mm`` in ``dtype`` over ``shapes`` (m, k, n) on this machine, in FLOP/s (2·m·k·n per
     product; each shape warmed up once, then the fastest of ``repeats`` products)."""
     best = 0.0
     for m, k, n in shapes:
-        a, b = torch.randn(m, k), torch.randn(k, n)
+        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
         torch.mm(a, b)
         for _ in range(repeats):
             t0 = clock()

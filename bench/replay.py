@@ -25,7 +25,7 @@ import torch
 
 from mrtpo.core.info import INFO, INFO_REGIMES
 from mrtpo.groups import score_group, template_for
-from mrtpo.model import decoder_stack, fast_bf16_cpu, load_model, sample
+from mrtpo.model import compute_dtype, decoder_stack, fast_bf16_cpu, load_model, sample
 from mrtpo.replay import ReplayConfig, naive_replay_group, replay_group
 from mrtpo.tasks import get_family
 
@@ -85,7 +85,8 @@ def main() -> None:
     sync = torch.cuda.synchronize if lm.device.type == "cuda" else (lambda: None)
 
     sample(lm, ex.prompt, n=2, max_new_tokens=4, seed=1)  # warm-up
-    peak = floor.float32_peak()  # here and after the replays: the best of both (a busy moment lowers one)
+    floor_dtype = compute_dtype(lm, "auto")  # the default replay's: its floor is this dtype's GEMM peak
+    peak = floor.gemm_peak(floor_dtype)  # here and after the replays: the best of both (a busy moment lowers one)
     t_gen = float("inf")
     for _ in range(a.repeats):  # best of the repeats, like the replays below (same seed, same samples)
         sync()
@@ -122,7 +123,8 @@ def main() -> None:
     flops = floor.replay_flops(floor.linear_weights(decoder_stack(lm.model)), V,
                                lm.model.get_output_embeddings().weight.shape[1], fast.forward_tokens,
                                (1 + len(fast.rewards)) * T)
-    peak = max(peak, floor.float32_peak())
+    peak = max(peak, floor.gemm_peak(floor_dtype))
+    dname = str(floor_dtype).removeprefix("torch.")
     print(f"model {lm.name} on {lm.device} ({lm.dtype}); verifier information '{a.info}'; example {ex.id}: prompt "
           f"{n_prompt} tokens "
           f"(shared prefix {fast.prefix_tokens}), G = {a.group}, K = {len(fast.rewards)}, response tokens {T} "
@@ -139,9 +141,9 @@ def main() -> None:
     print(f"(c) replay peak memory:          {mem['auto'] / 2**20:.0f} MiB (default), {mem['model'] / 2**20:.0f} MiB "
           f"(model dtype) above the loaded model (weights paged in), in a fresh process (all logits at once would be "
           f"{full_logits / 2**20:.0f} MiB)")
-    print(f"(d) float32 floor:               {flops / 1e12:.3f} TFLOP of matrix products at this machine's float32 "
-          f"peak {peak / 1e9:.0f} GFLOPS = {flops / peak:.2f} s; at that floor replay / generation would be "
-          f"{flops / peak / t_gen:.3f} (the model-dtype replay: {flops / t_exact / 1e9:.0f} GFLOPS overall)")
+    print(f"(d) {dname} floor:{' ' * (16 - len(dname))}{flops / 1e12:.3f} TFLOP of matrix products at this machine's "
+          f"{dname} peak {peak / 1e9:.0f} GFLOPS = {flops / peak:.2f} s; at that floor replay / generation would be "
+          f"{flops / peak / t_gen:.3f} (the default replay: {flops / t_fast / 1e9:.0f} GFLOPS overall)")
     if not a.no_doc:
         setting = (f"Model {lm.name} on {lm.device} ({lm.dtype}); verifier information `{a.info}`; example "
                    f"`{ex.id}`: prompt {n_prompt} tokens, "
@@ -151,7 +153,8 @@ def main() -> None:
                  naive=(naive.forward_tokens, naive.forward_passes),
                  exact=(exact_res.forward_tokens, exact_res.forward_passes),
                  fast=(fast.forward_tokens, fast.forward_passes), err=err, bf16_err=bf16_err if bf16 else None,
-                 mem_auto=mem["auto"], mem_model=mem["model"], full_logits=full_logits, flops=flops, peak=peak)
+                 mem_auto=mem["auto"], mem_model=mem["model"], full_logits=full_logits, flops=flops, peak=peak,
+                 dtype=dname)
         path = report.update_section("replay", report.section("bench/replay.py", doc_text(f)))
         print(f"written to {path} (section replay)")
 
@@ -180,11 +183,11 @@ def doc_text(f: dict) -> str:
         ["(c) replay peak memory above the loaded model, default", f"{f['mem_auto'] / mib:.0f} MiB", ""],
         ["(c) replay peak memory above the loaded model, model dtype", f"{f['mem_model'] / mib:.0f} MiB",
          f"all logits at once: {f['full_logits'] / mib:.0f} MiB"],
-        ["(d) float32 floor: the replay's matrix products at this machine's float32 GEMM peak",
+        [f"(d) {f['dtype']} floor: the replay's matrix products at this machine's {f['dtype']} GEMM peak",
          f"{f['flops'] / f['peak']:.2f} s", f"{f['flops'] / 1e12:.3f} TFLOP at {f['peak'] / 1e9:.0f} GFLOPS "
-         f"(`bench/floor.py`); the model-dtype replay: {f['flops'] / f['t_exact'] / 1e9:.0f} GFLOPS overall"],
+         f"(`bench/floor.py`); the default replay: {f['flops'] / f['t_fast'] / 1e9:.0f} GFLOPS overall"],
         ["(d) replay / generation time at that floor", f"{f['flops'] / f['peak'] / f['t_gen']:.3f}",
-         "the least this machine allows in float32"],
+         f"the least this machine allows in {f['dtype']} (products alone)"],
     ]
     return (f["setting"] + "\n\n" + report.table(["", "time", "tokens through the model"], rows) + "\n\n"
             + report.table(["figure", "value", "target / note"], figures))

@@ -72,10 +72,13 @@ _PRELOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtpo-preload
 
 
 def load_model(name: str, device: str = "auto") -> LoadedModel:
-    """:func:`mrtpo.model.load_model` (its import — torch, transformers — happens here, in the thread that loads)."""
+    """:func:`mrtpo.model.load_model` (its import — torch, transformers — happens here, in the thread that loads),
+    frozen: the app only samples and replays with it, so its cast weight copies are made once and kept."""
     from mrtpo.model import load_model as load
 
-    return load(name, device)
+    lm = load(name, device)
+    lm.frozen = True
+    return lm
 
 
 def preload_model(name: str, device: str = "auto") -> None:

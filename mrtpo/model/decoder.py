@@ -118,26 +118,39 @@ class Decoder:
     """The decoder stack, called with its parameters cast to ``dtype`` (``torch.func.functional_call``).
 
     The model's own weights are untouched; the cast copies live as long as this object (make one per replay or per
-    sampled group: a trainer changes the weights between them). ``functional_call`` swaps the copies into the shared
-    module for the duration of a pass, so the passes of all Decoders over one module take turns (a lock per module:
-    the app's sessions share one model)."""
+    sampled group: a trainer changes the weights between them), or, with ``keep`` (a frozen model's: its weights
+    never change), as long as the module, shared by every Decoder of it in that dtype. ``functional_call`` swaps the
+    copies into the shared module for the duration of a pass, so the passes of all Decoders over one module take
+    turns (a lock per module: the app's sessions share one model)."""
 
-    def __init__(self, backbone: torch.nn.Module, dtype: torch.dtype, few_rows: bool = False):
+    def __init__(self, backbone: torch.nn.Module, dtype: torch.dtype, few_rows: bool = False, keep: bool = False):
         """``few_rows``: steps of a handful of rows (sampling) run through :func:`few_rows_stack` where that is
         faster (:func:`few_rows_fast`; not with cast copies or adapters): the same products, summed in another
-        order. ``self.few_rows`` says whether they do."""
+        order. ``self.few_rows`` says whether they do. ``keep``: the cast copies and what :meth:`memo` makes are
+        kept with the module (the weights must not change while it lives; the app's model is frozen)."""
         self.module, self.dtype = backbone, dtype
-        self.params = None
         self._turn = _module_lock(backbone)
         with self._turn:  # not while another Decoder's pass has its copies swapped in
-            if any(p.dtype != dtype and p.is_floating_point() for p in backbone.parameters()):
-                self.params = {n: p.detach().to(dtype) for n, p in backbone.named_parameters()}
+            self._store = _kept.setdefault(backbone, {}).setdefault(dtype, {}) if keep else {}
+            if "params" not in self._store:
+                cast = any(p.dtype != dtype and p.is_floating_point() for p in backbone.parameters())
+                self._store["params"] = ({n: p.detach().to(dtype) for n, p in backbone.named_parameters()}
+                                         if cast else None)
+            self.params = self._store["params"]
         dev = next(backbone.parameters()).device
         self.few_rows = (few_rows and self.params is None and few_rows_fast(dev, dtype)
                          and not _has_adapters(backbone))
         if self.few_rows:
             self.module = few_rows_stack(backbone)
         self.cache_kwarg = cache_kwarg(backbone)
+
+    def memo(self, name: str, make):
+        """``make()``, made once per Decoder — or, for a kept one, once per module and dtype — under the module's
+        lock (what it makes may re-lay the cast copies; no pass runs meanwhile)."""
+        with self._turn:
+            if name not in self._store:
+                self._store[name] = make()
+            return self._store[name]
 
     def weight(self, p: torch.Tensor) -> torch.Tensor:
         """``p`` (a parameter of the model) in this decoder's dtype: its cast copy if ``p`` is one of the stack's
@@ -158,6 +171,7 @@ class Decoder:
 
 
 _module_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module → {dtype: a kept Decoder's store}
 
 
 _module_locks_guard = threading.Lock()

@@ -47,7 +47,7 @@ def llama_step(dec: Decoder) -> LlamaStep | None:
     params = dec.params
     if params is None or next(iter(params.values())).device.type != "cpu" or not supports(dec.module, params):
         return None
-    return LlamaStep(dec.module, params)
+    return dec.memo("llama_step", lambda: LlamaStep(dec.module, params))
 
 
 class LlamaStep:

@@ -42,13 +42,18 @@ _FALLBACK_CHAT_TEMPLATE = (
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready for sampling and replay."""
+    """A causal LM ready for sampling and replay.
+
+    ``frozen``: its weights never change (the app's shared model, which only samples and replays): the decoder's
+    cast weight copies (bf16 on AMX CPUs) are then made once and kept with the model instead of once per call
+    (:class:`mrtpo.model.decoder.Decoder`'s ``keep``). A model a trainer updates must not be marked frozen."""
 
     model: torch.nn.Module
     tokenizer: object
     name: str
     device: torch.device
     dtype: torch.dtype
+    frozen: bool = False
 
     @property
     def max_length(self) -> int:

@@ -125,7 +125,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     from transformers import DynamicCache
 
     dev = lm.device
-    dec = Decoder(decoder_stack(lm.model), dtype, few_rows=few_rows)
+    dec = Decoder(decoder_stack(lm.model), dtype, few_rows=few_rows, keep=lm.frozen)
     step = llama_step(dec) if few_rows else None  # the own step where it was measured faster, else the layers
     linear = rows_linear if dec.few_rows or step is not None else torch.nn.functional.linear
     prefill = DynamicCache()  # plain full-length layers, whatever the model's config says (e.g. sliding windows)

@@ -135,15 +135,20 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool 
 
 
 def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype, measure: str = "js",
-            attn: list[dict[str, np.ndarray]] | None = None) -> ReplayResult:
+            attn: list[dict[str, np.ndarray]] | None = None, dec: Decoder | None = None) -> ReplayResult:
     """JS + normalization from final hidden states ``hidden_of(i, variant) -> (T, H)``, in vocab-bounded chunks.
 
     Per chunk of a response's tokens, one matrix product projects every variant onto the vocabulary (in
     ``dtype``).  Below float32 it projects P_all's states and the differences h(P_\\k) − h(P_all)
     (logits_k = logits_all + W·(h_k − h_all)): both distributions then share the rounding of logits_all, and
-    their difference is as exact as the hidden states allow."""
+    their difference is as exact as the hidden states allow. ``dec``: the replay's Decoder, which keeps the head's
+    cast, transposed copy where it keeps its weights (a frozen model's)."""
     head = lm.model.get_output_embeddings()
-    Wt = head.weight.detach().to(dtype).t().contiguous()  # (H, V)
+
+    def head_t() -> torch.Tensor:
+        return head.weight.detach().to(dtype).t().contiguous()  # (H, V)
+
+    Wt = dec.memo("head_t", head_t) if dec is not None else head_t()
     bias = getattr(head, "bias", None)
     bias = None if bias is None else bias.detach().float()
     cap = getattr(lm.model.config, "final_logit_softcapping", None)
@@ -248,8 +253,9 @@ def replay_group(
     # the state before response token t predicts it: positions S - 1 ... S + T - 2
     want = [(len(plan.prompt_ids[i][v]) - 1, len(plan.prompt_ids[i][v]) - 1 + len(plan.resp_ids[i])) for i, v in keys]
     pad = lm.tokenizer.pad_token_id
+    dec = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen)
     states, trie, passes = shared_hidden(
-        Decoder(decoder_stack(lm.model), dtype), 0 if pad is None else pad, lm.device, seqs, want,
+        dec, 0 if pad is None else pad, lm.device, seqs, want,
         cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix)
     top = trie.segments[trie.paths[0][0]] if seqs else None
     shared = len(top.tokens) if top is not None and all(p[0] == trie.paths[0][0] for p in trie.paths) else 0
@@ -258,9 +264,9 @@ def replay_group(
     hidden = dict(zip(keys, states))
     attn = None
     if needs_attention(measure) if attention is None else attention:
-        attn = _info_attention(lm, plan, Decoder(decoder_stack(lm.model), dtype))
+        attn = _info_attention(lm, plan, dec)
         stats["forward_passes"] += 1 + sum(len(r) > 0 for r in plan.resp_ids)
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype, measure, attn)
+    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype, measure, attn, dec)
 
 
 def _info_attention(lm: LoadedModel, plan: _Plan, dec: Decoder) -> list[dict[str, np.ndarray]]:

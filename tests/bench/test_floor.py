@@ -26,9 +26,13 @@ def test_replay_flops_smollm2_135m_hand_worked():
     assert flops == pytest.approx(1.0043e12, rel=1e-4)
 
 
-def test_float32_peak_is_the_fastest_product():
+def test_gemm_peak_is_the_fastest_product_in_its_dtype(monkeypatch):
     ticks = itertools.count()  # every clock read advances one second: each product "takes" 1 s
-    peak = floor.float32_peak(shapes=((8, 4, 2), (16, 4, 2)), repeats=2, clock=lambda: float(next(ticks)))
+    peak = floor.gemm_peak(shapes=((8, 4, 2), (16, 4, 2)), repeats=2, clock=lambda: float(next(ticks)))
     assert peak == 2 * 16 * 4 * 2
-    real = floor.float32_peak(shapes=((64, 64, 64),), repeats=2)
-    assert 1e6 < real < 1e14  # a real machine's rate in FLOP/s, not a time or a count
+    seen = []
+    real_mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b: seen.append(a.dtype) or real_mm(a, b))
+    real = floor.gemm_peak(torch.bfloat16, shapes=((64, 64, 64),), repeats=2)
+    assert 1e6 < real < 1e15  # a real machine's rate in FLOP/s, not a time or a count
+    assert seen == [torch.bfloat16] * 3  # the warm-up and the two timed products, in the dtype asked for

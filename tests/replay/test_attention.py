@@ -6,7 +6,7 @@ import torch
 
 from mrtpo.core.measures import measure_relevance
 from mrtpo.model import Decoder, decoder_stack
-from mrtpo.replay import naive_replay_group, replay_group
+from mrtpo.replay import ReplayConfig, naive_replay_group, replay_group
 from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.templates import ALL
 
@@ -60,9 +60,10 @@ def test_info_attention_equals_the_models_attention_weights(tiny):
 def test_replay_reads_attention_for_attn_contrast(tiny):
     """replay_group(measure="attn-contrast") reads P_all's attention to v_k's tokens (those P_\\k lacks); the
     batched and the naive replay agree; ρ is the measure's on them; other measures do not pay for it."""
-    fast = replay_group(tiny, PROMPT, INFO, RESPONSES, measure="attn-contrast")
+    exact = ReplayConfig(precision="model")  # float32 like the reference (auto is bf16 on AMX CPUs)
+    fast = replay_group(tiny, PROMPT, INFO, RESPONSES, measure="attn-contrast", config=exact)
     slow = naive_replay_group(tiny, PROMPT, INFO, RESPONSES, measure="attn-contrast")
-    plain = replay_group(tiny, PROMPT, INFO, RESPONSES)
+    plain = replay_group(tiny, PROMPT, INFO, RESPONSES, config=exact)
     assert all(r.attn == {} for r in plain.responses)
     assert fast.forward_passes == plain.forward_passes + 1 + len(RESPONSES)  # the prompt once, then each response
     for i, (f, s) in enumerate(zip(fast.responses, slow.responses)):
@@ -89,7 +90,8 @@ def test_default_model_attention_to_a_named_keyword(smol):
     attends to that rule more than to the other reward's."""
     info = {"keyword": "The reply must contain the word 'banana'.", "length": "The reply must have at most 20 words."}
     resp = "I like to eat a banana every morning."
-    rep = replay_group(smol, "Write one sentence about breakfast.", info, [resp], measure="attn-contrast")
+    rep = replay_group(smol, "Write one sentence about breakfast.", info, [resp], measure="attn-contrast",
+                       config=ReplayConfig(precision="model"))  # float32 like the reference
     r = rep.responses[0]
     p_all = smol.encode(rep.prompts[0][ALL])
     spans = {k: info_span(p_all, smol.encode(rep.prompts[0][k])) for k in info}
