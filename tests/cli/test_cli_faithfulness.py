@@ -93,10 +93,13 @@ def test_faithfulness_command(tmp_path, capsys):
     assert "unknown relevance measure 'bogus'" in capsys.readouterr().err
 
 
-def test_relevance_every_measure_from_one_replay_equals_the_single_calls(tmp_path, capsys):
+def test_relevance_every_measure_from_one_replay_equals_the_single_calls(tmp_path, capsys, monkeypatch):
     """--measure all (or a comma list) writes {reward: {measure: [...]}} from one replay: each measure's lists equal
     what a call with that one measure writes; the oracle is refused (cases hold texts, not checkers)."""
     from mrtpo.core.measures import measure_names
+    from mrtpo.model import decoder
+
+    monkeypatch.setattr(decoder, "fast_bf16_cpu", lambda: False)  # float32 on every CPU (bf16 batches round apart)
 
     case = {"id": "a", "prompt": "Write about tea.", "verifier_info": {"kw": "Include the keyword 'green'.",
                                                                         "nc": "Do not use commas."},
