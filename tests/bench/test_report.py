@@ -131,7 +131,7 @@ def test_stamp_table_and_section():
     assert s.startswith("*measured ") and s.endswith(", 2 threads; written by `bench/replay.py`.*\n\n| a |\n|---|")
 
 
-@pytest.mark.parametrize("fast, chosen", [(True, "bfloat16 weight copies"),
+@pytest.mark.parametrize("fast, chosen", [(True, "bfloat16 weight copies (sampling: the own decoding step)"),
                                           (False, "float32 (sampling: few-rows products)")])
 def test_machine_says_the_cpu_threads_and_the_precision_auto_picks(monkeypatch, fast, chosen):
     from mrtpo.model import decoder
