@@ -182,22 +182,29 @@ def test_templates_use_the_measure_picked_on_explore(app: AppTest):
     assert at.selectbox(key="explore_measure").value == "js-support"
 
 
+def _picked_measure_replays_again(at: AppTest, measure: str, input_of, **extra):
+    """Picks ``measure`` in Explore, whose input (``input_of(response)``) the group's replay did not read: the page
+    shows ρ of the replay with it (``extra``: replay_for's switch; cached), its AUROC table is the library's for that
+    replay, and the session's replay is left as it was. Returns (the session's group, that replay)."""
+    at.selectbox(key="explore_measure").set_value(measure).run()
+    _ok(at)
+    assert f"relevance ρ ({measure})" in at.get("html")[0].proto.body
+    run = at.session_state["mrtpo_group"]
+    assert not any(input_of(r) for r in run.replay.responses)
+    again = S.replay_for(run.choices, run.group, run.template, **extra)  # the cached replay the page used
+    assert all(set(input_of(r)) == set(r.js) for r in again.responses)
+    df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
+    want = faithfulness_table(token_view(run.group, again, measure=measure))
+    np.testing.assert_allclose(df["token AUROC"].astype(float), [r["token AUROC"] for r in want], atol=1e-6)
+    return run, again
+
+
 def test_js_reworded_replays_once_more_and_templates_follow(app: AppTest):
     """js-reworded reads P_k′ (v_k in other words), which the group's replay did not run: picking it replays the
     group once more with the rewordings (cached), and ρ is the library's for that replay; Templates replays with
     them too."""
     at = app
-    at.selectbox(key="explore_measure").set_value("js-reworded").run()
-    _ok(at)
-    body = at.get("html")[0].proto.body
-    assert "relevance ρ (js-reworded)" in body
-    run = at.session_state["mrtpo_group"]
-    assert not any(r.js_reworded for r in run.replay.responses)  # the session's replay is left as it was
-    again = S.replay_for(run.choices, run.group, run.template, reword=True)  # the cached replay the page used
-    assert all(set(r.js_reworded) == set(r.js) for r in again.responses)
-    df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
-    want = faithfulness_table(token_view(run.group, again, measure="js-reworded"))
-    np.testing.assert_allclose(df["token AUROC"].astype(float), [r["token AUROC"] for r in want], atol=1e-6)
+    _picked_measure_replays_again(at, "js-reworded", lambda r: r.js_reworded, reword=True)
     at.switch_page("pages/template-editor.py").run()
     _ok(at)
     at.button(key="tpl_rerun").click().run()
@@ -210,16 +217,5 @@ def test_js_reworded_replays_once_more_and_templates_follow(app: AppTest):
 def test_attn_contrast_replays_once_more_with_the_attention(app: AppTest):
     """attn-contrast reads P_all's attention to each v_k, which the group's replay did not read: picking it replays
     the group once more with the attention (cached), and ρ is the library's for that replay."""
-    at = app
-    at.selectbox(key="explore_measure").set_value("attn-contrast").run()
-    _ok(at)
-    body = at.get("html")[0].proto.body
-    assert "relevance ρ (attn-contrast)" in body
-    run = at.session_state["mrtpo_group"]
-    assert not any(r.attn for r in run.replay.responses)  # the session's replay is left as it was
-    again = S.replay_for(run.choices, run.group, run.template, attention=True)  # the cached replay the page used
-    assert all(set(r.attn) == set(r.js) for r in again.responses)
+    run, again = _picked_measure_replays_again(app, "attn-contrast", lambda r: r.attn, attention=True)
     assert S.lacks_inputs(run.replay, "attn-contrast") and not S.lacks_inputs(again, "attn-contrast")
-    df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
-    want = faithfulness_table(token_view(run.group, again, measure="attn-contrast"))
-    np.testing.assert_allclose(df["token AUROC"].astype(float), [r["token AUROC"] for r in want], atol=1e-6)
