@@ -1,12 +1,14 @@
-"""The sampler's decoding step for Llama-family stacks in plain tensor ops: the same operations as transformers'
-layers, in the same order and dtypes, without their per-call plumbing (cache objects, masks, module hooks, swapping
-the cast weights into the module).
+"""The sampler's decoding step and the replay's passes for Llama-family stacks in plain tensor ops: the same operations
+as transformers' layers, in the same order and dtypes, without their per-call plumbing (cache objects, masks made per
+call, module hooks, swapping the cast weights into the module).
 
 A step of G rows of a 135M model is a few hundred small products; on a CPU most of transformers' step is the calls
 around them. Measured on the default model (8 rows, bf16 weight copies, Intel AMX-BF16, 2 threads): 35 ms a step
 through the model's layers, 23 ms here, hidden states bit-identical. q/k/v and gate/up each multiply as one matrix
 (the Decoder's cast copies are re-laid so the separate weights are views of it: no second copy), and few rows
-multiply as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`), faster for bf16 on AMX too.
+multiply as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`), faster for bf16 on AMX too. The replay's passes
+(:meth:`LlamaStep.forward`: many tokens per row after a cached past, one mask per pass) gain less — their products
+are larger — about 6 % of the replay's decoder time on the same machine.
 """
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ def supports(backbone: torch.nn.Module, params: dict[str, torch.Tensor]) -> bool
 
 
 def llama_step(dec: Decoder) -> LlamaStep | None:
-    """The own step for ``dec``'s decoding steps, or None (the model's layers then run them): where ``dec`` holds cast
-    weight copies (bf16 on a CPU with AMX / AVX512-BF16, where it was measured) of a stack :func:`supports` takes.
+    """The own step for ``dec``'s decoding steps and passes, or None (the model's layers then run them): where ``dec``
+    holds cast weight copies (bf16 on a CPU with AMX / AVX512-BF16, where it was measured) of a stack :func:`supports`
+    takes.
     Elsewhere — float32 on AVX2 CPUs (the few-rows stack), CUDA — it was not measured, so it is not used."""
     params = dec.params
     if params is None or next(iter(params.values())).device.type != "cpu" or not supports(dec.module, params):
@@ -51,7 +54,8 @@ def llama_step(dec: Decoder) -> LlamaStep | None:
 
 
 class LlamaStep:
-    """One decoding step over the sampler's KV buffer: ids (n,) at position ``pos`` → final hidden states (n, H).
+    """One decoding step over the sampler's KV buffer: ids (n,) at position ``pos`` → final hidden states (n, H); or a
+    pass of many tokens per row over a KV buffer (:meth:`forward`, the replay's).
 
     Per layer, as ``LlamaDecoderLayer`` computes it (x (n, H); RMSNorm in float32, cast back, times its weight):
         q, k, v = RMSNorm(x) W_qkvᵀ, rotated by the position's cos / sin; k, v written into the buffer at ``pos``
@@ -86,23 +90,44 @@ class LlamaStep:
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
     def __call__(self, ids: torch.Tensor, pos: int, buf: torch.Tensor) -> torch.Tensor:
-        """ids (n,) at position ``pos`` (every row), ``buf`` (layers, 2, n, kv_heads, ≥ pos + 1, d) holding positions
-        < pos; writes this position's keys and values; → (n, H)."""
-        n, d, dtype = ids.shape[0], self.head_dim, self.embed.dtype
-        x = self.embed[ids]  # (n, H)
+        """One decoding step: ids (n,) at position ``pos`` (every row), ``buf`` (layers, 2, n, kv_heads, ≥ pos + 1, d)
+        holding positions < pos; writes this position's keys and values; → (n, H)."""
         freqs = pos * self.inv_freq
         angles = torch.cat((freqs, freqs))  # (d,) float32, as the model's rotary embedding makes them
+        dtype = self.embed.dtype
         cos, sin = (angles.cos() * self.rope_scale).to(dtype), (angles.sin() * self.rope_scale).to(dtype)
+        return self._layers(self.embed[ids[:, None]], cos, sin, buf, pos, None, False)[:, 0]
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, buf: torch.Tensor, past: int,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """A pass of many tokens (the replay's): ids (b, L) at ``positions`` (b, L) after ``past`` cached keys: ``buf``
+        (layers, 2, b, kv_heads, ≥ past + L, d) holds them in [0, past); the pass writes its keys and values at
+        [past, past + L). ``mask`` (b, 1, L, past + L) bool: which keys each query sees; None: every cached key and,
+        among its own, itself and those before it. → final hidden states (b, L, H)."""
+        L = ids.shape[1]
+        freqs = positions.float()[..., None] * self.inv_freq  # (b, L, d/2), as the rotary embedding's product
+        angles = torch.cat((freqs, freqs), dim=-1)[:, None]  # (b, 1, L, d)
+        dtype = self.embed.dtype
+        cos, sin = (angles.cos() * self.rope_scale).to(dtype), (angles.sin() * self.rope_scale).to(dtype)
+        if mask is None and L > 1 and past > 0:  # SDPA's is_causal lines queries up with the first keys
+            mask = torch.ones(L, past + L, dtype=torch.bool).tril(past)[None, None]
+        return self._layers(self.embed[ids], cos, sin, buf, past, mask, mask is None and L > 1)
+
+    def _layers(self, x, cos, sin, buf, past, mask, causal) -> torch.Tensor:
+        """x (b, L, H) through every layer and the final norm, keys and values written into ``buf`` at [past,
+        past + L); cos, sin broadcast against (b, heads, L, d)."""
+        b, L, _ = x.shape
+        d, end = self.head_dim, past + L
         nq, nkv = self.heads * d, self.kv_heads * d
         for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
-            qkv = rows_linear(self._rms(x, w_in), w_qkv, None)  # (n, nq + 2 nkv)
-            q = self._rotate(qkv[:, :nq].view(n, self.heads, 1, d), cos, sin)
-            k = self._rotate(qkv[:, nq:nq + nkv].view(n, self.kv_heads, 1, d), cos, sin)
-            buf[i, 0, :, :, pos:pos + 1] = k
-            buf[i, 1, :, :, pos:pos + 1] = qkv[:, nq + nkv:].view(n, self.kv_heads, 1, d)
-            a = F.scaled_dot_product_attention(q, buf[i, 0, :, :, :pos + 1], buf[i, 1, :, :, :pos + 1],
-                                               scale=d ** -0.5, enable_gqa=True)  # (n, heads, 1, d)
-            x = x + rows_linear(a.reshape(n, nq), w_o, None)
+            qkv = rows_linear(self._rms(x, w_in), w_qkv, None)  # (b, L, nq + 2 nkv)
+            q = self._rotate(qkv[..., :nq].view(b, L, self.heads, d).transpose(1, 2), cos, sin)  # (b, heads, L, d)
+            k = self._rotate(qkv[..., nq:nq + nkv].view(b, L, self.kv_heads, d).transpose(1, 2), cos, sin)
+            buf[i, 0, :, :, past:end] = k
+            buf[i, 1, :, :, past:end] = qkv[..., nq + nkv:].view(b, L, self.kv_heads, d).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, buf[i, 0, :, :, :end], buf[i, 1, :, :, :end], attn_mask=mask,
+                                               is_causal=causal, scale=d ** -0.5, enable_gqa=True)  # (b, heads, L, d)
+            x = x + rows_linear(a.transpose(1, 2).reshape(b, L, nq), w_o, None)
             g, u = rows_linear(self._rms(x, w_post), w_gu, None).chunk(2, dim=-1)
             x = x + rows_linear(F.silu(g) * u, w_down, None)
         return self._rms(x, self.norm)

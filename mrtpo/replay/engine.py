@@ -40,6 +40,7 @@ from mrtpo.model import (
     token_offsets,
     tokenize_response,
 )
+from mrtpo.model.llama_step import llama_step
 from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
@@ -53,7 +54,9 @@ if TYPE_CHECKING:
 class ReplayConfig:
     token_budget: int = 2048  # max batch × padded new tokens per forward pass (small batches pad less)
     kv_budget: int = 4096  # max batch × padded (cached + new) tokens per forward pass: bounds the KV copies
-    logits_budget: int = 1 << 22  # max (1 + K) × tokens × vocab logits per chunk (16 MiB in float32)
+    # max (1 + K) × tokens × vocab logits per projection (16 MiB in bf16, 32 MiB in float32); the log-softmax and
+    # JS then run over JS_LOGITS of them at a time
+    logits_budget: int = 1 << 23
     # KV reuse over a trie of the group's sequences: every shared prefix (the task prompt; the items before the
     # one left out; verifier text that is the same for several responses) runs once and its KV cache serves
     # every sequence through it.  False: every (response, variant) sequence runs in full (still batched).
@@ -67,6 +70,7 @@ class ReplayConfig:
 
 
 Response = str | Sample | Sequence[int]
+JS_LOGITS = 1 << 17  # logits per step of the element-wise chain (512 KiB in float32: its temporaries stay in cache)
 
 
 def _response_tokens(lm: LoadedModel, r: Response) -> tuple[str | None, list[int], list[tuple[int, int]] | None]:
@@ -145,8 +149,8 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
     cast, transposed copy where it keeps its weights (a frozen model's)."""
     head = lm.model.get_output_embeddings()
 
-    def head_t() -> torch.Tensor:
-        return head.weight.detach().to(dtype).t().contiguous()  # (H, V)
+    def head_t() -> torch.Tensor:  # (H, V); a head tied to the embeddings transposes the decoder's cast copy
+        return (dec.weight(head.weight) if dec is not None else head.weight.detach().to(dtype)).t().contiguous()
 
     Wt = dec.memo("head_t", head_t) if dec is not None else head_t()
     bias = getattr(head, "bias", None)
@@ -164,8 +168,8 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
         return torch.log_softmax(z, dim=-1)
 
     rows_max = min(chunk, max((len(r) for r in plan.resp_ids), default=1)) * (1 + len(others))
-    z32 = torch.empty((rows_max, Wt.shape[1]), device=Wt.device)
-    zlow = None if exact else torch.empty((rows_max, Wt.shape[1]), dtype=dtype, device=Wt.device)
+    zbuf = torch.empty((rows_max, Wt.shape[1]), dtype=dtype, device=Wt.device)  # reused: fresh blocks page-fault
+    sub = max(1, JS_LOGITS // (Wt.shape[1] * (1 + len(others))))  # tokens per step of the element-wise chain
     out = []
     for i, rid in enumerate(plan.resp_ids):
         T = len(rid)
@@ -180,24 +184,28 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
             todo = [k for k in others if not torch.equal(hidden_of(i, k)[s : s + chunk], h_all)]
             rows = [h_all] + [hidden_of(i, k)[s : s + chunk] if exact else
                               hidden_of(i, k)[s : s + chunk].float() - h_all.float() for k in todo]
-            m = sum(r.shape[0] for r in rows)
-            if exact:
-                z = torch.matmul(torch.cat(rows), Wt, out=z32[:m])  # ((1 + |todo|) n, V)
-            else:  # project into a reused buffer: fresh 30 MB blocks cost page faults on every chunk
-                z = z32[:m].copy_(torch.matmul(torch.cat(rows).to(dtype), Wt, out=zlow[:m]))
-            z_all = z[:n]
-            lp = logprobs(z_all)
-            p = lp.exp()
-            y = ids[s : s + n]
-            lp_all[s : s + n] = lp.gather(1, y)[:, 0].cpu()
+            m = (1 + len(todo)) * n
+            z = torch.matmul(torch.cat(rows).to(dtype), Wt, out=zbuf[:m]).view(1 + len(todo), n, -1)
+            # the element-wise chain (log-softmax, JS) over a few tokens at a time, every variant at once: its
+            # temporaries stay in the CPU's cache (over the whole chunk they stream through memory ~15 times)
+            for u in range(0, n, sub):
+                y = ids[s + u : s + min(u + sub, n)]  # (n', 1)
+                z_all = z[0, u : u + sub].float()  # (n', V)
+                lp = logprobs(z_all)
+                lp_all[s + u : s + u + len(y)] = lp.gather(1, y)[:, 0].cpu()
+                if not todo:
+                    continue
+                z_k = z[1:, u : u + sub]  # (|todo|, n', V): logits, or (below float32) their differences
+                lq = logprobs(z_k if exact else z_k + z_all)
+                d = js_distance(lp, lq, p=lp.exp()).cpu()  # (|todo|, n')
+                lq_y = lq.gather(2, y.expand(len(todo), -1, -1))[..., 0].cpu()  # (|todo|, n')
+                for j, k in enumerate(todo):
+                    js[k][s + u : s + u + len(y)] = d[j]
+                    if k in lp_k:
+                        lp_k[k][s + u : s + u + len(y)] = lq_y[j]
             for k in plan.rewards:  # rewards not projected here have P_\k's distribution = P_all's
-                lp_k[k][s : s + n] = lp_all[s : s + n]
-            for j, k in enumerate(todo, start=1):
-                z_k = z[j * n : (j + 1) * n] if exact else z[j * n : (j + 1) * n].add_(z_all)
-                lq = logprobs(z_k)
-                js[k][s : s + chunk] = js_distance(lp, lq, p=p).cpu()
-                if k in lp_k:
-                    lp_k[k][s : s + n] = lq.gather(1, y)[:, 0].cpu()
+                if k not in todo:
+                    lp_k[k][s : s + n] = lp_all[s : s + n]
         rr = ResponseRelevance(
             text=plan.texts[i], token_ids=rid, offsets=plan.offsets[i],
             js={k: js[k].numpy() for k in plan.rewards}, relevance={}, skipped=list(plan.skipped),
@@ -256,7 +264,7 @@ def replay_group(
     dec = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen)
     states, trie, passes = shared_hidden(
         dec, 0 if pad is None else pad, lm.device, seqs, want,
-        cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix)
+        cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec))
     top = trie.segments[trie.paths[0][0]] if seqs else None
     shared = len(top.tokens) if top is not None and all(p[0] == trie.paths[0][0] for p in trie.paths) else 0
     stats = {"prefix_tokens": shared, "forward_tokens": passes.forward_tokens,

@@ -121,12 +121,15 @@ def shared_hidden(
     token_budget: int,
     kv_budget: int,
     share: bool = True,
+    own=None,
 ) -> tuple[list[torch.Tensor], Trie, PassStats]:
     """Final hidden states of positions [lo, hi) of every sequence (want[n] = (lo, hi)), each trie node run once.
 
     decoder: callable like a transformers decoder stack (input_ids, attention_mask, position_ids, cache) with
-    ``cache_kwarg`` naming its cache argument.  A pass holds at most ``token_budget`` padded new tokens and
-    ``kv_budget`` padded (past + new) tokens.  Returns per sequence (hi − lo, H), the trie and pass counts.
+    ``cache_kwarg`` naming its cache argument.  ``own``: the project's own pass over the same weights
+    (:class:`mrtpo.model.llama_step.LlamaStep`), which then runs every pass instead (no cache objects, masks made
+    once per pass).  A pass holds at most ``token_budget`` padded new tokens and ``kv_budget`` padded (past + new)
+    tokens.  Returns per sequence (hi − lo, H), the trie and pass counts.
     """
     trie = build_trie(seqs, share)
     segs = trie.segments
@@ -144,9 +147,9 @@ def shared_hidden(
 
     hidden: dict[int, torch.Tensor] = {}  # segment -> (len, H)
     kv: dict[int, torch.Tensor] = {}  # branching segment -> (layers, 2, kv_heads, len, d)
-    buffer = _KVBuffer(max((len(b) * _kv_len(segs, b) for b in batches if _past_len(segs, b) > 0), default=0))
+    buffer = _KVBuffer(max((len(b) * _kv_len(segs, b) for b in batches if own or _past_len(segs, b) > 0), default=0))
     for batch in batches:
-        _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats)
+        _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own)
     out = []
     for path, (lo, hi) in zip(trie.paths, want):
         if hi <= lo:
@@ -202,32 +205,37 @@ class _KVBuffer:
     def __init__(self, tokens: int):
         self.tokens, self.flat = tokens, None
 
-    def view(self, like: torch.Tensor, b: int, length: int) -> torch.Tensor:
-        n_layers, _, kv_heads, _, d = like.shape  # like: a segment's KV (layers, 2, kv_heads, len, d)
+    def view(self, shape: tuple[int, int, int], like: torch.Tensor, b: int, length: int) -> torch.Tensor:
+        """(layers, 2, b, kv_heads, length, d) for ``shape`` (layers, kv_heads, d), ``like``'s dtype and device."""
+        n_layers, kv_heads, d = shape
         numel = n_layers * 2 * kv_heads * d * b * length
         if self.flat is None or self.flat.numel() < numel or self.flat.dtype != like.dtype:
             self.flat = like.new_empty(max(numel, n_layers * 2 * kv_heads * d * self.tokens))
         return self.flat[:numel].view(n_layers, 2, b, kv_heads, length, d)
 
 
-def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer, stats) -> None:
+def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer, stats, own=None) -> None:
     b = len(batch)
     L = max(len(segs[i].tokens) for i in batch)
     C = _past_len(segs, batch)
     input_ids = torch.full((b, L), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, C + L), dtype=torch.long)
+    mask = torch.zeros((b, C + L), dtype=torch.bool)
     pos = torch.zeros((b, L), dtype=torch.long)
     for j, i in enumerate(batch):
         s = segs[i]
         input_ids[j, : len(s.tokens)] = torch.tensor(s.tokens)
-        mask[j, : s.start] = 1
-        mask[j, C : C + len(s.tokens)] = 1
+        mask[j, : s.start] = True
+        mask[j, C : C + len(s.tokens)] = True
         pos[j] = s.start + torch.arange(L)
     keep = [j for j, i in enumerate(batch) if segs[i].has_children]
-    kwargs = {}
-    if C > 0:  # the rows' pasts and the new keys in one preallocated buffer (no concatenation per layer)
-        # rows with a past have a parent (start > 0); a top-level row (no past) may come first in the batch
-        buf = buffer.view(kv[next(segs[i].parent for i in batch if segs[i].parent >= 0)], b, C + L)
+    buf = None
+    if C > 0 or own is not None:  # the rows' pasts and the new keys in one preallocated buffer (no concatenation)
+        if own is not None:
+            shape, like = (len(own.layers), own.kv_heads, own.head_dim), own.embed
+        else:  # rows with a past have a parent (start > 0); a top-level row (no past) may come first in the batch
+            like = kv[next(segs[i].parent for i in batch if segs[i].parent >= 0)]
+            shape = (like.shape[0], like.shape[2], like.shape[4])  # a segment's KV: (layers, 2, kv_heads, len, d)
+        buf = buffer.view(shape, like, b, C + L)
         for j, i in enumerate(batch):
             buf[:, :, j, :, segs[i].start : C] = 0  # masked, but must not be NaN
             a = segs[i].parent
@@ -235,16 +243,24 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
                 s = segs[a]
                 buf[:, :, j, :, s.start : s.start + len(s.tokens)] = kv[a]
                 a = s.parent
-        kwargs[decoder.cache_kwarg] = buffer_cache(buf, C)
-    out = decoder(input_ids=input_ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
-                  use_cache=bool(keep) or C > 0, **kwargs)
-    h = out.last_hidden_state
-    if keep:
-        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-        layers = cache_tensors(cache)
+    if own is not None:
+        # key κ is seen from query q of row j when it holds a token of the row (its past or its own) and κ ≤ C + q
+        seen = None if bool(mask.all()) and C == 0 else (
+            mask[:, None, None, :] & torch.ones(L, C + L, dtype=torch.bool).tril(C)[None, None])
+        h = own.forward(input_ids.to(device), pos.to(device), buf, C, seen)  # (b, L, H)
         for j in keep:
-            n = len(segs[batch[j]].tokens)
-            kv[batch[j]] = torch.stack([torch.stack([K[j, :, C : C + n], V[j, :, C : C + n]]) for K, V in layers])
+            kv[batch[j]] = buf[:, :, j, :, C : C + len(segs[batch[j]].tokens)].clone()  # (layers, 2, kv_heads, n, d)
+    else:
+        kwargs = {decoder.cache_kwarg: buffer_cache(buf, C)} if C > 0 else {}
+        out = decoder(input_ids=input_ids.to(device), attention_mask=mask.long().to(device),
+                      position_ids=pos.to(device), use_cache=bool(keep) or C > 0, **kwargs)
+        h = out.last_hidden_state
+        if keep:
+            cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            layers = cache_tensors(cache)
+            for j in keep:
+                n = len(segs[batch[j]].tokens)
+                kv[batch[j]] = torch.stack([torch.stack([K[j, :, C : C + n], V[j, :, C : C + n]]) for K, V in layers])
     for j, i in enumerate(batch):
         hidden[i] = h[j, : len(segs[i].tokens)]
     stats.forward_tokens += b * L

@@ -4,6 +4,7 @@ Reference: the same positions through transformers' decoder stack with the sampl
 (mrtpo.model.kvcache.buffer_cache), step by step; and the sampler's draws with the step switched off."""
 import copy
 
+import numpy as np
 import pytest
 import torch
 from transformers import DynamicCache
@@ -134,3 +135,73 @@ def test_default_model_the_own_step_gives_the_layers_hidden_states_and_greedy_to
         monkeypatch.setattr(S, "llama_step", lambda dec: None)
         b = sample(smol, prompt, n=2, max_new_tokens=24, temperature=0)
         assert [s.token_ids for s in a] == [s.token_ids for s in b] and len(a[0].token_ids) > 8
+
+
+def replay_like_sequences(V, g):
+    """12 sequences as the replay makes them: a prompt, three verifier items (each left out once), a response each
+    of 3 lengths; the positions whose states the replay reads."""
+    prompt = torch.randint(5, V, (70,), generator=g).tolist()
+    items = [torch.randint(5, V, (n,), generator=g).tolist() for n in (12, 7, 20)]
+    seqs, want = [], []
+    for r in range(3):
+        resp = torch.randint(5, V, (9 + 4 * r,), generator=g).tolist()
+        for drop in (None, 0, 1, 2):
+            p = prompt + [t for j, it in enumerate(items) if j != drop for t in it]
+            seqs.append(p + resp)
+            want.append((len(p) - 1, len(p) - 1 + len(resp)))
+    return seqs, want
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_own_pass_gives_the_replay_what_the_layers_give(tiny, dtype):
+    """The replay's passes (kvtrie.shared_hidden: cached pasts of different lengths in one batch, padded rows, a shared
+    level whose keys later passes read) through LlamaStep.forward against the same passes through the model's layers
+    — and, in float32, against each sequence alone."""
+    from mrtpo.replay.kvtrie import shared_hidden
+
+    lm = spiky_model(tiny)
+    stack = D.decoder_stack(lm.model)
+    dec = D.Decoder(stack, dtype)
+    params = {k: v.clone() for k, v in dec.params.items()} if dec.params else {
+        k: v.detach().clone() for k, v in stack.named_parameters()}
+    own = L.LlamaStep(stack, params)
+    seqs, want = replay_like_sequences(lm.model.config.vocab_size, torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        ref, _, st_ref = shared_hidden(dec, 0, lm.device, seqs, want, 96, 400)
+        got, trie, st = shared_hidden(dec, 0, lm.device, seqs, want, 96, 400, own=own)
+        alone = [stack(input_ids=torch.tensor([s])).last_hidden_state[0, lo:hi] for s, (lo, hi) in zip(seqs, want)]
+    assert st.levels == st_ref.levels and len(st.levels) >= 2 and st.forward_passes >= 3  # shared, then leaves
+    assert len({trie.segments[p[-1]].start for p in trie.paths}) > 1  # leaves after pasts of different lengths
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
+    for r, h, a in zip(ref, got, alone):
+        assert h.dtype == dtype and h.shape == r.shape and h.shape[0] >= 9
+        torch.testing.assert_close(h, r, **tol)
+        if dtype == torch.float32:
+            torch.testing.assert_close(h, a, atol=1e-5, rtol=1e-5)
+    assert torch.cat(got).float().std() > 0.1
+
+
+def test_a_bf16_replay_runs_its_passes_through_the_own_pass(tiny, monkeypatch):
+    """replay_group with bf16 copies takes the own pass (on any CPU: "bfloat16" asks for the copies); its JS distances
+    and log-probs match the same replay through the model's layers within bf16 rounding."""
+    from mrtpo.replay import ReplayConfig, replay_group
+    from mrtpo.replay import engine as E
+
+    lm = spiky_model(tiny)
+    passes = []
+    real = E.llama_step
+    monkeypatch.setattr(E, "llama_step", lambda dec: passes.append(real(dec)) or passes[-1])
+    info = {"format": "Answer in one line.", "correct": "The answer must name every customer.",
+            "style": "Use plain words."}
+    responses = ["SELECT name FROM customers;", "the names are Ann and Bo", "SELECT * FROM t WHERE x = 1"]
+    cfg = ReplayConfig(precision="bfloat16")
+    got = replay_group(lm, "List the customers.", info, responses, config=cfg)
+    assert isinstance(passes[-1], L.LlamaStep)
+    monkeypatch.setattr(E, "llama_step", lambda dec: None)
+    want = replay_group(lm, "List the customers.", info, responses, config=cfg)
+    for a, b in zip(got.responses, want.responses):
+        for k in got.rewards:
+            np.testing.assert_allclose(a.js[k], b.js[k], atol=2e-2)
+            np.testing.assert_allclose(a.logp_without[k], b.logp_without[k], atol=0.1, rtol=0.05)
+        np.testing.assert_allclose(a.logp_all, b.logp_all, atol=0.1, rtol=0.05)
+    assert max(float(np.max(r.js[k])) for r in got.responses for k in got.rewards) > 0.05

@@ -111,11 +111,25 @@ def test_reworded_variants_batched_equal_naive_and_leave_the_rest_alone(tiny):
     np.testing.assert_allclose(empty.responses[0].js_reworded["a"], 0.0, atol=1e-6)
 
 
-def test_small_logits_budget_chunks_vocab(tiny):
-    a = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(logits_budget=300, precision="model"))
-    b = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(precision="model"))
-    for x, y in zip(a.responses, b.responses):
-        np.testing.assert_allclose(x.js["format"], y.js["format"], atol=1e-5)
+@pytest.mark.parametrize("precision", ["model", "bfloat16"])
+def test_small_logits_budget_chunks_vocab(tiny, monkeypatch, precision):
+    """Projections of a few tokens (logits_budget), and the element-wise chain a token at a time inside them
+    (JS_LOGITS), give what one projection of everything gives: the same numbers, bit for bit."""
+    from mrtpo.replay import engine as E
+
+    V = tiny.model.config.vocab_size
+    whole = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(precision=precision))
+    monkeypatch.setattr(E, "JS_LOGITS", V * (1 + len(INFO)))  # one token per step of the chain
+    budget = 4 * V * (1 + len(INFO))  # 4 tokens per projection
+    parts = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(logits_budget=budget,
+                                                                              precision=precision))
+    assert min(len(r.token_ids) for r in parts.responses) > 3 * 4  # several projections per response
+    for x, y in zip(parts.responses, whole.responses):
+        for k in INFO:
+            np.testing.assert_array_equal(x.js[k], y.js[k])
+            np.testing.assert_array_equal(x.logp_without[k], y.logp_without[k])
+        np.testing.assert_array_equal(x.logp_all, y.logp_all)
+        assert x.js["format"].max() > 0
 
 
 def test_tokens_have_offsets_into_response(tiny):
