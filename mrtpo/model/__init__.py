@@ -12,7 +12,8 @@ import importlib
 from mrtpo.model.defaults import DEFAULT_MODEL, GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS, TINY_MODEL
 
 _LAZY = {  # name → the submodule that defines it
-    **dict.fromkeys(["PRECISIONS", "Decoder", "compute_dtype", "decoder_stack", "fast_bf16_cpu"], "decoder"),
+    **dict.fromkeys(["PRECISIONS", "Decoder", "compute_dtype", "decoder_stack", "fast_bf16_cpu",
+                     "weights_fixed"], "decoder"),
     **dict.fromkeys(["LoadedModel", "cache_dir", "convert_gguf", "default_gguf_path", "default_model_cached",
                      "load_model", "resolve_device"], "load"),
     "seeded_global": "rng",
@@ -25,7 +26,7 @@ __all__ = ["DEFAULT_MODEL", "Decoder", "GROUP_SIZE", "LoadedModel", "MAX_GROUP_S
            "Sample", "SamplingConfig", "TINY_MODEL", "TooLong", "cache_dir", "check_length", "compute_dtype",
            "convert_gguf", "decode", "decoder_stack", "default_gguf_path", "default_model_cached", "draw",
            "fast_bf16_cpu", "generator", "load_model", "next_token_scores", "resolve_device", "sample", "sample_ids",
-           "seeded_global", "token_offsets", "tokenize_response"]
+           "seeded_global", "token_offsets", "tokenize_response", "weights_fixed"]
 
 
 def __getattr__(name: str):

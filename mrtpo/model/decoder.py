@@ -170,6 +170,25 @@ class Decoder:
             return functional_call(self.module, self.params, (), kwargs)
 
 
+@contextlib.contextmanager
+def weights_fixed(lm: LoadedModel):
+    """A block in which the caller guarantees that ``lm``'s weights do not change (a trainer's sampling and replays,
+    between two updates): inside it ``lm`` counts as frozen, so every Decoder of it shares one set of cast copies (and
+    what :meth:`Decoder.memo` makes) instead of casting per call; they are dropped when the block ends. A model
+    already frozen keeps its copies."""
+    if lm.frozen:
+        yield
+        return
+    lm.frozen = True
+    try:
+        yield
+    finally:
+        lm.frozen = False
+        stack = decoder_stack(lm.model)
+        with _module_lock(stack):  # not while a pass reads them
+            _kept.pop(stack, None)
+
+
 _module_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module → {dtype: a kept Decoder's store}
 

@@ -45,7 +45,7 @@ from mrtpo.core.measures import needs_replay, oracle_relevance
 from mrtpo.creditlog import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup, score_group, template_for
-from mrtpo.model import LoadedModel, sample, token_offsets
+from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
 from mrtpo.replay import replay_scored
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_compare, get_family
@@ -276,8 +276,9 @@ class Trainer:
         s = self.steps_done + 1
         self._seen = None  # until the step is stored, memory may be ahead of the store
         clock = PhaseClock(s, on_phase)
-        ro = self.rollout(s, clock)
-        credit, replays, relevance = self.credit_for(ro, s, clock)
+        with weights_fixed(self.lm):  # no update until both are done: sampling and the replays share cast copies
+            ro = self.rollout(s, clock)
+            credit, replays, relevance = self.credit_for(ro, s, clock)
         log_rows = step_rows(self.policy, self.config, ro, credit, relevance, s) if self.credit_log else None
         clock.start("update")
         upd = self._update(ro, credit.tokens, credit.mask, s)

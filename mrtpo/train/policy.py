@@ -170,6 +170,9 @@ class Policy:
         torch's global generator (the LoRA initialization) runs as if it were seeded with ``cfg.seed``, and the
         global state is put back afterwards (:func:`mrtpo.model.seeded_global`)."""
         o = cfg.optim
+        if lm is not None and lm.frozen:
+            raise MrtpoError(f"the model '{lm.name}' is marked frozen (shared, its cast weight copies kept): load a "
+                             "model of its own to train")
         lm = lm or load_model(cfg.model, cfg.device)  # not inside seeded_global: load_model takes that lock itself
         model, dtype = lm.model, lm.dtype
         if not o.lora and dtype != torch.float32:

@@ -319,3 +319,41 @@ def test_building_a_policy_while_another_thread_loads_a_model_does_not_deadlock(
     for t in threads:
         t.join(timeout=120)
     assert sorted(done) == ["build", "load"]
+
+
+def test_each_step_casts_once_and_trains_as_with_copies_per_call(monkeypatch):
+    """With bf16 copies ("auto" on a CPU with fast bf16), a step's sampling and replays share one cast
+    (``weights_fixed``) — and the run is the same, bit for bit, as with a cast per call: no copy outlives an update."""
+    import contextlib
+
+    from mrtpo.model import decoder as D
+    from mrtpo.model import llama_step as L
+    from mrtpo.train import loop
+
+    monkeypatch.setattr(D, "fast_bf16_cpu", lambda: True)
+    built = []
+    real = L.LlamaStep
+    monkeypatch.setattr(L, "LlamaStep", lambda *a: built.append(1) or real(*a))
+
+    def run():
+        tr = Trainer(cfg(probe_size=0), family=ToyFamily())
+        tr.train(2)
+        assert not tr.lm.frozen and D.decoder_stack(tr.lm.model) not in D._kept
+        return params(tr)
+
+    shared = run()
+    assert len(built) == 2  # one per step: 2 groups sampled + 2 replayed on it
+    built.clear()
+    monkeypatch.setattr(loop, "weights_fixed", lambda lm: contextlib.nullcontext())
+    per_call = run()
+    assert len(built) == 2 * 4
+    assert all(torch.equal(shared[k], per_call[k]) for k in shared)
+
+
+def test_a_frozen_model_is_not_trained(tiny):
+    import dataclasses
+
+    from mrtpo.train.policy import Policy
+
+    with pytest.raises(MrtpoError, match="frozen"):
+        Policy.build(cfg(), dataclasses.replace(tiny, frozen=True))
