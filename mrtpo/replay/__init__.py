@@ -1,8 +1,16 @@
 """The leave-one-out replay: teacher-force each response under P_all and every P_\\k (:mod:`.engine`, sharing
 prefixes through :mod:`.kvtrie`), its results (:mod:`.results`), one position's two distributions (:mod:`.topk`)."""
-from mrtpo.replay.engine import ReplayConfig, naive_replay_group, replay_group, replay_scored
+from mrtpo.replay.engine import (
+    GroupInput,
+    ReplayConfig,
+    naive_replay_group,
+    replay_group,
+    replay_groups,
+    replay_scored,
+    replay_scored_groups,
+)
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 from mrtpo.replay.topk import next_token_topk
 
-__all__ = ["ReplayConfig", "ReplayResult", "ResponseRelevance", "naive_replay_group", "replay_scored",
-           "next_token_topk", "replay_group"]
+__all__ = ["GroupInput", "ReplayConfig", "ReplayResult", "ResponseRelevance", "naive_replay_group", "replay_scored",
+           "replay_scored_groups", "next_token_topk", "replay_group", "replay_groups"]

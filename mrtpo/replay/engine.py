@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -218,7 +218,15 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
                         seconds=time.perf_counter() - t0, **stats)
 
 
-@torch.no_grad()
+class GroupInput(NamedTuple):
+    """One group to replay: what :func:`replay_group` takes (see there)."""
+
+    prompt: str
+    verifier_info: dict[str, str] | Sequence[dict[str, str]]
+    responses: Sequence[Response]
+    rewards: np.ndarray | torch.Tensor | None = None
+
+
 def replay_group(
     lm: LoadedModel,
     prompt: str,
@@ -248,33 +256,63 @@ def replay_group(
     their tokens, each shared prefix (the task prompt, the items before the one left out, response-independent
     verifier text) computed once and reused as KV cache, the rest in padded batches under the token budgets.
     """
+    return replay_groups(lm, [GroupInput(prompt, verifier_info, responses, rewards)], template, config, measure,
+                         reword, attention)[0]
+
+
+@torch.no_grad()
+def replay_groups(
+    lm: LoadedModel,
+    groups: Sequence[GroupInput],
+    template: Template | None = None,
+    config: ReplayConfig | None = None,
+    measure: str = "js",
+    reword: bool | None = None,
+    attention: bool | None = None,
+) -> list[ReplayResult]:
+    """:func:`replay_group` for several groups at once (a training step's): the sequences of every group go through
+    one trie, so the passes are fewer and larger (on a CPU a small pass costs mostly the reading of the weights).
+    Each result is what :func:`replay_group` gives for its group, up to the rounding of other batches; its
+    ``forward_tokens`` / ``forward_passes`` / ``seconds`` are those of the joint replay."""
     cfg = config or ReplayConfig()
     if not needs_replay(measure):  # before any model work, as an unknown name
         raise MrtpoError(f"the '{measure}' measure reads each checker's evidence, not a replay: give the scored group "
                          "(replay_scored) or its evidence (ReplayResult.with_measure)")
     t0 = time.perf_counter()
-    plan = _plan(lm, prompt, verifier_info, responses, template, rewards,
-                 needs_rewording(measure) if reword is None else reword)
+    plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
+                   needs_rewording(measure) if reword is None else reword) for g in groups]
     dtype = compute_dtype(lm, cfg.precision)
-    keys = [(i, v) for i in range(len(plan.resp_ids)) for v in plan.variants]
-    seqs = [plan.prompt_ids[i][v] + plan.resp_ids[i] for i, v in keys]
+    keys = [(g, i, v) for g, plan in enumerate(plans) for i in range(len(plan.resp_ids)) for v in plan.variants]
+    seqs = [plans[g].prompt_ids[i][v] + plans[g].resp_ids[i] for g, i, v in keys]
     # the state before response token t predicts it: positions S - 1 ... S + T - 2
-    want = [(len(plan.prompt_ids[i][v]) - 1, len(plan.prompt_ids[i][v]) - 1 + len(plan.resp_ids[i])) for i, v in keys]
+    starts = [len(plans[g].prompt_ids[i][v]) - 1 for g, i, v in keys]
+    want = [(s, s + len(plans[g].resp_ids[i])) for s, (g, i, _) in zip(starts, keys)]
     pad = lm.tokenizer.pad_token_id
     dec = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen)
     states, trie, passes = shared_hidden(
         dec, 0 if pad is None else pad, lm.device, seqs, want,
         cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec))
-    top = trie.segments[trie.paths[0][0]] if seqs else None
-    shared = len(top.tokens) if top is not None and all(p[0] == trie.paths[0][0] for p in trie.paths) else 0
-    stats = {"prefix_tokens": shared, "forward_tokens": passes.forward_tokens,
-             "forward_passes": passes.forward_passes, "logits_budget": cfg.logits_budget}
     hidden = dict(zip(keys, states))
-    attn = None
-    if needs_attention(measure) if attention is None else attention:
-        attn = _info_attention(lm, plan, dec)
-        stats["forward_passes"] += 1 + sum(len(r) > 0 for r in plan.resp_ids)
-    return _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, dtype, measure, attn, dec)
+    read_attention = needs_attention(measure) if attention is None else attention
+    attn = [_info_attention(lm, plan, dec) if read_attention else None for plan in plans]
+    extra = sum(1 + sum(len(r) > 0 for r in plan.resp_ids) for plan in plans) if read_attention else 0
+    out = []
+    for g, plan in enumerate(plans):
+        paths = [trie.paths[n] for n, key in enumerate(keys) if key[0] == g]
+        stats = {"prefix_tokens": _common_prefix(trie, paths), "forward_tokens": passes.forward_tokens,
+                 "forward_passes": passes.forward_passes + extra, "logits_budget": cfg.logits_budget}
+        out.append(_finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], t0, stats, dtype, measure, attn[g], dec))
+    return out
+
+
+def _common_prefix(trie, paths: list[list[int]]) -> int:
+    """Tokens at the start of every one of ``paths`` (a group's sequences): whole segments they all run through."""
+    n = 0
+    for segs in zip(*paths):
+        if len(set(segs)) > 1:
+            break
+        n += len(trie.segments[segs[0]].tokens)
+    return n
 
 
 def _info_attention(lm: LoadedModel, plan: _Plan, dec: Decoder) -> list[dict[str, np.ndarray]]:
@@ -324,8 +362,15 @@ def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_
     """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``; relevance from the
     measure named ``measure`` (:data:`mrtpo.core.measures.MEASURES`; the oracle reads the group's evidence, after a
     replay that gives the tokens and the JS distances shown beside it)."""
+    return replay_scored_groups(lm, [group], template, skip_constant, config, measure, reword, attention)[0]
+
+
+def replay_scored_groups(lm: LoadedModel, groups: Sequence[ScoredGroup], template: Template,
+                         skip_constant: bool = True, config: ReplayConfig | None = None, measure: str = "js",
+                         reword: bool | None = None, attention: bool | None = None) -> list[ReplayResult]:
+    """:func:`replay_scored` for several scored groups through one joint replay (:func:`replay_groups`)."""
     replay_with = measure if needs_replay(measure) else "js"
-    rep = replay_group(lm, group.prompt, group.verifier_info, group.samples, template,
-                       rewards=group.rewards if skip_constant else None, config=config, measure=replay_with,
-                       reword=reword, attention=attention)
-    return rep if replay_with == measure else rep.with_measure(measure, group.evidence or None)
+    inputs = [GroupInput(g.prompt, g.verifier_info, g.samples, g.rewards if skip_constant else None) for g in groups]
+    reps = replay_groups(lm, inputs, template, config, replay_with, reword, attention)
+    return [rep if replay_with == measure else rep.with_measure(measure, g.evidence or None)
+            for rep, g in zip(reps, groups)]

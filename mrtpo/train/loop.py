@@ -46,7 +46,7 @@ from mrtpo.creditlog import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup, score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
-from mrtpo.replay import replay_scored
+from mrtpo.replay import replay_scored_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_compare, get_family
 from mrtpo.tasks.base import TaskFamily
@@ -257,7 +257,7 @@ class Trainer:
         relevance: list[dict] = [{}] * ro.R.shape[0]
         if self.method.tokens and needs_replay(self.credit.measure):
             clock.start("replay")
-            replays = [replay_scored(self.lm, g, self.template, measure=self.credit.measure) for g in ro.groups]
+            replays = replay_scored_groups(self.lm, ro.groups, self.template, measure=self.credit.measure)
             relevance = [rr.relevance for rep in replays for rr in rep.responses]
             clock.stop()
         elif self.method.tokens:  # the oracle: what each checker read, as relevance

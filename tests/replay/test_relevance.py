@@ -196,3 +196,31 @@ def test_bf16_replay_tracks_exact_replay(smol):
             assert np.abs(a.js[k] - b.js[k]).mean() < 0.02
     with pytest.raises(MrtpoError, match="precision"):
         replay_group(smol, "x", info, texts[:1], config=ReplayConfig(precision="fp8"))
+
+
+@pytest.mark.parametrize("measure", ["js", "attn-contrast"])
+def test_groups_replayed_together_give_what_each_alone_gives(tiny, measure):
+    """replay_groups: two groups (different prompts, rewards, a constant reward skipped in one) through one trie —
+    each group's JS, log-probs and relevance as its own replay gives them, in fewer passes than the two apart."""
+    from mrtpo.replay import GroupInput, replay_groups
+
+    other = {"short": "Keep it under ten words.", "polite": "Say please.", "json": "Answer in JSON."}
+    rewards = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])  # "short" constant: skipped
+    groups = [GroupInput(PROMPT, INFO, RESPONSES), GroupInput("Greet the user.", other, RESPONSES[:3], rewards)]
+    cfg = ReplayConfig(precision="model")
+    joint = replay_groups(tiny, groups, config=cfg, measure=measure)
+    apart = [replay_group(tiny, g.prompt, g.verifier_info, g.responses, rewards=g.rewards, config=cfg,
+                          measure=measure) for g in groups]
+    assert [r.rewards for r in joint] == [["format", "correct"], ["polite", "json"]] and joint[1].skipped == ["short"]
+    for j, a in zip(joint, apart):
+        assert j.prefix_tokens == a.prefix_tokens > 10
+        for x, y in zip(j.responses, a.responses):
+            assert x.token_ids == y.token_ids and x.text == y.text
+            np.testing.assert_allclose(x.logp_all, y.logp_all, atol=1e-4)
+            for k in j.rewards:
+                np.testing.assert_allclose(x.js[k], y.js[k], atol=1e-5)
+                np.testing.assert_allclose(x.relevance[k], y.relevance[k], atol=1e-3)
+                if measure == "attn-contrast":
+                    np.testing.assert_allclose(x.attn[k], y.attn[k], atol=1e-5)
+    assert joint[0].forward_passes == joint[1].forward_passes < apart[0].forward_passes + apart[1].forward_passes
+    assert max(float(r.js["json"].max()) for r in joint[1].responses) > 0

@@ -342,11 +342,11 @@ def test_each_step_casts_once_and_trains_as_with_copies_per_call(monkeypatch):
         return params(tr)
 
     shared = run()
-    assert len(built) == 2  # one per step: 2 groups sampled + 2 replayed on it
+    assert len(built) == 2  # one per step: 2 groups sampled + their (joint) replay on it
     built.clear()
     monkeypatch.setattr(loop, "weights_fixed", lambda lm: contextlib.nullcontext())
     per_call = run()
-    assert len(built) == 2 * 4
+    assert len(built) == 2 * 3  # per call: each group's sampling, the joint replay
     assert all(torch.equal(shared[k], per_call[k]) for k in shared)
 
 
