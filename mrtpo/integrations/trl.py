@@ -5,9 +5,10 @@ What it changes, and nothing else: after TRL has generated and scored a batch
 gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over the tokens by relevance:
 
 1. for ``mrtpo`` / ``mrtpo+<estimator>`` (when β_s > 0): each local completion is replayed with the policy being
-   trained (:func:`mrtpo.replay.replay_group`, no gradient) under P_all / P_\\k built from a user callback
-   ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``, giving ρ (B, K, T) from the
-   relevance measure ``MRTPOConfig.measure`` (:data:`mrtpo.core.measures.MEASURES`; default ``"js"``, the paper's);
+   trained (:func:`mrtpo.replay.replay_groups`, every group of the batch at once, no gradient) under P_all / P_\\k
+   built from a user callback ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``,
+   giving ρ (B, K, T) from the relevance measure ``MRTPOConfig.measure`` (:data:`mrtpo.core.measures.MEASURES`;
+   default ``"js"``, the paper's);
 2. the credit step, :func:`mrtpo.core.credit.assign_credit`: the estimator of ``method`` on TRL's gathered rewards
    (N, K) (every process' rows, as TRL does), with ``reward_weights``, and the token advantages of this process'
    rows at β_s = β · smoothstep(global_step / warmup);
@@ -43,7 +44,7 @@ from mrtpo.core.info import INFO
 from mrtpo.core.measures import needs_replay
 from mrtpo.creditlog.rows import GROUPS, GROUPS_HELP, LOG_HELP
 from mrtpo.errors import MrtpoError
-from mrtpo.replay import ReplayConfig, replay_group
+from mrtpo.replay import GroupInput, ReplayConfig, replay_groups
 from mrtpo.templates import Template
 
 try:
@@ -229,6 +230,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             lm = LoadedModel(model=model, tokenizer=self._tokenizer, name="policy", device=param.device,
                              dtype=param.dtype)
             try:
+                todo: list[tuple[list[int], GroupInput]] = []
                 for g, rows in by_group.items():
                     infos = [self._verifier_info(prompts[i], completions[i], inputs[i], names) for i in rows]
                     keys = [k for k in names if all(k in info for info in infos)]  # others: uniform credit
@@ -238,11 +240,14 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                     R = rewards[g * G:(g + 1) * G][:, cols].float().cpu().numpy()  # the whole group, for skipping
                     if not active_rewards(keys, R)[0]:
                         continue  # every reward constant in the group: Â = 0, nothing to reallocate
-                    res = replay_group(lm, prompt_text(prompts[rows[0]]),
-                                       [{k: info[k] for k in keys} for info in infos],
-                                       [list(ids_list[i]) for i in rows], self.mrtpo_config.template, rewards=R,
-                                       config=self.mrtpo_config.replay, measure=self.mrtpo_config.measure)
-                    stats["replay_forward_tokens"] += res.forward_tokens
+                    todo.append((rows, GroupInput(prompt_text(prompts[rows[0]]),
+                                                  [{k: info[k] for k in keys} for info in infos],
+                                                  [list(ids_list[i]) for i in rows], R)))
+                # every group of the batch through one joint replay (fewer, larger passes)
+                results = replay_groups(lm, [gi for _, gi in todo], self.mrtpo_config.template,
+                                        config=self.mrtpo_config.replay, measure=self.mrtpo_config.measure)
+                stats["replay_forward_tokens"] += results[0].forward_tokens if results else 0
+                for (rows, _), res in zip(todo, results):
                     for i, r in zip(rows, res.responses):
                         relevance[i] = r.relevance
             finally:

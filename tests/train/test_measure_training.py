@@ -55,13 +55,13 @@ def test_trl_config_measure(monkeypatch, tmp_path, tiny):
     with pytest.raises(MrtpoError, match="measure must be one of js, js-word, .*not 'nope'"):
         trl_mod.MRTPOConfig(measure="nope")
     seen = []
-    real = trl_mod.replay_group
+    real = trl_mod.replay_groups
 
     def spy(*args, **kwargs):
         seen.append(kwargs.get("measure"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trl_mod, "replay_group", spy)
+    monkeypatch.setattr(trl_mod, "replay_groups", spy)
     tr = _trainer(tmp_path, tiny, "mrtpo", 0.5)
     tr.mrtpo_config.measure = "js-contrast"
     torch.manual_seed(0)
