@@ -75,11 +75,12 @@ class LlamaStep:
         self.embed, self.norm = params["embed_tokens.weight"], params["norm.weight"]
         self.layers = []
         for i in range(len(backbone.layers)):
-            p = {name: params[f"layers.{i}.{name}"] for name in _LAYER_PARAMS}
             qkv = _fuse(params, [f"layers.{i}.self_attn.{m}_proj.weight" for m in "qkv"])
             gu = _fuse(params, [f"layers.{i}.mlp.{m}_proj.weight" for m in ("gate", "up")])
-            self.layers.append((p["input_layernorm.weight"], qkv, p["self_attn.o_proj.weight"],
-                                p["post_attention_layernorm.weight"], gu, p["mlp.down_proj.weight"]))
+            self.layers.append((params[f"layers.{i}.input_layernorm.weight"], qkv,
+                                params[f"layers.{i}.self_attn.o_proj.weight"],
+                                params[f"layers.{i}.post_attention_layernorm.weight"], gu,
+                                params[f"layers.{i}.mlp.down_proj.weight"]))
 
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         xf = x.float()

@@ -145,7 +145,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         buf[i, 0, :, :, :P] = K[0]
         buf[i, 1, :, :, :P] = V[0]
     del prefill, layers
-    cache = buffer_cache(buf, P)
+    cache = buffer_cache(buf, P) if step is None else None  # the own step writes into buf itself
     weight, bias = _head_weights(lm, dec)
     fill = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else next(iter(stop), 0)
     stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
