@@ -37,7 +37,8 @@ def test_help_parses_and_offers_no_doc():
 def test_replay_section():
     f = dict(setting="Model default.", t_gen=4.67, t_naive=20.74, t_exact=10.39, t_fast=3.96, naive=(19271, 32),
              exact=(8395, 10), fast=(8395, 10), err=9.2e-6, bf16_err=8.1e-3, mem_auto=474 * 2**20,
-             mem_model=338 * 2**20, full_logits=479 * 2**20, flops=1.0046e12, peak=62.9e9, dtype="float32")
+             mem_model=338 * 2**20, full_logits=479 * 2**20, flops=1.0046e12, peak=62.9e9, dtype="float32",
+             t_fixed=1.79, t_gen_fixed=3.30)
     text = replay.doc_text(f)
     assert ("| (d) float32 floor: the replay's matrix products at this machine's float32 GEMM peak | 15.97 s | "
             "1.005 TFLOP at 63 GFLOPS (`bench/floor.py`); the default replay: 254 GFLOPS overall |") in text
@@ -52,6 +53,8 @@ def test_replay_section():
             "(mean \\|JS diff\\| to float32 8.1e-03) |") in text
     assert "| (a) naive / batched replay time, same dtype | 2.00× |  |" in text
     assert "| (b) replay / generation time, default | 0.848 | ≤ 0.5 under `rule` |" in text
+    assert ("| (b) replay / generation time, cast copies shared (`weights_fixed`: a trainer's step, the app) | 0.542 | "
+            "replay 1.79 s / sampling 3.30 s |") in text
     assert ("| (c) replay peak memory above the loaded model, model dtype | 338 MiB | all logits at once: 479 MiB |"
             in text)
     f["bf16_err"] = None  # a CPU without fast bf16: the default is the model's dtype
