@@ -124,9 +124,10 @@ class LlamaStep:
         nq, nkv = self.heads * d, self.kv_heads * d
         for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
             qkv = rows_linear(self._rms(x, w_in), w_qkv, None)  # (b, L, nq + 2 nkv)
-            q = self._rotate(qkv[..., :nq].view(b, L, self.heads, d).transpose(1, 2), cos, sin)  # (b, heads, L, d)
-            k = self._rotate(qkv[..., nq:nq + nkv].view(b, L, self.kv_heads, d).transpose(1, 2), cos, sin)
-            buf[i, 0, :, :, past:end] = k
+            qk = qkv[..., :nq + nkv].view(b, L, self.heads + self.kv_heads, d).transpose(1, 2)
+            qk = self._rotate(qk, cos, sin)  # q's and k's heads rotated at once: (b, heads + kv_heads, L, d)
+            q = qk[:, :self.heads]  # (b, heads, L, d)
+            buf[i, 0, :, :, past:end] = qk[:, self.heads:]
             buf[i, 1, :, :, past:end] = qkv[..., nq + nkv:].view(b, L, self.kv_heads, d).transpose(1, 2)
             a = F.scaled_dot_product_attention(q, buf[i, 0, :, :, :end], buf[i, 1, :, :, :end], attn_mask=mask,
                                                is_causal=causal, scale=d ** -0.5, enable_gqa=True)  # (b, heads, L, d)

@@ -279,6 +279,8 @@ def replay_groups(
     if not needs_replay(measure):  # before any model work, as an unknown name
         raise MrtpoError(f"the '{measure}' measure reads each checker's evidence, not a replay: give the scored group "
                          "(replay_scored) or its evidence (ReplayResult.with_measure)")
+    if not groups:
+        return []
     t0 = time.perf_counter()
     plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
                    needs_rewording(measure) if reword is None else reword) for g in groups]

@@ -224,3 +224,4 @@ def test_groups_replayed_together_give_what_each_alone_gives(tiny, measure):
                     np.testing.assert_allclose(x.attn[k], y.attn[k], atol=1e-5)
     assert joint[0].forward_passes == joint[1].forward_passes < apart[0].forward_passes + apart[1].forward_passes
     assert max(float(r.js["json"].max()) for r in joint[1].responses) > 0
+    assert replay_groups(tiny, []) == []  # a batch with nothing to replay (the TRL integration's)
