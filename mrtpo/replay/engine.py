@@ -274,7 +274,8 @@ def replay_groups(
     """:func:`replay_group` for several groups at once (a training step's): the sequences of every group go through
     one trie, so the passes are fewer and larger (on a CPU a small pass costs mostly the reading of the weights).
     Each result is what :func:`replay_group` gives for its group, up to the rounding of other batches; its
-    ``forward_tokens`` / ``forward_passes`` / ``seconds`` are those of the joint replay."""
+    ``forward_tokens`` / ``forward_passes`` are those of the joint replay, its ``seconds`` run from the joint replay's
+    start to this group's result."""
     cfg = config or ReplayConfig()
     if not needs_replay(measure):  # before any model work, as an unknown name
         raise MrtpoError(f"the '{measure}' measure reads each checker's evidence, not a replay: give the scored group "
