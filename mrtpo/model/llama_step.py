@@ -90,13 +90,17 @@ class LlamaStep:
         half = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
+    def _cos_sin(self, angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of float32 ``angles`` as the model's rotary embedding makes them: scaled, then cast to the weights'
+        dtype."""
+        dtype = self.embed.dtype
+        return (angles.cos() * self.rope_scale).to(dtype), (angles.sin() * self.rope_scale).to(dtype)
+
     def __call__(self, ids: torch.Tensor, pos: int, buf: torch.Tensor) -> torch.Tensor:
         """One decoding step: ids (n,) at position ``pos`` (every row), ``buf`` (layers, 2, n, kv_heads, ≥ pos + 1, d)
         holding positions < pos; writes this position's keys and values; → (n, H)."""
         freqs = pos * self.inv_freq
-        angles = torch.cat((freqs, freqs))  # (d,) float32, as the model's rotary embedding makes them
-        dtype = self.embed.dtype
-        cos, sin = (angles.cos() * self.rope_scale).to(dtype), (angles.sin() * self.rope_scale).to(dtype)
+        cos, sin = self._cos_sin(torch.cat((freqs, freqs)))  # (d,)
         return self._layers(self.embed[ids[:, None]], cos, sin, buf, pos, None, False)[:, 0]
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, buf: torch.Tensor, past: int,
@@ -107,9 +111,8 @@ class LlamaStep:
         None: every cached key and, among its own, itself and those before it. → final hidden states (b, L, H)."""
         L = ids.shape[1]
         freqs = positions.float()[..., None] * self.inv_freq  # (b, L, d/2), as the rotary embedding's product
-        angles = torch.cat((freqs, freqs), dim=-1)[:, None]  # (b, 1, L, d)
+        cos, sin = self._cos_sin(torch.cat((freqs, freqs), dim=-1)[:, None])  # (b, 1, L, d)
         dtype = self.embed.dtype
-        cos, sin = (angles.cos() * self.rope_scale).to(dtype), (angles.sin() * self.rope_scale).to(dtype)
         if mask is None and L > 1 and past > 0:  # SDPA's is_causal lines queries up with the first keys
             mask = torch.ones(L, past + L, dtype=torch.bool).tril(past)[None, None]
         if mask is not None:  # additive (0 / −inf): the same results, and SDPA's CPU kernel reads it 5-15 % faster
