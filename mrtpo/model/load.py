@@ -46,7 +46,8 @@ class LoadedModel:
 
     ``frozen``: its weights never change (the app's shared model, which only samples and replays): the decoder's
     cast weight copies (bf16 on AMX CPUs) are then made once and kept with the model instead of once per call
-    (:class:`mrtpo.model.decoder.Decoder`'s ``keep``). A model a trainer updates must not be marked frozen."""
+    (:class:`mrtpo.model.decoder.Decoder`'s ``keep``). A model a trainer updates must not be marked frozen; between
+    two updates, :func:`mrtpo.model.decoder.weights_fixed` marks it so for a block and drops the copies after."""
 
     model: torch.nn.Module
     tokenizer: object
