@@ -115,13 +115,13 @@ def test_trl_example_a_second_run_on_the_folder_is_refused(tmp_path, capsys):
     assert ex.main([*small, "--max-steps", "3"]) == 0
     first = read_credit_log(log)
     assert [s.step for s in first.steps] == [1, 2, 3] and first.meta["method"] == "mrtpo"
-    run = first.meta["run"]
-    assert run.startswith("trl-") and {r.run for s in first.steps for r in s.rows} == {run}
-    assert first.meta["owner"]["output_dir"] == str((tmp_path / "out").resolve())
     before = _files(log)
     capsys.readouterr()
     assert ex.main([*small, "--max-steps", "2", "--method", "gdpo", "--seed", "5"]) == 2
     io = capsys.readouterr()
+    run = first.meta["run"]
+    assert run.startswith("trl-") and {r.run for s in first.steps for r in s.rows} == {run}
+    assert first.meta["owner"]["output_dir"] == str((tmp_path / "out").resolve())
     assert f"error: credit log {log} belongs to TRL run {run} (output_dir {(tmp_path / 'out').resolve()}), " \
            f"created " in io.err and "give this run another folder" in io.err
     assert "MRTPO_STEP" not in io.out  # no step ran

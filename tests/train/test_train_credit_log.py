@@ -105,8 +105,6 @@ def test_cli_a_second_run_on_the_folder_is_refused_before_it_stores_anything(tmp
     assert main([*CLI, "--task", "instructions", "--db", str(db), "--run", "r1", "--steps", "2",
                  "--credit-log", str(log)]) == 0
     before = _files(log)
-    meta = read_credit_log(log).meta
-    assert meta["run"] == f"mrtpo:{db.resolve()}:r1" and meta["owner"]["store"] == str(db.resolve())
     capsys.readouterr()
     assert main([*CLI, "--task", "tools", "--db", str(db), "--run", "r2", "--steps", "1",
                  "--credit-log", str(log)]) == 2
@@ -117,6 +115,7 @@ def test_cli_a_second_run_on_the_folder_is_refused_before_it_stores_anything(tmp
     assert _files(log) == before  # r1's log as it was
     log1 = read_credit_log(log)
     assert [s.step for s in log1.steps] == [1, 2] and log1.meta["task"] == "instructions"
+    assert log1.meta["run"] == f"mrtpo:{db.resolve()}:r1" and log1.meta["owner"]["store"] == str(db.resolve())
 
 
 def test_a_resumed_run_continues_its_log_after_its_checkpoint(tmp_path):
