@@ -21,6 +21,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import InputFileError, dumps, json_lines, load_json, output_problem, write_text
 
 STEP_FILE = re.compile(r"^step-(\d{6,})\.jsonl$")  # temporary files start with "." and never match
+SETTINGS = ("source", "method", "measure", "info", "group_size")  # what a resumed run must keep to continue a log
 
 
 def step_file(step: int) -> str:
@@ -97,7 +98,13 @@ class CreditLogWriter:
             has_steps = bool(step_files(self.folder))
             if not may_write(old, self.owner, has_steps):
                 raise MrtpoError(refusal(self.folder, old, has_steps))
-            if old["run"] == self.owner.run:  # the same run resumed: its log goes on
+            if old["run"] == self.owner.run:  # the same run resumed: its log goes on, with what it was logged with
+                changed = [k for k in SETTINGS if has_steps and k in old and old[k] != self.meta.get(k)]
+                if changed:
+                    k = changed[0]
+                    raise MrtpoError(f"credit log {self.folder}: its steps were logged with {k} {old[k]!r}; this "
+                                     f"run resumes with {k} {self.meta.get(k)!r}: give it another folder (a log's "
+                                     f"steps share one {k})")
                 self.meta.update(created=old.get("created", self.meta["created"]),
                                  owner=old.get("owner", self.meta["owner"]),
                                  rewards=list(dict.fromkeys([*old["rewards"], *self.meta["rewards"]])))
@@ -275,7 +282,8 @@ class CreditLogFollower:
 
     def poll(self) -> list[CreditStep]:
         log = read_credit_log(self.folder, self.last_step)
-        check_same_run(self.meta, log.meta, self.folder)
+        if self.last_step is not None:  # steps of one run read: another's may not follow them
+            check_same_run(self.meta, log.meta, self.folder)
         self.meta = log.meta
         if log.steps:
             self.last_step = log.steps[-1].step

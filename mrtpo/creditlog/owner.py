@@ -101,8 +101,8 @@ def check_run(meta: dict, path: str | Path, rows: list[CreditRow]) -> None:
 
 
 def check_same_run(before: dict | None, meta: dict, folder: str | Path) -> None:
-    """CreditLogError when a followed log's ``meta.json`` names another run than it did at the last poll (the
-    folder was emptied and taken by another run): what was read before is not this run's."""
+    """CreditLogError when a followed log's ``meta.json`` names another run than it did when the steps read so far
+    were read (the folder was emptied and taken by another run): they are not this run's."""
     if before is not None and before.get("run") != meta.get("run"):
         raise CreditLogError(Path(folder) / "meta.json", 0, "run", f"the log now belongs to {owner_text(meta)}, not "
                                                                    f"to the run read so far ({before.get('run')}): "

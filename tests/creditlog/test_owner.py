@@ -73,6 +73,10 @@ def test_the_same_run_resumed_continues_and_drops_what_it_recomputes(tmp_path):
     w2.write_step(4, _rows(4, R, mask, credit))
     log = read_credit_log(tmp_path / "log")
     assert [s.step for s in log.steps] == [1, 2, 3, 4] and log.steps[2].rows[0].prompt == "again"
+    with pytest.raises(MrtpoError, match="its steps were logged with method 'mrtpo'; this run resumes with method "
+                                         "'gdpo': give it another folder"):
+        CreditLogWriter(tmp_path / "log", {**META, "method": "gdpo"}, _owner(resume=True))
+    assert [s.step for s in read_credit_log(tmp_path / "log").steps] == [1, 2, 3, 4]
 
 
 def test_a_log_with_no_step_yet_is_taken_over_by_the_same_run_only(tmp_path):
@@ -164,7 +168,13 @@ def test_readers_refuse_a_folder_whose_rows_and_meta_disagree(tmp_path):
     with pytest.raises(CreditLogError, match="step-000002.jsonl: row 1: field 'run': is trl-aaa, but meta.json "
                                              "names no run"):
         read_credit_log(folder)
-    # the follower: the folder emptied and taken by another run since the last poll
+    # the follower: a log with no step yet taken over by a new attempt before any step was read is simply followed
+    f0 = CreditLogFollower(tmp_path / "fresh")
+    CreditLogWriter(tmp_path / "fresh", META, _owner("trl-1"))
+    assert f0.poll() == [] and f0.meta["run"] == "trl-1"
+    CreditLogWriter(tmp_path / "fresh", META, _owner("trl-2")).write_step(1, _rows(1, R, mask, credit))
+    assert [s.step for s in f0.poll()] == [1] and f0.meta["run"] == "trl-2"
+    # but the folder emptied and taken by another run after steps were read is an error
     step2.unlink()
     (tmp_path / "log" / "step-000001.jsonl").unlink()
     meta = tmp_path / "log" / "meta.json"
