@@ -7,11 +7,16 @@ the tiny random model in seconds, and on a GPU with a real instruct model (see d
     python examples/trl_train.py --model tiny-random --max-steps 2
     accelerate launch --multi_gpu --num_processes 2 examples/trl_train.py --model tiny-random --batch-size 2
     python examples/trl_train.py --model tiny-random --max-steps 5 --credit-log runs/demo/credit   # token credit
+    python examples/trl_train.py --model tiny-random --max-steps 8 --save-steps 4 --resume --credit-log runs/demo/credit
     accelerate launch examples/trl_train.py --model Qwen/Qwen2.5-0.5B-Instruct --method mrtpo --max-steps 200 \\
         --num-generations 8 --batch-size 8 --max-completion-length 64 --bf16
 
 Every process prints one JSON line per step: the advantages' shape and max |token mean of mrtpo's advantages −
 TRL's own normalize_then_sum advantage|, which is ~0 by construction (β redistributes, it never adds).
+
+A credit log holds one run: a second run on the folder stops before its first step, naming the run that owns it;
+``--resume`` (TRL's ``resume_from_checkpoint=True``: the last checkpoint in ``--output-dir``) continues the log of
+the run that saved that checkpoint.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import json
 import sys
 
 from mrtpo.cli.common import credit_args
+from mrtpo.errors import MrtpoError
 
 LETTERS = "abcdefghilmnoprst"
 
@@ -70,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-completion-length", type=int, default=8)
     ap.add_argument("--learning-rate", type=float, default=1e-5)
     ap.add_argument("--output-dir", default="/tmp/mrtpo-trl")
+    ap.add_argument("--save-steps", type=int, default=0, help="save a checkpoint every N steps (0: none)")
+    ap.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --output-dir")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--credit-log", default=None, metavar="DIR",
@@ -91,8 +99,8 @@ def main(argv=None) -> int:
         output_dir=a.output_dir, max_steps=a.max_steps, per_device_train_batch_size=a.batch_size,
         num_generations=a.num_generations, max_completion_length=a.max_completion_length,
         learning_rate=a.learning_rate, multi_objective_aggregation="normalize_then_sum", bf16=a.bf16,
-        use_cpu=not a.bf16, report_to="none", save_strategy="no", logging_steps=1, seed=a.seed,
-        disable_tqdm=True,
+        use_cpu=not a.bf16, report_to="none", save_strategy="steps" if a.save_steps > 0 else "no",
+        save_steps=max(1, a.save_steps), logging_steps=1, seed=a.seed, disable_tqdm=True,
     )
 
     class Check(TrainerCallback):
@@ -107,13 +115,17 @@ def main(argv=None) -> int:
                                               "max_abs_token_mean_minus_trl": diff,
                                               "replay_seconds": round(last["replay_seconds"], 3)}), flush=True)
 
-    trainer = MRTPOGRPOTrainer(
-        model=model, reward_funcs=[starts, short], args=args, train_dataset=dataset(), processing_class=tok,
-        verifier_info_fn=verifier_info,
-        mrtpo_config=MRTPOConfig(method=a.method, beta=a.beta, warmup=a.warmup, credit_log=a.credit_log,
-                                 credit_log_groups=a.credit_log_groups), callbacks=[Check()],
-    )
-    trainer.train()
+    try:
+        trainer = MRTPOGRPOTrainer(
+            model=model, reward_funcs=[starts, short], args=args, train_dataset=dataset(), processing_class=tok,
+            verifier_info_fn=verifier_info,
+            mrtpo_config=MRTPOConfig(method=a.method, beta=a.beta, warmup=a.warmup, credit_log=a.credit_log,
+                                     credit_log_groups=a.credit_log_groups), callbacks=[Check()],
+        )
+        trainer.train(resume_from_checkpoint=True if a.resume else None)
+    except MrtpoError as e:  # a bad option, or a credit log folder that is another run's: nothing was trained
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
     trainer.accelerator.wait_for_everyone()
     if trainer.accelerator.is_main_process:
         print(f"done: {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es)", flush=True)

@@ -129,6 +129,23 @@ def step_progress(total: int, quiet: bool, desc: str, start: int, tokens: bool =
     return on_phase, on_step, lambda: None
 
 
+def check_credit_log(cfg, a) -> None:
+    """``--credit-log DIR``, before the run store is opened: a folder this user can write (created now: some paths,
+    ``/proc/x``, fail only then), not an input (examples, template, model folder, the store) nor inside one.  Whose
+    log is there (another run's is refused) the Trainer checks next, also before anything is stored."""
+    from mrtpo.creditlog.files import log_folder_problem
+    from mrtpo.store import default_path
+    from mrtpo.train.credit_log import run_inputs
+
+    path = cfg.log.credit_log
+    if path is None:
+        return
+    inputs = {**run_inputs(cfg, None), "template": a.template, "run store": a.db or str(default_path())}
+    problem = log_folder_problem(path, inputs)
+    if problem:
+        raise MrtpoError(f"--credit-log {path}: {problem}; nothing was done")
+
+
 def cmd_train(a) -> int:
     from mrtpo.store import Store, validate_run_name
     from mrtpo.train import TrainConfig, Trainer
@@ -137,6 +154,7 @@ def cmd_train(a) -> int:
         raise MrtpoError("--steps must be >= 0")
     cfg, given = config_from_args(a)
     name = validate_run_name(a.run if a.run is not None else f"{cfg.task}-{cfg.credit.method}-s{cfg.seed}")
+    check_credit_log(cfg, a)
     store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     existing = store.get_run(name)

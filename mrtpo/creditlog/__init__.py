@@ -1,7 +1,8 @@
 """The credit log: a documented, versioned, append-only record of a training run's token credit, one JSONL file per
 step (:mod:`.format`: the fields and their checks; :mod:`.files`: writing whole files, reading new steps only;
-:mod:`.rows`: the options and a row from the credit step).  mrtpo's trainer and the TRL integration write it; the
-readers of other tools' logs (:mod:`mrtpo.integrations.tool_logs`) give the same :class:`CreditRow`."""
+:mod:`.rows`: the options and a row from the credit step; :mod:`.owner`: one run per log).  mrtpo's trainer and
+the TRL integration write it; the readers of other tools' logs (:mod:`mrtpo.integrations.tool_logs`) give the same
+:class:`CreditRow`."""
 from mrtpo.creditlog.files import (
     CreditLog,
     CreditLogFollower,
@@ -11,8 +12,9 @@ from mrtpo.creditlog.files import (
     step_file,
 )
 from mrtpo.creditlog.format import FORMAT, VERSION, CreditLogError, CreditRow
+from mrtpo.creditlog.owner import LogOwner
 from mrtpo.creditlog.rows import CreditLogConfig, credit_fields, kl_k3, series
 
 __all__ = ["FORMAT", "VERSION", "CreditLog", "CreditLogConfig", "CreditLogError", "CreditLogFollower",
-           "CreditLogWriter", "CreditRow", "CreditStep", "credit_fields", "kl_k3", "read_credit_log", "series",
-           "step_file"]
+           "CreditLogWriter", "CreditRow", "CreditStep", "LogOwner", "credit_fields", "kl_k3", "read_credit_log",
+           "series", "step_file"]

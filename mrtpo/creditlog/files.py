@@ -1,22 +1,27 @@
-"""The credit log's files: :class:`CreditLogWriter` writes ``meta.json`` and one ``step-NNNNNN.jsonl`` per step,
-each whole (a temporary file beside it, then ``os.replace``: a reader sees a step's file complete or not at all);
+"""The credit log's files: :class:`CreditLogWriter` claims the folder for its run (:mod:`.owner`), writes
+``meta.json`` and one ``step-NNNNNN.jsonl`` per step, each whole (a temporary file beside it, then ``os.replace``:
+a reader sees a step's file complete or not at all);
 :func:`read_credit_log` reads the steps after a given one, opening only their files, so a viewer polls a growing log
 without re-reading old steps (:class:`CreditLogFollower` keeps where it was).  The format: :mod:`.format`.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
 from mrtpo.creditlog.format import FORMAT, META_FILE, VERSION, CreditLogError, CreditRow, check_meta, check_row
+from mrtpo.creditlog.owner import LogOwner, check_run, check_same_run, may_write, refusal
 from mrtpo.errors import MrtpoError
-from mrtpo.jsonl import InputFileError, dumps, json_lines, load_json, write_text
+from mrtpo.jsonl import InputFileError, dumps, json_lines, load_json, output_problem, write_text
 
 STEP_FILE = re.compile(r"^step-(\d{6,})\.jsonl$")  # temporary files start with "." and never match
+SETTINGS = ("source", "method", "measure", "info", "group_size")  # what a resumed run must keep to continue a log
 
 
 def step_file(step: int) -> str:
@@ -56,35 +61,92 @@ class CreditLog:
 
 # ---------------------------------------------------------------------------------------------- writing
 class CreditLogWriter:
-    """Writes a credit log into ``folder`` (created with its parents): ``meta`` (the format's name and version are
-    added) at once, then :meth:`write_step` per step.  A log already in the folder is continued (a resumed run): its
-    reward names and creation time are kept; one of another format or version is refused.  Each row is checked as
-    the reader checks it, so a bad row is an error here, naming the step, not in a viewer later."""
+    """Writes a credit log for one run (``owner``, :class:`mrtpo.creditlog.owner.LogOwner`; None: a run of its
+    own, a fresh id) into ``folder`` (created with its parents): at once, before the run's first step, the folder
+    is claimed (:meth:`claim`: ``meta``, with the format's name and version and the owner's fields, written as
+    ``meta.json``), then :meth:`write_step` per step.  A log of another run in the folder is refused with a message
+    naming it; a log of the same resumed run is continued (its creation time and reward names kept; the caller
+    drops the steps past where the run resumed, :meth:`drop_after`); one of another format or version is refused.
+    Each row is checked as the reader checks it, so a bad row is an error here, naming the step, not in a viewer
+    later.  ``inputs`` ({what: path}): the run's inputs, which the log may not be nor be inside."""
 
-    def __init__(self, folder: str | Path, meta: dict):
+    def __init__(self, folder: str | Path, meta: dict, owner: LogOwner | None = None,
+                 inputs: dict[str, str | None] | None = None):
         self.folder = Path(folder)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise MrtpoError(f"cannot create the credit log folder {folder}: {e.strerror or e}") from None
-        self.meta = {"format": FORMAT, "version": VERSION, "created": time.time(), **meta}
+        self.owner = owner or LogOwner.new(str(meta.get("source", "")))
+        problem = log_folder_problem(self.folder, inputs)
+        if problem:
+            raise MrtpoError(f"credit log {folder}: {problem}")
+        self.meta = {"format": FORMAT, "version": VERSION, "created": time.time(), **meta, **self.owner.meta()}
         check_meta(self.meta, self.folder / META_FILE)
-        if (self.folder / META_FILE).exists():  # a log already there (a resumed run): continue it, same version
+        self.claim()
+
+    def claim(self) -> None:
+        """Take the folder for this run (see the class docstring); MrtpoError naming the owner when it is another
+        run's.  ``meta.json`` is created only where none is (a second writer starting at the same moment finds the
+        first one's), else replaced whole."""
+        path = self.folder / META_FILE
+        for _ in range(3):
+            if not path.exists() and _create_new(path, dumps(self.meta) + "\n"):
+                return
+            if not path.exists():
+                continue  # it was there and is gone: look again
             old = read_meta(self.folder)
             if old["version"] != VERSION:
-                raise CreditLogError(self.folder / META_FILE, 0, "version", f"the log there is version "
-                                     f"{old['version']}; this mrtpo writes version {VERSION}: give another folder")
-            self.meta["created"] = old.get("created", self.meta["created"])
-            self.meta["rewards"] = list(dict.fromkeys([*old["rewards"], *self.meta["rewards"]]))
-        write_text(self.folder / META_FILE, dumps(self.meta) + "\n")
+                raise CreditLogError(path, 0, "version", f"the log there is version {old['version']}; this mrtpo "
+                                                         f"writes version {VERSION}: give another folder")
+            has_steps = bool(step_files(self.folder))
+            if not may_write(old, self.owner, has_steps):
+                raise MrtpoError(refusal(self.folder, old, has_steps))
+            if old["run"] == self.owner.run:  # the same run resumed: its log goes on, with what it was logged with
+                changed = [k for k in SETTINGS if has_steps and k in old and old[k] != self.meta.get(k)]
+                if changed:
+                    k = changed[0]
+                    raise MrtpoError(f"credit log {self.folder}: its steps were logged with {k} {old[k]!r}; this "
+                                     f"run resumes with {k} {self.meta.get(k)!r}: give it another folder (a log's "
+                                     f"steps share one {k})")
+                self.meta.update(created=old.get("created", self.meta["created"]),
+                                 owner=old.get("owner", self.meta["owner"]),
+                                 rewards=list(dict.fromkeys([*old["rewards"], *self.meta["rewards"]])))
+            write_text(path, dumps(self.meta) + "\n")
+            return
+        raise MrtpoError(f"credit log {self.folder}: {META_FILE} keeps appearing and disappearing (another writer "
+                         f"there?); give this run another folder")
+
+    def drop_after(self, step: int) -> list[int]:
+        """Delete the step files after ``step`` (a resumed run's steps past its checkpoint: they are recomputed,
+        as the run store drops them); the steps dropped."""
+        dropped = step_files(self.folder, step)
+        for _, p in dropped:
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise MrtpoError(f"cannot delete {p} (a step past where the run resumed): {e.strerror or e}") from None
+        return [s for s, _ in dropped]
+
+    def _check_owner(self) -> None:
+        """MrtpoError when ``meta.json`` no longer names this run (another writer took the folder meanwhile)."""
+        try:
+            run = load_json(self.folder / META_FILE).get("run")
+        except (InputFileError, AttributeError):
+            run = None
+        if run != self.meta["run"]:
+            raise MrtpoError(f"credit log {self.folder}: {META_FILE} no longer names this run ({self.meta['run']}) "
+                             f"but {run or 'none'}: another writer took the folder; this step was not logged")
 
     def write_step(self, step: int, rows: Sequence[dict]) -> Path:
-        """Step ``step``'s rows as ``step-NNNNNN.jsonl``, written whole (replacing a file of the same step).  Reward
-        names the meta does not list yet (tasks whose examples have rewards of their own) are added to it first."""
+        """Step ``step``'s rows as ``step-NNNNNN.jsonl`` (each with this run's ``run``), written whole (replacing
+        a file of the same step).  Reward names the meta does not list yet (tasks whose examples have rewards of
+        their own) are added to it first."""
+        self._check_owner()
         path = self.folder / step_file(step)
         lines = []
         for n, row in enumerate(rows, start=1):
-            text = dumps(row)
+            if row.get("run", self.meta["run"]) != self.meta["run"]:
+                raise CreditLogError(path, n, "run", f"is {row['run']}; this writer logs run {self.meta['run']}")
+            text = dumps({**row, "run": self.meta["run"]})
             check_row(json.loads(text), path, n)  # NaN → null on the way: check what is written
             lines.append(text)
         new = [k for row in rows for k in row["rewards"] if k not in self.meta["rewards"]]
@@ -93,6 +155,57 @@ class CreditLogWriter:
             write_text(self.folder / META_FILE, dumps(self.meta) + "\n")
         write_text(path, "".join(line + "\n" for line in lines))
         return path
+
+
+def log_folder_problem(folder: str | Path, inputs: dict[str, str | None] | None = None) -> str | None:
+    """Why ``folder`` cannot hold a credit log — a file, read-only, not creatable, one of ``inputs`` ({what:
+    path}) or inside one — or None.  The folder is created (with its parents) when missing, as the writer would:
+    some paths (``/proc/x``) fail only then.  Checked before a run's first step."""
+    p = Path(folder)
+    for what, path in (inputs or {}).items():
+        if path is not None and Path(path).exists() and _within(p, Path(path)):
+            return f"it is the {what} {path}, or inside it: a log never goes into an input; give another folder"
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return output_problem(p, folder=True) or f"cannot create the folder: {e.strerror or e}"
+    return None if os.access(p, os.W_OK | os.X_OK) else "the folder is read-only (this user may not write there)"
+
+
+def _within(path: Path, other: Path) -> bool:
+    """Whether ``path`` is ``other`` or inside it (links resolved)."""
+    a, b = path.resolve(), other.resolve()
+    return a == b or b in a.parents
+
+
+def _create_new(path: Path, text: str) -> bool:
+    """Write ``text`` as the new file ``path``, whole, only if nothing is there (a temporary file linked to the
+    name: atomic, and it fails where the name exists); False when something was there."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                os.fchmod(f.fileno(), 0o666 & ~_umask())
+                f.write(text)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            except OSError:  # a file system without hard links: the next best
+                if path.exists() or path.is_symlink():
+                    return False
+                os.replace(tmp, path)
+            return True
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    except OSError as e:
+        raise MrtpoError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -149,15 +262,18 @@ def read_step_file(path: str | Path, step: int | None = None) -> list[CreditRow]
 def read_credit_log(folder: str | Path, after_step: int | None = None) -> CreditLog:
     """The credit log in ``folder``: its meta and the steps after ``after_step`` (every step: None), reading only
     those steps' files.  :class:`CreditLogError` (an :class:`MrtpoError`) names the file, the row and the field of
-    any problem: no ``meta.json``, another format or a newer version, a line that is not JSON, a missing field."""
+    any problem: no ``meta.json``, another format or a newer version, a line that is not JSON, a missing field, a
+    row of another run than the log's (:func:`mrtpo.creditlog.owner.check_run`)."""
     meta = read_meta(folder)
     steps = [CreditStep(s, str(p), read_step_file(p, s)) for s, p in step_files(folder, after_step)]
+    for st in steps:
+        check_run(meta, st.path, st.rows)  # every row the log's run's: a folder never shows two runs as one
     return CreditLog(str(folder), meta, steps)
 
 
 class CreditLogFollower:
     """Follows a growing log: each :meth:`poll` returns the steps written since the last one (the first: every
-    step), reading only their files."""
+    step), reading only their files; CreditLogError when the folder's log has become another run's."""
 
     def __init__(self, folder: str | Path):
         self.folder = str(folder)
@@ -166,6 +282,8 @@ class CreditLogFollower:
 
     def poll(self) -> list[CreditStep]:
         log = read_credit_log(self.folder, self.last_step)
+        if self.last_step is not None:  # steps of one run read: another's may not follow them
+            check_same_run(self.meta, log.meta, self.folder)
         self.meta = log.meta
         if log.steps:
             self.last_step = log.steps[-1].step

@@ -4,7 +4,9 @@
 A log is a folder::
 
     meta.json            {"format": "mrtpo-credit-log", "version": 1, "source", "model", "method", "measure", "info",
-                          "beta", "warmup", "group_size", "rewards": [K reward names], "created": unix seconds}
+                          "beta", "warmup", "group_size", "rewards": [K reward names], "created": unix seconds,
+                          "run": the id of the run that owns the log, "owner": {what tells a person which run:
+                          mrtpo's "store" and "run" name, TRL's "output_dir"; "host", "pid" of its first writer}}
     step-000001.jsonl    one JSON object per logged response of step 1 (groups in order, responses in order)
     step-000002.jsonl    ...
 
@@ -27,6 +29,11 @@ Row fields (T = the response's tokens; "per token" lists have T entries, null wh
                                     (the sampling temperature applied), or null when not computed
     ref_logprob, kl                 per token log π_ref(y_t | ...) and the KL estimate k3 = e^r − r − 1,
                                     r = ref_logprob − logprob, or null without a reference
+    run                             the id of the run that wrote the row: meta.json's ``run`` (a reader refuses a
+                                    step whose rows name another run: :mod:`.owner`)
+
+``run`` and ``owner`` (meta) and ``run`` (rows) were added within version 1: logs written before them have neither,
+and read as before; readers that predate them ignore them.
 
 Fields other tools' logs lack are None in a :class:`CreditRow` (``mrtpo.integrations.tool_logs``), and what they
 have beyond these goes to ``extra`` (per token lists by name).  A newer version adds fields; a reader of version 1
@@ -83,6 +90,7 @@ class CreditRow:
     entropy: list[float | None] | None = None
     ref_logprob: list[float | None] | None = None
     kl: list[float | None] | None = None
+    run: str | None = None  # the run that wrote it (a credit log's ``run``; None: another tool's, or an older log)
     extra: dict[str, Any] = field(default_factory=dict)  # what another tool logs beyond these (per token lists)
     source: str = ""  # the file and row it was read from
     row: int = 0
@@ -221,7 +229,7 @@ def check_row(obj: Any, path: str | Path, row: int) -> CreditRow:
         center=float(obj["center"]), scale=float(obj["scale"]), token_advantages=obj["token_advantages"],
         reward_token_advantages=obj["reward_token_advantages"], relevance=obj["relevance"], beta=float(obj["beta"]),
         logprob=obj["logprob"], entropy=obj["entropy"], ref_logprob=obj["ref_logprob"], kl=obj["kl"],
-        source=str(path), row=row)
+        run=obj.get("run"), source=str(path), row=row)
 
 
 META_FIELDS: dict[str, Callable[[Any], str]] = {
@@ -230,11 +238,16 @@ META_FIELDS: dict[str, Callable[[Any], str]] = {
     "rewards": lambda v: "" if isinstance(v, list) and all(isinstance(x, str) for x in v)
     else "must be a list of reward names",
 }
+OWNER_FIELDS: dict[str, Callable[[Any], str]] = {  # optional (logs written before owners were recorded lack them)
+    "run": lambda v: "" if isinstance(v, str) and v else f"must be the run's id (text), got {_shown(v)}",
+    "owner": lambda v: "" if isinstance(v, dict) else f"must be an object, got {_shown(v)}",
+}
 
 
 def check_meta(obj: Any, path: str | Path) -> dict:
     """``meta.json``'s object, checked: the format's name, a version this reader knows (<= :data:`VERSION`), the
-    reward names; other fields (model, method, measure, info, ...) are kept as they are."""
+    reward names, the owner's fields where present (``run``, ``owner``); other fields (model, method, measure,
+    info, ...) are kept as they are."""
     if not isinstance(obj, dict):
         raise CreditLogError(path, 0, "", "must be a JSON object")
     for name, check in META_FIELDS.items():
@@ -246,4 +259,8 @@ def check_meta(obj: Any, path: str | Path) -> dict:
     if obj["version"] > VERSION:
         raise CreditLogError(path, 0, "version", f"version {obj['version']} was written by a newer mrtpo; this one "
                                                  f"reads version {VERSION} (upgrade mrtpo)")
+    for name, check in OWNER_FIELDS.items():
+        problem = check(obj[name]) if name in obj else ""
+        if problem:
+            raise CreditLogError(path, 0, name, problem)
     return obj

@@ -17,7 +17,8 @@ gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over 
    keep TRL's (B,) shape.
 
 With ``MRTPOConfig(credit_log=DIR)`` each training generation's first ``credit_log_groups`` groups are written to
-the credit log (:mod:`mrtpo.integrations.trl_log`, format :mod:`mrtpo.creditlog.format`).
+the credit log (:mod:`mrtpo.integrations.trl_log`, format :mod:`mrtpo.creditlog.format`), a folder of this run's
+only: claimed when ``train()`` starts, continued by ``train(resume_from_checkpoint=...)``.
 
 β = 0 (or ``method="gdpo"``) reproduces TRL's ``multi_objective_aggregation="normalize_then_sum"``; the token mean
 of MRTPO's advantages always equals GDPO's response advantage. Rewards the callback leaves out get uniform credit.
@@ -139,12 +140,24 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         self.verifier_info_fn = verifier_info_fn
         self.mrtpo_last: dict = {}
         self._mrtpo_batch: tuple | None = None
+        if cfg.credit_log:
+            from mrtpo.integrations.trl_log import CreditLogRun, check_folder
+
+            check_folder(cfg.credit_log)
+            self._credit_log_run = CreditLogRun()
+            kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), self._credit_log_run]
         super().__init__(*args, **kwargs)
 
-    def train(self, *args, **kwargs):
-        """TRL's ``train``; then the credit log's last waiting step is written (:func:`mrtpo.integrations.trl_log.
-        flush`)."""
-        result = super().train(*args, **kwargs)
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """TRL's ``train``.  With a credit log, its folder is claimed for this run first, before any step — a run
+        resumed from a checkpoint continues the log of the run that saved it, another run's log is refused
+        (:func:`mrtpo.integrations.trl_log.open_log`) — and the log's last waiting step is written at the end
+        (:func:`mrtpo.integrations.trl_log.flush`)."""
+        if self.mrtpo_config.credit_log:
+            from mrtpo.integrations.trl_log import open_log
+
+            open_log(self, resume_from_checkpoint)
+        result = super().train(resume_from_checkpoint, *args, **kwargs)
         if self.mrtpo_config.credit_log:
             from mrtpo.integrations.trl_log import flush
 

@@ -19,21 +19,114 @@ and character offsets, and per token:
 
 ``step`` is the update the rows train: TRL's ``global_step`` + 1 (the step its completions parquet names).  When a
 step holds several generation batches (``steps_per_generation`` < gradient accumulation), its first is logged.
+
+One run per log (:mod:`mrtpo.creditlog.owner`): the folder is checked when the trainer is made (:func:`check_folder`)
+and claimed when ``train()`` starts, before any step (:func:`open_log`).  A run's id (``trl-`` and 12 random hex
+digits, with its ``output_dir``) is saved in every checkpoint's ``trainer_state.json`` (:class:`CreditLogRun`), so
+``train(resume_from_checkpoint=...)`` continues the log of the run that saved the checkpoint — the steps logged after
+the checkpoint's step are dropped, as they are recomputed — and any other run's log is refused.
 """
 from __future__ import annotations
 
+import json
+import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 from mrtpo.core.credit import TokenCredit
-from mrtpo.creditlog import CreditLogWriter, credit_fields, kl_k3, series
+from mrtpo.creditlog import CreditLogWriter, LogOwner, credit_fields, kl_k3, series
+from mrtpo.errors import MrtpoError
+from mrtpo.jsonl import output_problem
 from mrtpo.model import LoadedModel, token_offsets
 from mrtpo.model.tokens import decode
 
 if TYPE_CHECKING:
     from mrtpo.integrations.trl import MRTPOGRPOTrainer
+
+
+class CreditLogRun(TrainerCallback, ExportableState):
+    """Keeps the credit log's run id in each checkpoint (``trainer_state.json``, ``stateful_callbacks``): a run
+    resumed from it continues its own log (:func:`open_log`)."""
+
+    def __init__(self, run: str = ""):
+        self.run = run
+
+    def state(self) -> dict:
+        return {"args": {"run": self.run}, "attributes": {}}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # a checkpoint saved without this callback (an earlier run): TRL's save would look for its entry
+        state.stateful_callbacks.setdefault(type(self).__name__, self.state())
+
+
+def check_folder(folder: str) -> None:
+    """When the trainer is made: MrtpoError when ``credit_log`` cannot be a folder this user writes (a file, a
+    read-only place); nothing is created yet."""
+    problem = output_problem(folder, folder=True)
+    if problem:
+        raise MrtpoError(f"credit_log {folder}: {problem}")
+
+
+def _checkpoint(output_dir: str, resume) -> str | None:
+    """The checkpoint folder ``train(resume_from_checkpoint=resume)`` resumes from (True: the last one in
+    ``output_dir``), or None."""
+    if resume is None or resume is False:
+        return None
+    if resume is True:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    return str(resume)
+
+
+def saved_run(checkpoint: str | None) -> tuple[int, str | None]:
+    """The step a checkpoint was saved at and the credit log run id saved in it (None: none saved)."""
+    try:
+        state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+    except (TypeError, OSError, ValueError):
+        return 0, None
+    cb = (state.get("stateful_callbacks") or {}).get(CreditLogRun.__name__) if isinstance(state, dict) else None
+    cb = cb[0] if isinstance(cb, list) and cb else cb
+    run = cb.get("args", {}).get("run") if isinstance(cb, dict) else None
+    step = state.get("global_step")
+    return (step if isinstance(step, int) else 0), (run if isinstance(run, str) and run else None)
+
+
+def open_log(tr: "MRTPOGRPOTrainer", resume) -> None:
+    """At the start of ``train(resume_from_checkpoint=resume)``, before any step: the main process claims the
+    folder (a fresh run: a new id; resumed from a checkpoint that names a run: that run, whose log steps after the
+    checkpoint's step are dropped) and every process learns its answer, so all stop together on a refusal."""
+    cfg = tr.mrtpo_config
+    tr._credit_log_writer, tr._credit_log_step, tr._credit_log_pending = None, None, None
+    ckpt = _checkpoint(tr.args.output_dir, resume)
+    if resume not in (None, False) and ckpt is None:
+        return  # TRL stops next: no checkpoint to resume from
+    step, run = saved_run(ckpt)
+    problem = None
+    if tr.accelerator.is_main_process:
+        key = {"output_dir": str(Path(tr.args.output_dir).resolve())}
+        owner = LogOwner(run, "trl", key, resume=True) if run else LogOwner.new("trl", key)
+        try:
+            tr._credit_log_writer = CreditLogWriter(cfg.credit_log, _meta(tr, tr.num_generations), owner)
+            dropped = tr._credit_log_writer.drop_after(step) if run else []
+            if dropped:
+                logging.getLogger(__name__).warning(
+                    "credit log %s: steps %d..%d came after the checkpoint (step %d) this run resumes from; dropping "
+                    "them (they are logged again as recomputed)", cfg.credit_log, dropped[0], dropped[-1], step)
+            tr._credit_log_run.run = tr._credit_log_writer.meta["run"]
+        except MrtpoError as e:
+            problem = str(e)
+    if tr.accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        problem = broadcast_object_list([problem])[0]
+    if problem:
+        raise MrtpoError(problem)
 
 
 def logged_rows(lo: int, B: int, G: int, groups: int) -> list[int]:
@@ -127,12 +220,17 @@ def _write(tr: "MRTPOGRPOTrainer", local: list[dict], G: int) -> None:
         local = gather_object(local)
     if not tr.accelerator.is_main_process or not local:
         return
-    if getattr(tr, "_credit_log_writer", None) is None:
-        tr._credit_log_writer = CreditLogWriter(cfg.credit_log, {
-            "source": "trl", "model": _model_name(tr), "method": cfg.method,
-            "measure": cfg.measure, "info": cfg.info, "beta": cfg.beta, "warmup": cfg.warmup, "group_size": G,
-            "rewards": list(tr.reward_func_names)})
+    if getattr(tr, "_credit_log_writer", None) is None:  # generations outside train(): a run of their own
+        key = {"output_dir": str(Path(tr.args.output_dir).resolve())}
+        tr._credit_log_writer = CreditLogWriter(cfg.credit_log, _meta(tr, G), LogOwner.new("trl", key))
     tr._credit_log_writer.write_step(local[0]["step"], sorted(local, key=lambda r: (r["group"], r["index"])))
+
+
+def _meta(tr: "MRTPOGRPOTrainer", G: int) -> dict:
+    cfg = tr.mrtpo_config
+    return {"source": "trl", "model": _model_name(tr), "method": cfg.method, "measure": cfg.measure,
+            "info": cfg.info, "beta": cfg.beta, "warmup": cfg.warmup, "group_size": G,
+            "rewards": list(tr.reward_func_names)}
 
 
 def _model_name(tr: "MRTPOGRPOTrainer") -> str:

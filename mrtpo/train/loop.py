@@ -20,7 +20,8 @@ With a :class:`mrtpo.store.Store` the trainer writes every step (:class:`mrtpo.t
 sampled responses with their token data, probe relevance) in one transaction after the step completes, and every
 ``checkpoint_every`` steps (default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable
 parameters — with the AdamW state (atomically: temp file, fsync, ``os.replace``), keeping only
-the last one. With ``credit_log`` set, each step's first groups also go to the credit log (:mod:`.credit_log`).
+the last one. With ``credit_log`` set, each step's first groups also go to the credit log (:mod:`.credit_log`), a
+folder of this run's only: claimed when the trainer is made, continued by the run resumed.
 
 Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
 the run's lock (``Store.locked``: a heartbeat thread keeps it alive while steps run) before it changes
@@ -51,7 +52,7 @@ from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_compare, get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.train.config import TrainConfig
-from mrtpo.train.credit_log import TrainCreditLog, step_rows
+from mrtpo.train.credit_log import TrainCreditLog, log_owner, run_inputs, step_rows
 from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
 from mrtpo.train.recorder import Recorder, sample_rows
@@ -100,13 +101,14 @@ class Trainer:
         self.family = family or get_family(cfg.task)
         self.examples = self._examples()
         self.template = template_for(self.family, cfg.template)
+        self.credit_log = TrainCreditLog(cfg, log_owner(store, run, existing is not None), run_inputs(cfg, store),
+                                         self.log) if cfg.log.credit_log else None  # before anything is stored
         self.policy = Policy.build(cfg, lm)
         self.steps_done = 0
         self.probe: list[dict] = []
         self._mu = threading.Lock()
         self._seen: tuple | None = None  # the store's mark this trainer's memory matches (None: restore first)
         self.recorder: Recorder | None = None
-        self.credit_log = TrainCreditLog(cfg) if cfg.log.credit_log else None
         if store is None:
             return
         if existing is None:
@@ -357,6 +359,8 @@ class Trainer:
             self._mu.release()
 
     def _steps(self, n: int, callback, checkpoint_last: bool = False, on_phase=None) -> list[dict[str, float]]:
+        if self.credit_log and n:
+            self.credit_log.resume(self.steps_done)  # logged steps past the resume point go, as stored ones do
         out = []
         for i in range(n):
             m = self._one_step(checkpoint=checkpoint_last and i == n - 1, on_phase=on_phase)

@@ -203,16 +203,23 @@ def test_the_writer_refuses_a_bad_row(tmp_path):
     assert not (tmp_path / "log" / "step-000001.jsonl").exists()
 
 
-def test_a_second_writer_continues_the_log(tmp_path):
+def test_a_second_writer_of_the_same_run_continues_the_log(tmp_path):
+    """The same run resumed continues its log (creation time kept, reward names added); another run is refused
+    (tests/creditlog/test_owner.py); a log of another format there is refused too."""
+    from mrtpo.creditlog import LogOwner
+
     R, mask, credit = _credit()
-    w = _writer(tmp_path)
+    me = LogOwner("run-1", "test", {"output_dir": "/x"})
+    w = CreditLogWriter(tmp_path / "log", {"source": "test", "rewards": NAMES}, me)
     w.write_step(1, _rows(1, R, mask, credit))
     created = w.meta["created"]
-    w2 = CreditLogWriter(tmp_path / "log", {"source": "test", "rewards": ["other"]})  # a resumed run
-    assert w2.meta["created"] == created and w2.meta["rewards"] == NAMES + ["other"]
+    w2 = CreditLogWriter(tmp_path / "log", {"source": "test", "rewards": ["other"]},
+                         LogOwner("run-1", "test", {"output_dir": "/x"}, resume=True))  # a resumed run
+    assert w2.meta["created"] == created and w2.meta["rewards"] == NAMES + ["other"] and w2.meta["run"] == "run-1"
     w2.write_step(2, _rows(2, R, mask, credit))
-    assert [s.step for s in read_credit_log(tmp_path / "log").steps] == [1, 2]
+    log = read_credit_log(tmp_path / "log")
+    assert [s.step for s in log.steps] == [1, 2] and {r.run for s in log.steps for r in s.rows} == {"run-1"}
     meta = tmp_path / "log" / "meta.json"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": "something-else"}))
     with pytest.raises(CreditLogError, match="meta.json: field 'format': must be 'mrtpo-credit-log'"):
-        _writer(tmp_path)
+        CreditLogWriter(tmp_path / "log", {"source": "test", "rewards": NAMES}, me)

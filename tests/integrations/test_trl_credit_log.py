@@ -2,6 +2,8 @@
 TRL's loss received, whose per-reward rows sum to them, and whose log-probs are the policy's.  Two processes:
 ``tests/integrations/test_trl.py::test_accelerate_two_processes`` reads the log its run writes."""
 
+import copy
+
 import pytest
 import torch
 
@@ -85,3 +87,120 @@ def test_trl_gdpo_log_without_the_extra_forward(tmp_path, tiny):
         assert r.logprob is None and r.entropy is None  # TRL computed none (aligned steps, no vLLM)
     tr._generate_and_score_completions(_inputs())  # the same update again: its first generation stays
     assert [s.step for s in read_credit_log(tmp_path / "log").steps] == [1]
+
+
+# ---------------------------------------------------------------------------------------------- one run per log
+def _files(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _example():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "trl_train.py"
+    spec = importlib.util.spec_from_file_location("trl_train_example", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_trl_example_a_second_run_on_the_folder_is_refused(tmp_path, capsys):
+    """Issue 33, item 1: `examples/trl_train.py --max-steps 3 --credit-log L`, then `--max-steps 2 --method gdpo
+    --seed 5 --credit-log L` overwrote steps 1-2, left step 3 and kept the first run's `created` under the second's
+    method.  Now the second run stops before its first step, naming the first; the log is as the first left it."""
+    ex, log, out = _example(), tmp_path / "L", str(tmp_path / "out")
+    small = ["--model", "tiny-random", "--max-completion-length", "4", "--output-dir", out, "--credit-log", str(log),
+             "--credit-log-groups", "1"]
+    assert ex.main([*small, "--max-steps", "3"]) == 0
+    first = read_credit_log(log)
+    assert [s.step for s in first.steps] == [1, 2, 3] and first.meta["method"] == "mrtpo"
+    before = _files(log)
+    capsys.readouterr()
+    assert ex.main([*small, "--max-steps", "2", "--method", "gdpo", "--seed", "5"]) == 2
+    io = capsys.readouterr()
+    run = first.meta["run"]
+    assert run.startswith("trl-") and {r.run for s in first.steps for r in s.rows} == {run}
+    assert first.meta["owner"]["output_dir"] == str((tmp_path / "out").resolve())
+    assert f"error: credit log {log} belongs to TRL run {run} (output_dir {(tmp_path / 'out').resolve()}), " \
+           f"created " in io.err and "give this run another folder" in io.err
+    assert "MRTPO_STEP" not in io.out  # no step ran
+    assert _files(log) == before
+
+
+def _run(out, tiny, log, max_steps, save_steps=0, **cfg):
+    """A TRL run of ``max_steps`` on the tiny model (one group of 4 per step, 4 tokens) logging to ``log``."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer
+    from tests.integrations.test_trl import _reward_len, _reward_vowels
+
+    def info(prompt, completion, example):
+        return {"_reward_len": f"length modulo 3, target {example['target']}", "_reward_vowels": "a vowel"}
+
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"Say something {i}."}], "target": i}
+                            for i in range(8)])
+    args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=4, num_generations=4, max_completion_length=4,
+                      multi_objective_aggregation="normalize_then_sum", use_cpu=True, bf16=False, report_to="none",
+                      save_strategy="steps" if save_steps else "no", save_steps=save_steps or 1, max_steps=max_steps,
+                      disable_tqdm=True, seed=0, logging_steps=1)
+    return MRTPOGRPOTrainer(model=copy.deepcopy(tiny.model), reward_funcs=[_reward_len, _reward_vowels], args=args,
+                            train_dataset=ds, processing_class=copy.deepcopy(tiny.tokenizer), verifier_info_fn=info,
+                            mrtpo_config=MRTPOConfig(method="mrtpo", beta=0.5, warmup=None, credit_log=str(log),
+                                                     credit_log_groups=1, **cfg))
+
+
+def test_trl_resume_continues_its_own_log(tmp_path, tiny, caplog):
+    """A run resumed from its checkpoint (``train(resume_from_checkpoint=...)``) continues its log: the steps after
+    the checkpoint are dropped and logged again, new ones appended; a fresh run, or one resumed from another run's
+    checkpoint, is refused before any step; a run resumed with a new folder starts a log of the same run there."""
+    import json
+
+    from mrtpo.errors import MrtpoError
+
+    out, log = tmp_path / "out", tmp_path / "L"
+    _run(out, tiny, log, max_steps=3, save_steps=2).train()
+    first = read_credit_log(log)
+    run = first.meta["run"]
+    assert [s.step for s in first.steps] == [1, 2, 3]
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["stateful_callbacks"]["CreditLogRun"]["args"]["run"] == run  # the checkpoint knows its log's run
+    step2 = (log / "step-000002.jsonl").read_bytes()
+    with caplog.at_level("WARNING", logger="mrtpo.integrations.trl_log"):
+        tr = _run(out, tiny, log, max_steps=4)
+        tr.train(resume_from_checkpoint=str(out / "checkpoint-2"))
+    assert "steps 3..3 came after the checkpoint (step 2) this run resumes from; dropping them" in caplog.text
+    log2 = read_credit_log(log)
+    assert [s.step for s in log2.steps] == [1, 2, 3, 4] and tr.state.global_step == 4
+    assert log2.meta["run"] == run and log2.meta["created"] == first.meta["created"]
+    assert {r.run for s in log2.steps for r in s.rows} == {run}
+    assert (log / "step-000002.jsonl").read_bytes() == step2  # before the checkpoint: as written
+    before = _files(log)
+    fresh = _run(out, tiny, log, max_steps=2)  # the same output_dir, not resumed: another run
+    with pytest.raises(MrtpoError, match=f"credit log {log} belongs to TRL run {run} "):
+        fresh.train()
+    assert fresh.state.global_step == 0 and fresh.mrtpo_last == {}  # not a step, not a generation
+    other = tmp_path / "other"
+    _run(other, tiny, tmp_path / "L2", max_steps=1, save_steps=1).train()
+    with pytest.raises(MrtpoError, match=f"credit log {log} belongs to TRL run {run} "):
+        _run(other, tiny, log, max_steps=2).train(resume_from_checkpoint=str(other / "checkpoint-1"))
+    assert _files(log) == before
+    # resumed into a new folder: the same run's log there, from the step after the checkpoint
+    _run(out, tiny, tmp_path / "L3", max_steps=3).train(resume_from_checkpoint=str(out / "checkpoint-2"))
+    log3 = read_credit_log(tmp_path / "L3")
+    assert [s.step for s in log3.steps] == [3] and log3.meta["run"] == run
+
+
+def test_trl_an_unwritable_log_stops_before_any_step(tmp_path, tiny):
+    """Issue 33, item 12 for TRL: a credit_log that is a file is refused when the trainer is made; one that cannot
+    be created (/proc/nope) when train() starts, before any generation."""
+    from mrtpo.errors import MrtpoError
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MrtpoError, match=f"credit_log {tmp_path / 'file'}: it is a file, not a folder"):
+        _run(tmp_path / "out", tiny, tmp_path / "file", max_steps=1)
+    tr = _run(tmp_path / "out", tiny, "/proc/nope", max_steps=1)
+    with pytest.raises(MrtpoError, match="credit log /proc/nope: cannot create the folder: No such file"):
+        tr.train()
+    assert tr.state.global_step == 0 and tr.mrtpo_last == {}
