@@ -86,6 +86,22 @@ def test_a_token_ending_inside_a_character_joins_the_character(smol):
     assert [c for c in cells(spans) if len(c) > 1] == [[3, 4, 5]]  # 'Ã©' (é) is one token in SmolLM2
 
 
+def test_sentencepiece_byte_fallback_follows_the_rule():
+    """A Llama-style tokenizer (byte fallback <0xE6> ..., a ▁ it prepends and its decoder drops): the text's spans
+    equal the ids' and each character is one cell (the tokenizer's own mapping gives the three bytes of 日 and the
+    prepended ▁ the character's span: '日' and 't' were drawn several times)."""
+    from tests.model.test_tokens import llama_style
+
+    lm = llama_style()
+    for text, want in [("日本 text", ["日", "本", " ", "t", "e", "x", "t"]),
+                       ("naïve café 👋", list("naïve café 👋")), ("the text", list("the text"))]:
+        ids, spans = tokenize_response(lm, text)
+        check_spans(spans, text)
+        assert spans == token_offsets(lm, ids) and decode(lm, ids) == text
+        assert [text[spans[g[0]][0]:spans[g[-1]][1]] for g in cells(spans)] == want
+    assert lm.tokenizer.convert_ids_to_tokens(ids)[:2] == ["▁", "t"] and cells(spans)[0] == [0, 1]
+
+
 def test_owner_spans_of_other_forms():
     # a tokenizer's offset mapping (each byte token has its character's span), a gap, the text's tail
     assert owner_spans([(0, 1), (1, 2), (1, 2), (3, 4)], 5) == [(0, 1), (1, 1), (1, 2), (2, 5)]
