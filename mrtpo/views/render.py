@@ -95,7 +95,7 @@ def default_aggregate(kind: str) -> str:
 
 def _cell_tip(text: str, agg: str, value: float, tips: Sequence[str]) -> str:
     n = len(tips)
-    head = f"{text!r}: one character over {n} tokens, drawn as their {agg} {value:.4g}"
+    head = f"{text!r}: {n} tokens sharing a character, drawn as their {agg} {value:.4g}"
     return head + "".join(f"\ntoken {k}/{n}: {tip}" for k, tip in enumerate(tips, start=1))
 
 
