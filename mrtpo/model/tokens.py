@@ -2,6 +2,7 @@
 """
 from __future__ import annotations
 
+from mrtpo.core.spans import owner_spans
 from mrtpo.errors import MrtpoError
 from mrtpo.model.load import LoadedModel
 
@@ -23,11 +24,14 @@ _WINDOW = 64  # a window ends at the first token after which the text does not e
 
 
 def token_offsets(lm: LoadedModel, ids: list[int]) -> list[tuple[int, int]]:
-    """Character span of each token in ``decode(ids)``: token i ends where the text of ``ids[:i + 1]`` ends, not
-    counting trailing U+FFFD (bytes of a character not yet complete), never before token i − 1 ends; the last token
-    ends at the end of the text.
+    """Character span of each token in ``decode(ids)``, by the rule of :mod:`mrtpo.core.spans`: token i ends where
+    the text of ``ids[:i + 1]`` ends, never before token i − 1 ends, unless that text ends in U+FFFD (the text ends
+    inside a character whose bytes are not all read yet): then token i's span is empty; the last token ends at the
+    end of the text.
 
-    A token holding part of a multi-byte character gets an empty span; the token completing it gets the character.
+    So a token holding bytes of a multi-byte character that a later token completes gets an empty span, even when
+    it also holds whole characters before them (SmolLM2's ``' ð\x9f'`` of ``' 👋'``): the token completing the
+    character gets them all, and the views draw those tokens as one cell (:func:`mrtpo.core.spans.cells`).
 
     Linear in ``len(ids)``: the text is decoded in short windows, each after a few tokens of context that start at
     a character boundary and whose text ends the text so far (:func:`_context`): the text of ``ids[:i + 1]`` is the
@@ -51,9 +55,8 @@ def token_offsets(lm: LoadedModel, ids: list[int]) -> list[tuple[int, int]]:
                 text = ctx[1]  # the whole prefix was decoded: the text so far is exactly that
         start, left = ctx
         cur = decode(lm, ids[start:i + 1])
-        kept = cur.rstrip(_FFFD)
-        # only U+FFFD after the context: without them, the text ends at or before where token i − 1 ended
-        end = max(len(text) - len(left) + len(kept) if kept else prev, prev)
+        # ends inside a character: nothing is complete that was not before (an empty span)
+        end = prev if cur.endswith(_FFFD) else max(len(text) - len(left) + len(cur), prev)
         spans.append((prev, end))
         prev = end
         if not cur.endswith(_FFFD) or i + 1 - base >= _WINDOW:
@@ -94,17 +97,19 @@ def _token_offsets_by_prefix(lm: LoadedModel, ids: list[int]) -> list[tuple[int,
     spans, prev = [], 0
     for i in range(len(ids)):
         cur = decode(lm, ids[: i + 1])
-        end = len(cur.rstrip(_FFFD)) if i + 1 < len(ids) else len(cur)
-        end = max(end, prev)
+        end = prev if cur.endswith(_FFFD) and i + 1 < len(ids) else max(len(cur), prev)
         spans.append((prev, end))
         prev = end
     return spans
 
 
 def tokenize_response(lm: LoadedModel, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-    """Token ids of a response given as text, with character offsets into ``text``."""
+    """Token ids of a response given as text, with character offsets into ``text`` by the rule of
+    :mod:`mrtpo.core.spans` (what :func:`token_offsets` gives for the ids): the tokenizer's offset mapping, which
+    gives every byte token of a character that character's span, through :func:`mrtpo.core.spans.owner_spans`
+    (one token owns each character; the spans cover ``text``)."""
     enc = lm.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+    return list(enc["input_ids"]), owner_spans(enc["offset_mapping"], len(text))
 
 
 class TooLong(MrtpoError):

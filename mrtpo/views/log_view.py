@@ -13,9 +13,10 @@ from typing import Sequence
 import numpy as np
 
 from mrtpo.core.advantages import parse_method
+from mrtpo.core.spans import cell_values, owner_spans
 from mrtpo.creditlog import CreditRow, CreditStep
 from mrtpo.errors import MrtpoError
-from mrtpo.views.render import token_row
+from mrtpo.views.render import token_cells, token_row
 from mrtpo.views.token_view import TokenView
 
 # the names under which logs keep a task's answer (TRL / verl columns, OpenRLHF's ref_response), in this order
@@ -26,6 +27,17 @@ def has_credit(rows: Sequence[CreditRow]) -> bool:
     """Whether the rows hold per-reward token credit (mrtpo's credit log) and token texts to draw it on."""
     return bool(rows) and all(r.reward_token_advantages is not None and r.token_advantages is not None
                               and r.tokens is not None for r in rows)
+
+
+def row_tokens(row: CreditRow) -> list[dict] | None:
+    """The row's tokens as the views draw them, ``{"text", "start", "end"}`` each: its ``offsets`` in the form of
+    :mod:`mrtpo.core.spans` (:func:`~mrtpo.core.spans.owner_spans`: a log whose offsets give every byte token of a
+    character that character, or an older one, draws each character once) and their texts in ``completion``; None
+    for a row without offsets."""
+    if row.offsets is None:
+        return None
+    text = row.completion or ""
+    return [{"text": text[a:b], "start": a, "end": b} for a, b in owner_spans(row.offsets, len(text))]
 
 
 def reference(row: CreditRow) -> tuple[str, str] | None:
@@ -111,8 +123,7 @@ def log_view(rows: Sequence[CreditRow], method: str | None = None, measure: str 
     toks, rel, tok_k, tok = [], [], [], []
     for r in rows:
         T = r.n_tokens or 0
-        offs = r.offsets or [(0, 0)] * T
-        toks.append([{"text": t, "start": a, "end": b} for t, (a, b) in zip(r.tokens, offs)])
+        toks.append(row_tokens(r) or [{"text": t} for t in r.tokens])
         rel.append({k: np.ones(T) if (r.relevance or {}).get(k) is None else np.array(r.relevance[k], dtype=float)
                     for k in names})
         tok_k.append({k: np.zeros(T) if r.reward_token_advantages.get(k) is None
@@ -129,18 +140,20 @@ def log_view(rows: Sequence[CreditRow], method: str | None = None, measure: str 
     return view, LogGroup([dict(r.reasons or {}) for r in rows])
 
 
-# the per-token series a log may hold beside the credit: (attribute or extra key, label, kind)
-SERIES = (("token_advantages", "advantage A_t", "diverging"), ("p", "probability p", "sequential"),
-          ("entropy", "entropy", "sequential"), ("kl", "KL to the reference", "diverging"),
-          ("token_rewards", "token reward", "diverging"), ("values", "value (critic)", "diverging"),
-          ("mismatch_kl", "KL trainer vs sampler", "diverging"))
+# the per-token series a log may hold beside the credit: (attribute or extra key, label, kind, how a character's
+# cell combines its tokens (mrtpo.core.spans): advantages, rewards, entropies and KLs add up along the tokens, the
+# probability of a character is the product of its tokens', a critic's value is averaged)
+SERIES = (("token_advantages", "advantage A_t", "diverging", "sum"), ("p", "probability p", "sequential", "prod"),
+          ("entropy", "entropy", "sequential", "sum"), ("kl", "KL to the reference", "diverging", "sum"),
+          ("token_rewards", "token reward", "diverging", "sum"), ("values", "value (critic)", "diverging", "mean"),
+          ("mismatch_kl", "KL trainer vs sampler", "diverging", "sum"))
 
 
 def token_series(row: CreditRow) -> list[tuple[str, str, list[float]]]:
     """(label, kind, values) of every per-token series the row has (:data:`SERIES`): ``p`` = e^logprob; a missing
     value is NaN (drawn transparent)."""
     out = []
-    for key, label, kind in SERIES:
+    for key, label, kind, _ in SERIES:
         if key == "p":
             vals = None if row.logprob is None else [None if v is None else math.exp(v) for v in row.logprob]
         else:
@@ -152,20 +165,22 @@ def token_series(row: CreditRow) -> list[tuple[str, str, list[float]]]:
 
 def series_html(row: CreditRow) -> str:
     """Heatmap rows of one response's logged per-token series (:func:`token_series`), each on its own scale (the
-    largest |value|: in its label), for a log without per-reward credit; a log of token ids without their texts
+    largest |value| of a cell: in its label), for a log without per-reward credit; a character over several tokens
+    is one cell (:data:`SERIES` says how each series combines them); a log of token ids without their texts
     (prime-rl's export) shows the ids as ``⟨id⟩``; '' when the row has no tokens."""
-    texts = row.tokens or [f"⟨{t}⟩" for t in row.token_ids or []]
-    if not texts:
+    toks = row_tokens(row) or [{"text": t} for t in row.tokens or [f"⟨{t}⟩" for t in row.token_ids or []]]
+    if not toks:
         return ""
-    toks = [{"text": t} for t in texts]
     series = token_series(row)
+    how = {label: agg for _, label, _, agg in SERIES}
     tips = [f"{t['text']!r} | " + " | ".join(f"{lab} {v[n]:.4g}" for lab, _, v in series)
             for n, t in enumerate(toks)]
+    groups = token_cells(toks)
     parts = []
     for label, kind, vals in series:
-        vmax = float(np.nanmax(np.abs(vals), initial=0.0)) or 1.0
+        vmax = float(np.nanmax(np.abs(cell_values(vals, groups, how[label])), initial=0.0)) or 1.0
         lim = f"±{vmax:.3g}" if kind == "diverging" else f"0 … {vmax:.3g}"
-        parts.append(token_row(f"{label} ({lim})", toks, vals, kind, vmax, tips))
+        parts.append(token_row(f"{label} ({lim})", toks, vals, kind, vmax, tips, agg=how[label]))
     head = ('<div class="legend">each row on its own scale (its limit in the label): blue / red = positive / '
             'negative, orange = larger; hover a token for every value</div>')
     return f'<div class="mrtpo">{head}{"".join(parts)}</div>' if parts else ""

@@ -31,7 +31,7 @@ def relevance_diff_html(before: ResponseRelevance, after: ResponseRelevance, rew
         rows.append(f'<div class="reward"><b>{html.escape(k)}</b></div>')
         rows.append(token_row("ρ before", toks, rb, "sequential", vmax, tips))
         rows.append(token_row("ρ after", toks, ra, "sequential", vmax, tips))
-        rows.append(token_row(f"Δρ (±{vd:.3g})", toks, diff, "diverging", vd or 1.0, tips))
+        rows.append(token_row(f"Δρ (±{vd:.3g})", toks, diff, "diverging", vd or 1.0, tips, agg="mean"))
     return (f"<div class='mrtpo'><div class='legend'>relevance: orange (0 … {vmax:.3g}); Δρ = after − before: "
             f"blue up, red down</div>{''.join(rows)}</div>")
 
@@ -85,7 +85,7 @@ def position_html(tokens: Sequence[dict], t: int, label: str = "token t") -> str
     """One response as a row of tokens with token ``t`` highlighted (orange) and its position in each tooltip."""
     tips = [f"t = {n}: {tok['text']!r}" for n, tok in enumerate(tokens)]
     onehot = [1.0 if n == t else 0.0 for n in range(len(tokens))]
-    return f"<div class='mrtpo'>{token_row(label, tokens, onehot, 'sequential', 1.0, tips)}</div>"
+    return f"<div class='mrtpo'>{token_row(label, tokens, onehot, 'sequential', 1.0, tips, agg='max')}</div>"
 
 
 def prompt_diff_html(without: str, with_: str) -> str:
@@ -130,6 +130,6 @@ def probe_shift_html(tokens: Sequence[str], reward: str, before: Sequence[float]
             for n, t in enumerate(tokens)]
     rows = [token_row("ρ step 0", toks, b, "sequential", vmax, tips),
             token_row(f"ρ step {step}", toks, a, "sequential", vmax, tips),
-            token_row(f"Δρ (±{vdiff:.3g})", toks, d, "diverging", vdiff or 1.0, tips)]
+            token_row(f"Δρ (±{vdiff:.3g})", toks, d, "diverging", vdiff or 1.0, tips, agg="mean")]
     return (f"<div class='mrtpo'><div class='legend'>relevance ρ: orange (0 … {vmax:.3g}, mean 1); Δρ = step {step}"
             f" − step 0: blue up, red down</div>{''.join(rows)}</div>")

@@ -6,6 +6,10 @@ Every number is in the hover tooltip (``title``); a legend says what the colors 
 read (its evidence, ``Score.evidence``) are underlined in that reward's rows with a dark bar that stays readable
 over every color (class ``ev``), and the relevance row's label gives that response's token AUROC and lift
 (:mod:`mrtpo.core.faithfulness`).
+
+A character split over several tokens (the bytes of a multi-byte character) is drawn once, as one cell
+(:mod:`mrtpo.core.spans`): advantages are summed over its tokens, relevance ρ averaged; its tooltip lists every
+token's numbers.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import numpy as np
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.faithfulness import token_labels
 from mrtpo.core.measures import ORACLE, oracle_relevance
+from mrtpo.core.spans import cell_values, cells, text_cells
 from mrtpo.groups import ScoredGroup
 from mrtpo.views import TokenView, faithfulness_table
 
@@ -74,20 +79,51 @@ def _esc_token(text: str) -> str:
     return t.replace("\n", '<span class="nl">↵</span><br>') if "\n" in t else t
 
 
+def token_cells(tokens: Sequence[dict]) -> list[list[int]]:
+    """The cells of a row's tokens (:func:`mrtpo.core.spans.cells`): by their spans ``start`` / ``end`` when every
+    token has them, else by their texts."""
+    if tokens and all("start" in t and "end" in t for t in tokens):
+        return cells([(t["start"], t["end"]) for t in tokens])
+    return text_cells([t["text"] for t in tokens])
+
+
+def default_aggregate(kind: str) -> str:
+    """How a row's cell combines its tokens' values unless told: ``sum`` on a diverging row (advantages), ``mean``
+    on a sequential one (relevance) — :mod:`mrtpo.core.spans` says why."""
+    return "sum" if kind == "diverging" else "mean"
+
+
+def _cell_tip(text: str, agg: str, value: float, tips: Sequence[str]) -> str:
+    n = len(tips)
+    head = f"{text!r}: {n} tokens sharing a character, drawn as their {agg} {value:.4g}"
+    return head + "".join(f"\ntoken {k}/{n}: {tip}" for k, tip in enumerate(tips, start=1))
+
+
 def token_row(label: str, tokens: Sequence[dict], values: Sequence[float], kind: str, vmax: float,
-              tooltips: Sequence[str], marks: Sequence[bool] | None = None, note: str = "") -> str:
-    """One heatmap row: a label (and a small ``note`` under it) and one ``<span class="tok">`` per token; each run of
-    tokens where ``marks`` is True is wrapped in ``<span class="ev">`` (the evidence underline)."""
+              tooltips: Sequence[str], marks: Sequence[bool] | None = None, note: str = "",
+              agg: str | None = None) -> str:
+    """One heatmap row: a label (and a small ``note`` under it) and one ``<span class="tok">`` per cell
+    (:func:`token_cells`: the tokens of one character drawn once, with their values combined by ``agg``, default
+    :func:`default_aggregate`, and every token's tooltip in the cell's); each run of cells where ``marks`` (per token)
+    is True for some token is wrapped in ``<span class="ev">`` (the evidence underline)."""
     color = diverging_color if kind == "diverging" else sequential_color
-    marks = [False] * len(tokens) if marks is None else list(marks)
+    agg = agg or default_aggregate(kind)
+    T = min(len(tokens), len(values), len(tooltips))
+    tokens = list(tokens)[:T]
+    groups = token_cells(tokens)
+    vals = cell_values(list(values)[:T], groups, agg)
+    tok_marks = [False] * T if marks is None else list(marks)[:T] + [False] * (T - len(marks))
+    cm = [any(tok_marks[t] for t in g) for g in groups]
     spans = []
-    for n, (t, v, tip, m) in enumerate(zip(tokens, values, tooltips, marks)):
-        if m and (n == 0 or not marks[n - 1]):
+    for n, (g, v, m) in enumerate(zip(groups, vals, cm)):
+        if m and (n == 0 or not cm[n - 1]):
             spans.append('<span class="ev">')
+        text = "".join(tokens[t]["text"] for t in g)
+        tip = tooltips[g[0]] if len(g) == 1 else _cell_tip(text, agg, float(v), [tooltips[t] for t in g])
         tip = tip + (" | evidence: read by the checker" if m else "")
         spans.append(f'<span class="tok" style="background:{color(float(v), vmax)}" '
-                     f'title="{html.escape(tip, quote=True)}">{_esc_token(t["text"])}</span>')
-        if m and (n == len(marks) - 1 or not marks[n + 1]):
+                     f'title="{html.escape(tip, quote=True)}">{_esc_token(text)}</span>')
+        if m and (n == len(cm) - 1 or not cm[n + 1]):
             spans.append("</span>")
     lab = html.escape(label) + (f'<span class="faith">{html.escape(note)}</span>' if note else "")
     return f'<div class="row"><div class="lab">{lab}</div><div class="toks">{"".join(spans)}</div></div>'
@@ -111,10 +147,15 @@ def evidence_note(view: TokenView, i: int, reward: str) -> tuple[list[bool] | No
     return marks, f"AUROC {m.auroc:.2f} · lift {m.lift:.2f}"
 
 
+SPLIT_NOTE = ("<span>a character split over several tokens is one cell: its tokens' advantages summed, their ρ "
+              "averaged (hover for each token)</span>")
+
+
 def legend(vmax_adv: float, vmax_rel: float, evidence: bool = False, vmax_moved: float | None = None,
-           scale: str | None = None) -> str:
+           scale: str | None = None, split: bool = False) -> str:
     """The colors' key: advantage ±``vmax_adv`` (diverging), the moved rows ±``vmax_moved`` (when given), relevance
-    0 … ``vmax_rel``; ``scale`` ("response" / "group") says whose values set the limits."""
+    0 … ``vmax_rel``; ``scale`` ("response" / "group") says whose values set the limits; ``split``: some character
+    is drawn from several tokens (say how its cell is colored)."""
     ev = ('<span><span class="ev evkey">abc</span> evidence: the characters the reward\'s checker read; '
           "AUROC (0.5 = chance) and lift (1 = uniform) say how well ρ finds them</span>") if evidence else ""
     div = f"linear-gradient(90deg,rgb{NEG},white,rgb{POS})"
@@ -126,7 +167,7 @@ def legend(vmax_adv: float, vmax_rel: float, evidence: bool = False, vmax_moved:
         + f'<span>advantage <span class="bar" style="background:{div}"></span>'
         f" −{vmax_adv:.3g} (red: pushed down) · 0 · +{vmax_adv:.3g} (blue: pushed up)</span>{moved}"
         f'<span>relevance <span class="bar" style="background:linear-gradient(90deg,white,rgb{REL})"></span>'
-        f" 0 … {vmax_rel:.3g} (mean 1)</span>{ev}</div>"
+        f" 0 … {vmax_rel:.3g} (mean 1)</span>{ev}{SPLIT_NOTE if split else ''}</div>"
     )
 
 
@@ -143,10 +184,16 @@ class Limits:
     rel: float
 
 
+def _top(values, groups: list[list[int]], how: str = "sum") -> float:
+    """The largest |value| of a row's cells."""
+    return float(np.abs(cell_values(values, groups, how)).max(initial=0.0))
+
+
 def limits(view: TokenView, scale: str = "response", i: int | None = None,
            rewards: Sequence[str] | None = None) -> Limits:
     """The color limits of the rows :func:`response_html` draws, over response ``i``'s rows (``scale="response"``)
     or over every response's (``scale="group"``); ``rewards`` limits the per-reward rows to those (None = all).
+    Over the cells drawn (:func:`token_cells`: a character's tokens summed for advantages, averaged for ρ):
 
     adv   = max |v| over the uniform shares Â_ik / scale (``per_reward``), the token rows A'_ikt, and the combined
             A_i (``final``) and A_it (``token_adv``);
@@ -161,12 +208,14 @@ def limits(view: TokenView, scale: str = "response", i: int | None = None,
     names = [k for k in view.reward_names if rewards is None or k in rewards]
     adv, moved, rel = [0.0], [0.0], [0.0]
     for n in rows:
-        adv += [abs(float(view.final[n])), float(np.abs(view.token_adv[n]).max(initial=0.0))]
+        g = token_cells(view.tokens[n])
+        width = max(map(len, g), default=1)  # the most tokens in one cell: a uniform row's largest cell
+        adv += [abs(float(view.final[n])) * width, _top(view.token_adv[n], g)]
         for k in names:
-            adv += [abs(float(view.per_reward[n, view.reward_names.index(k)])),
-                    float(np.abs(view.token_adv_per_reward[n][k]).max(initial=0.0))]
-            moved.append(float(np.abs(view.moved(n, k)).max(initial=0.0)))
-            rel.append(float(np.max(view.relevance[n][k], initial=0.0)))
+            adv += [abs(float(view.per_reward[n, view.reward_names.index(k)])) * width,
+                    _top(view.token_adv_per_reward[n][k], g)]
+            moved.append(_top(view.moved(n, k), g))
+            rel.append(_top(view.relevance[n][k], g, "mean"))
     return Limits(max(adv) or 1.0, max(moved) or 1.0, max(rel) or 1.0)
 
 
@@ -249,7 +298,8 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
         parts.append('<div class="reward"><b>combined</b> (sum over rewards, batch-normalized)</div>')
         parts.append(_pair(token_row(f"{base} (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips),
                            token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips)))
-    key = legend(va, vr, bool(view.evidence), vm if m.tokens else None, None if vmax is not None else scale)
+    split = any(len(c) > 1 for c in token_cells(toks))
+    key = legend(va, vr, bool(view.evidence), vm if m.tokens else None, None if vmax is not None else scale, split)
     return f'<div class="mrtpo">{key}{"".join(parts)}</div>'
 
 

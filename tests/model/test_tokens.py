@@ -18,12 +18,12 @@ TEXTS = ["plain ascii text, with spaces  and\ttabs\n", "naïve café — “quot
 
 
 def by_prefix(lm, ids):
-    """The old algorithm (every prefix decoded), as it was before the linear one."""
+    """The definition (every prefix decoded): token i ends where the text of ids[:i + 1] ends, or has an empty span
+    when that text ends inside a character (U+FFFD); the last token ends at the end of the text."""
     spans, prev = [], 0
     for i in range(len(ids)):
         cur = T.decode(lm, ids[: i + 1])
-        end = len(cur.rstrip("\ufffd")) if i + 1 < len(ids) else len(cur)
-        end = max(end, prev)
+        end = prev if cur.endswith("\ufffd") and i + 1 < len(ids) else max(len(cur), prev)
         spans.append((prev, end))
         prev = end
     return spans
@@ -115,7 +115,7 @@ def _definition(lm, ids, dec):
     spans, prev = [], 0
     for i in range(len(ids)):
         cur = dec(lm, ids[: i + 1])
-        end = max(len(cur.rstrip("\ufffd")) if i + 1 < len(ids) else len(cur), prev)
+        end = prev if cur.endswith("\ufffd") and i + 1 < len(ids) else max(len(cur), prev)
         spans.append((prev, end))
         prev = end
     return spans

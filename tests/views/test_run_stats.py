@@ -57,5 +57,5 @@ def test_token_table_of_a_board_row_and_of_a_credit_row():
     c = CreditRow(step=1, group=0, index=0, prompt="p", completion="ab", rewards={"a": 1.0}, token_ids=[5, 6],
                   tokens=["a", "b"], token_advantages=[1.5, 0.5], reward_token_advantages={"a": [1.5, 0.5]},
                   relevance={"a": [1.5, 0.5]})
-    assert token_table(c)[1] == {"t": 1, "token": "b", "id": 6, "p": None, "logprob": None, "entropy": None,
-                                 "ref_logprob": None, "kl": None, "A": 0.5, "A:a": 0.5, "ρ:a": 0.5}
+    assert token_table(c)[1] == {"t": 1, "token": "b", "part": None, "id": 6, "p": None, "logprob": None,
+                                 "entropy": None, "ref_logprob": None, "kl": None, "A": 0.5, "A:a": 0.5, "ρ:a": 0.5}
