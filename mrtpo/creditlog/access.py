@@ -66,7 +66,7 @@ def _outside(path, roots: Sequence[Path]) -> RefusedPath:
 def _resolved(path) -> Path:
     try:
         return Path(path).expanduser().resolve()
-    except (OSError, RuntimeError) as e:  # a symlink loop
+    except (OSError, RuntimeError, ValueError) as e:  # a symlink loop, a NUL character
         raise RefusedPath(path, 0, "", f"cannot resolve the path ({e}): not read") from None
 
 

@@ -5,7 +5,7 @@ step again.
 - mrtpo's credit log: the step files after the last one read (the folder listing says which;
   :class:`mrtpo.creditlog.CreditLogFollower`).  A step's file is whole once it exists.
 - prime-rl's token export (``token_exports`` or the output folder): the ``step_N`` folders after the last one read
-  that have their ``STABLE`` file.
+  that have their ``STABLE`` file (one step's folder or rank file, given directly, is read once).
 - OpenRLHF's board JSONL (a file or a folder of per-rank files, appended to as it trains): each file is read from
   where the last poll stopped (its byte offset), whole lines only (a line without its newline is being written).
   Its newest step is held back until a later step appears in the log (another rank may still append to it), or
@@ -96,6 +96,8 @@ class RunFollower:
                 self._credit.problems = self.problems  # one list: the credit log's skipped rows are ours
             return self._credit.poll()
         if self.fmt == "prime-rl":
+            if self.last_step is not None and (self.path.is_file() or any(self.path.glob("rank_*.jsonl"))):
+                return []  # one step's file or folder, read already: nothing new can come
             return read_prime_rl(self.path, self.last_step, self.decode, bad=self.problems.append)
         if self.fmt == "board":
             return self._poll_board(final)

@@ -286,9 +286,12 @@ def credit_logs_in(path: str | Path) -> list[Path]:
     """The credit logs a folder holds as child folders (each with its ``meta.json``), in name order; none for a log
     itself or a file (the folder is listed, nothing is read)."""
     path = Path(path)
-    if not path.is_dir() or (path / META_FILE).is_file():
+    try:
+        if not path.is_dir() or (path / META_FILE).is_file():
+            return []
+        return [d for d in sorted(path.iterdir()) if d.is_dir() and (d / META_FILE).is_file()]
+    except OSError:  # a folder this user may not list: its reader says so
         return []
-    return [d for d in sorted(path.iterdir()) if d.is_dir() and (d / META_FILE).is_file()]
 
 
 def log_folder(path: str | Path) -> Path:

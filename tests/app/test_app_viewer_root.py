@@ -94,6 +94,8 @@ def test_paths_outside_the_root_and_dev_zero_are_refused_unread(tmp_path, monkey
             assert "Upload a file" in _shown(" ".join(c.value for c in at.caption))
             assert "rollouts_runs" not in at.session_state  # no follower, no timer
     assert opened == [] and polls == []
+    at = _page(query=f"{root}/a\x00b")  # a NUL character in a link: a message, not a crash
+    assert not at.exception and "cannot resolve the path (embedded null byte)" in _shown(at.error[0].value)
     # a root holding /dev: the device itself is refused, still unread
     monkeypatch.setenv("MRTPO_LOGS_ROOT", "/dev")
     at = _page(query="/dev/zero")

@@ -290,6 +290,18 @@ def test_two_credit_logs_in_a_folder_and_a_log_without_meta(tmp_path):
         detect_format(tmp_path / "log" / "step-000001.jsonl")
 
 
+def test_one_prime_rl_step_given_directly_is_read_once(monkeypatch):
+    import mrtpo.integrations.tool_logs as T
+
+    opened = []
+    real = T._rows
+    monkeypatch.setattr(T, "_rows", lambda p, *a: opened.append(Path(p).name) or real(p, *a))
+    f = RunFollower(FIX / "prime_rl" / "token_exports" / "step_2")
+    assert [s.step for s in f.poll()] == [2] and opened[-2:] == ["rank_0.jsonl", "rank_1.jsonl"]
+    n = len(opened)
+    assert f.poll() == [] and f.poll() == [] and len(opened) == n  # not read again at every check
+
+
 def test_the_board_fixture_still_reads_whole(tmp_path):
     shutil.copytree(FIX / "board", tmp_path / "board", copy_function=shutil.copy)  # fresh times: not finished
     f = RunFollower(tmp_path / "board")
