@@ -110,15 +110,17 @@ def test_a_fifo_in_a_log_folder_does_not_block_the_reader(tmp_path):
     (log / "rank_0.jsonl").write_text(_board_line(1) + _board_line(2))
     os.mkfifo(log / "rank_1.jsonl")
 
-    def unblock():  # (without the fix the reader waits for a writer: this one comes after 3 s and writes nothing)
-        time.sleep(3)
-        with open(log / "rank_1.jsonl", "w"):
+    def unblock():  # (without the fix the reader waits for a writer: this one comes after 5 s and writes nothing)
+        time.sleep(5)
+        try:
+            os.close(os.open(log / "rank_1.jsonl", os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # no reader waiting (the fix): nothing to unblock
             pass
     threading.Thread(target=unblock, daemon=True).start()
     t = time.time()
     f = RunFollower(log)
     (st,) = f.poll()
-    assert time.time() - t < 2 and st.step == 1
+    assert time.time() - t < 4 and st.step == 1
     assert any("rank_1.jsonl: a FIFO (named pipe), not a regular file: not read" in str(e) for e in f.problems)
 
 
