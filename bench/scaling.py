@@ -180,6 +180,16 @@ def gemm_peak(dtype, device: str = "cpu") -> float:
     return best
 
 
+def device_name(rows: Sequence[tuple]) -> str:
+    """Where the rows' replays ran: ``the CPU``, or the GPU's name (``cuda:0, NVIDIA H100 …``)."""
+    devices = sorted({r["device"] for _, _, r in rows})
+    if devices and devices[0].startswith("cuda"):
+        import torch
+
+        return ", ".join(f"{d} ({torch.cuda.get_device_name(torch.device(d))})" for d in devices)
+    return "the CPU"
+
+
 def floor_seconds(r: dict, peaks: dict) -> float:
     """The replay's matrix products (bench/floor.py's count) at this machine's peak in its dtype."""
     flops = floor.replay_flops(r["n_lin"], r["vocab"], r["hidden"], r["forward_tokens"], r["head_rows"])
@@ -240,7 +250,8 @@ def memory_table(r: dict, limit: int = MEMORY_LIMIT) -> str:
         ["model weights", f"{r['weights_bytes'] / gib:.2f} GiB", f"{r['model']} ({r['compute_dtype']} replay)"],
         ["replay's peak above the loaded model", f"{r['peak_bytes'] / gib:.2f} GiB",
          f"model + peak {total / gib:.2f} GiB, target ≤ {limit / gib:.0f} GiB: "
-         + ("pass" if total <= limit else "FAIL")],
+         + ("pass" if total <= limit else "FAIL") + " (the peak includes any cast weight copies: bf16 ones of the "
+         "stack and of the head, transposed, when a float32 model replays in bf16)"],
         ["hidden states the vocabulary side reads", f"{n_rows * r['hidden'] * r['dtype_bytes'] / gib:.2f} GiB",
          "(1 + K) · G · T states of width H, held until projected (grow with the group)"],
         ["every logit at once (never held)", f"{4 * n_rows * r['vocab'] / gib:,.0f} GiB",
@@ -257,6 +268,7 @@ def plot(rows: Sequence[tuple], s: dict, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     fig, axes = plt.subplots(1, len(FACTORS), figsize=(4 * len(FACTORS), 3.4))
     for ax, f in zip(axes, FACTORS):
@@ -271,7 +283,10 @@ def plot(rows: Sequence[tuple], s: dict, path: Path) -> Path:
                 ax.loglog(xs, [cy * (x / cx) ** b for x in xs], "--", label=f"∝ {f}^{b:.2f}")
                 ax.legend(fontsize=8)
             ax.set_xticks(xs, [f"{x:,}" for x in xs], minor=False)
-            ax.minorticks_off()
+            ax.xaxis.set_minor_locator(ticker.NullLocator())
+            ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))  # labels within one decade too
+            ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda y, _: f"{y:g}"))
+            ax.yaxis.set_minor_locator(ticker.NullLocator())
         ax.set_title(f"{f}" + (f": exponent {b:.2f}" if b is not None else "")
                      + (f" (1+K: {s['exponents']['1+K']:.2f})" if f == "K" and "1+K" in s["exponents"] else ""))
         ax.set_xlabel(f)
@@ -355,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         peaks = gemm_peaks([r for _, _, r in rows])
         s = summarize(rows)
         where = "; ".join(f"{dev} {dt} {pk / 1e9:,.0f} GFLOPS" for (dev, dt), pk in peaks.items())
-        text = (f"Grid {'--quick' if a.quick else 'full'}: base model `{a.model}`, default point T = 100, K = 3, "
+        text = (f"Grid {'--quick' if a.quick else 'full'} on {device_name(rows)}: base model `{a.model}`, default "
+                f"point T = 100, K = 3, "
                 f"G = 4; best of {g.repeats} after a warm-up, each point in a fresh process on a CPU; GEMM peak "
                 f"{where}; the whole run {time.perf_counter() - t0:,.0f} s.\n\n"
                 + points_table(rows, peaks) + "\n\n" + summary_table(s))

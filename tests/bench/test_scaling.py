@@ -70,7 +70,8 @@ def test_memory_table_hand_worked():
          "peak_bytes": 3 * 2**30, "weights_bytes": 3 * 2**28, "dtype_bytes": 2, "device": "cpu"}
     text = S.memory_table(r)
     assert text.startswith("T = 4,000, K = 8, G = 16, V = 262,144, 2 layers of the default model's width (576)")
-    assert "| replay's peak above the loaded model | 3.00 GiB | model + peak 3.75 GiB, target ≤ 24 GiB: pass |" in text
+    assert ("| replay's peak above the loaded model | 3.00 GiB | model + peak 3.75 GiB, target ≤ 24 GiB: pass (the "
+            "peak includes any cast weight copies") in text
     assert "| hidden states the vocabulary side reads | 0.62 GiB |" in text  # 576,000 × 576 × 2 B
     assert "| every logit at once (never held) | 562 GiB |" in text  # 4 × 576,000 × 262,144 B = 562.5 GiB
     assert "target ≤ 24 GiB: FAIL" in S.memory_table({**r, "peak_bytes": 24 * 2**30})
@@ -231,6 +232,7 @@ def test_main_writes_its_section_and_plot(monkeypatch, tmp_path, capsys):
     assert S.main(args) == 0
     text = written["scaling"]
     assert text.startswith("*measured ") and "written by `bench/scaling.py --quick --model tiny-random" in text
+    assert "Grid --quick on the CPU: base model `tiny-random`" in text
     assert "| factor | value | T | K | G | V | model | seconds |" in text
     assert "| exponent of seconds on 1+K |" in text and "| forward tokens per second at T = 100 ÷ at T = 8 |" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
