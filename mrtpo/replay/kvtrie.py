@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mrtpo.model.kvcache import buffer_cache, cache_tensors
+from mrtpo.model.kvcache import buffer_cache, cache_tensors, full_cache
+from mrtpo.model.windows import pass_masks
 
 
 @dataclass
@@ -131,6 +132,8 @@ def shared_hidden(
     once per pass).  A pass holds at most ``token_budget`` padded new tokens and ``kv_budget`` padded (past + new)
     tokens.  Returns per sequence (hi − lo, H), the trie and pass counts.
     """
+    if own is None and getattr(decoder, "prefix_mode", "model") == "unshared":
+        share = False  # sliding windows the passes cannot mask from positions: each sequence from position 0
     trie = build_trie(seqs, share)
     segs = trie.segments
     # Shared (branching) segments level by level; then every leaf at once, whatever its depth, so that the
@@ -251,9 +254,16 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
         for j in keep:
             kv[batch[j]] = buf[:, :, j, :, C : C + len(segs[batch[j]].tokens)].clone()  # (layers, 2, kv_heads, n, d)
     else:
-        kwargs = {decoder.cache_kwarg: buffer_cache(buf, C)} if C > 0 else {}
-        out = decoder(input_ids=input_ids.to(device), attention_mask=mask.long().to(device),
-                      position_ids=pos.to(device), use_cache=bool(keep) or C > 0, **kwargs)
+        # the layers get every key (a sliding-window layer too: its window is in the mask), so a kept segment's keys
+        # are whole whatever the model's own cache would keep
+        kwargs = {decoder.cache_kwarg: buffer_cache(buf, C) if C > 0 else full_cache()} if keep or C > 0 else {}
+        attention_mask = mask.long().to(device)
+        if getattr(decoder, "prefix_mode", "model") == "own":  # sliding windows: masks from positions
+            key_pos = torch.cat([torch.arange(C).expand(b, C), pos], dim=1)  # (b, C + L)
+            attention_mask = pass_masks(decoder.module.config, key_pos.to(device), mask.to(device), pos.to(device),
+                                        mask[:, C:].to(device), decoder.dtype)
+        out = decoder(input_ids=input_ids.to(device), attention_mask=attention_mask, position_ids=pos.to(device),
+                      use_cache=bool(keep) or C > 0, **kwargs)
         h = out.last_hidden_state
         if keep:
             cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
