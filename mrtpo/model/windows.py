@@ -20,7 +20,7 @@ import inspect
 import torch
 
 FULL, SLIDING = "full_attention", "sliding_attention"
-_OWN_MASKS = ("eager", "sdpa")  # attention implementations that read a 4D mask (bool for SDPA, additive for eager)
+_OWN_MASKS = ("eager", "sdpa")  # attention implementations that read a 4D additive mask as it is
 
 
 def layer_windows(config) -> list[int | None]:
@@ -77,8 +77,9 @@ def pass_masks(config, key_pos: torch.Tensor, key_ok: torch.Tensor, query_pos: t
     query_pos (b, L), query_ok (b, L): the same for the queries, whose own keys are the last L slots (S = past + L).
     A query sees key κ when key_ok and causal_mask_function(pos_q, pos_κ) (κ ≤ q) and, in a layer with window W,
     sliding_window_overlay(W) (κ > q − W); a padding query sees only its own slot (never nothing: no NaN).
-    → a (b, 1, L, S) mask — bool (True: seen) for SDPA, additive (0 / the dtype's lowest) for eager — or, when
-    the layers' windows differ, {kind of layer: such a mask}."""
+    → a (b, 1, L, S) additive mask in ``dtype`` (0 where seen, the dtype's lowest elsewhere: eager adds it to its
+    scores, SDPA reads it as it is, so a switch of implementation between the mask and the pass changes nothing) —
+    or, when the layers' windows differ, {kind of layer: such a mask}."""
     from transformers.masking_utils import causal_mask_function, sliding_window_overlay
 
     b, L = query_pos.shape
@@ -87,13 +88,9 @@ def pass_masks(config, key_pos: torch.Tensor, key_ok: torch.Tensor, query_pos: t
     seen = causal_mask_function(None, None, q, k) & key_ok[:, None, None, :]  # (b, 1, L, S)
     own = torch.zeros(b, 1, L, S, dtype=torch.bool, device=seen.device)
     own[:, 0, torch.arange(L), S - L + torch.arange(L)] = ~query_ok  # a padding query: its own slot
-    additive = config._attn_implementation == "eager"
 
-    def fmt(m: torch.Tensor) -> torch.Tensor:
-        m = m | own
-        if not additive:
-            return m
-        return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~m, torch.finfo(dtype).min)
+    def fmt(m: torch.Tensor) -> torch.Tensor:  # additive: what eager adds to its scores, and SDPA reads as well
+        return torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~(m | own), torch.finfo(dtype).min)
 
     masks = {w: fmt(seen if w is None else seen & sliding_window_overlay(w)(None, None, q, k))
              for w in set(layer_windows(config))}

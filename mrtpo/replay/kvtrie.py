@@ -9,7 +9,10 @@ forward pass whose past is its ancestors' KV cache.  Every trie node runs exactl
 
 Row j of a pass holds [ancestors' keys (left-aligned, padded to the batch's longest past) | its own tokens
 (padded)]; the attention mask hides the padding and the positions are the tokens' positions in their
-sequences, so a cached key (already rotated) means the same as in a one-sequence pass.
+sequences, so a cached key (already rotated) means the same as in a one-sequence pass.  Every layer keeps every
+key, a sliding-window layer too; for a model with sliding windows the masks are made from the keys' and queries'
+positions (:mod:`mrtpo.model.windows`), since a key's index in the row is not its position — or, where they cannot
+be, nothing is shared and each sequence runs from position 0 in its own row.
 """
 from __future__ import annotations
 

@@ -153,3 +153,20 @@ def test_a_model_class_the_replay_cannot_run_is_refused_by_name(config_name, mod
 def test_every_tested_architecture_passes_the_check(arch):
     lm = random_model(arch)
     check_model(lm.model, lm.tokenizer, lm.name)
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gpt_neox", "qwen2"])
+def test_head_logits_are_the_models_own(arch):
+    """head_logits(model, final hidden states) = the model's own logits (Gemma 2's soft-cap, which bites at these
+    weights, GPT-NeoX's untied head)."""
+    from mrtpo.model.arch import head_logits
+
+    lm = random_model(arch, initializer_range=0.2)
+    ids = torch.tensor([lm.encode("The fox and the dog.")])
+    with torch.no_grad():
+        want = lm.model(input_ids=ids).logits
+        h = D.decoder_stack(lm.model)(input_ids=ids).last_hidden_state
+        got = head_logits(lm.model, h)
+        raw = lm.model.get_output_embeddings()(h)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert (arch == "gemma2") == bool((raw - want).abs().max() > 0.1)
