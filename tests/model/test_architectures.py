@@ -170,3 +170,24 @@ def test_head_logits_are_the_models_own(arch):
         raw = lm.model.get_output_embeddings()(h)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert (arch == "gemma2") == bool((raw - want).abs().max() > 0.1)
+
+
+def test_the_cli_refuses_a_tokenizer_past_the_embedding_with_the_models_name(tmp_path, capsys):
+    """`mrtpo relevance --model <folder>`: exit 2 and one error line naming the folder and both sizes (it was an
+    "internal error (IndexError: index out of range)" per case)."""
+    import json
+
+    from mrtpo.cli import main
+
+    _, folder = _mismatched(tmp_path)
+    capsys.readouterr()  # save_pretrained's progress bar
+    inp = tmp_path / "cases.jsonl"
+    inp.write_text(json.dumps({"id": "a", "prompt": "p", "verifier_info": {"a": "x"}, "response": "hello"}) + "\n")
+    rc = main(["relevance", "--input", str(inp), "--output", str(tmp_path / "o.jsonl"), "--model", str(folder),
+               "--device", "cpu", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip() == (f"error: model '{folder}' (Qwen2ForCausalLM) does not fit its tokenizer: the tokenizer has "
+                           "259 ids but the model's embedding has 200 rows (ids 200-258 would index past it); use the "
+                           "tokenizer the model was trained with")
+    assert not (tmp_path / "o.jsonl").exists()
