@@ -166,3 +166,19 @@ def test_relevance_cli_on_a_local_gemma2_folder(tmp_path, capsys):
         for k in INFO:  # the CLI's precision is "auto": bf16 copies on a CPU with fast bf16, float32 elsewhere
             np.testing.assert_allclose(line["js"][k], r.js[k], atol=1e-2)
     assert max(max(line["js"][k]) for line in lines for k in INFO) > 0.03
+
+
+def test_the_unshared_fallback_is_exact(monkeypatch):
+    """Where the passes cannot mask a model's windows from positions ("unshared"), nothing is shared and every sequence
+    runs from position 0 in its own row: the per-variant forward's numbers still."""
+    from mrtpo.model import decoder as D
+
+    lm = random_model("gemma3", initializer_range=0.2)
+    monkeypatch.setattr(D, "prefix_mode", lambda backbone: "unshared")
+    got = replay_group(lm, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"))
+    ref = naive_replay_group(lm, PROMPT, INFO, RESPONSES)
+    assert got.prefix_tokens == 0  # no prefix shared
+    for a, b in zip(got.responses, ref.responses):
+        for k in INFO:
+            np.testing.assert_allclose(a.js[k], b.js[k], atol=2e-6)
+        np.testing.assert_allclose(a.logp_all, b.logp_all, atol=2e-5)
