@@ -182,3 +182,17 @@ def test_the_unshared_fallback_is_exact(monkeypatch):
         for k in INFO:
             np.testing.assert_allclose(a.js[k], b.js[k], atol=2e-6)
         np.testing.assert_allclose(a.logp_all, b.logp_all, atol=2e-5)
+
+
+def test_qwen2_with_a_window_on_its_upper_layers_replays_exactly():
+    """Qwen 2's use_sliding_window (global layers below max_window_layers, windowed above): one mask per kind of layer,
+    the per-variant forward's numbers."""
+    lm = random_model("qwen2", initializer_range=0.2, use_sliding_window=True, sliding_window=WINDOW,
+                      max_window_layers=1)
+    assert W.layer_windows(lm.model.config) == [None, WINDOW]
+    got = replay_group(lm, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision="model"))
+    ref = naive_replay_group(lm, PROMPT, INFO, RESPONSES)
+    for a, b in zip(got.responses, ref.responses):
+        for k in INFO:
+            np.testing.assert_allclose(a.js[k], b.js[k], atol=2e-6)
+        np.testing.assert_allclose(a.logp_all, b.logp_all, atol=2e-5)
