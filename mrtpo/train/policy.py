@@ -13,6 +13,7 @@ import torch
 
 from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, decoder_stack, load_model, seeded_global
+from mrtpo.model.arch import head_logits
 
 if TYPE_CHECKING:
     from mrtpo.train.config import TrainConfig
@@ -90,7 +91,7 @@ def _response_logits(model: torch.nn.Module, prompts: list[list[int]], responses
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=fp32_cuda):
         h = decoder_stack(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
     h = torch.gather(h, 1, pos.to(dev).unsqueeze(-1).expand(N, T, h.shape[-1]))  # (N, T, H)
-    logits = model.get_output_embeddings()(h).float()
+    logits = head_logits(model, h).float()  # the model's own logits (Gemma 2: soft-capped)
     if temperature and temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     return logits, tok.to(dev), mask.to(dev)

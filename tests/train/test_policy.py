@@ -129,6 +129,20 @@ def test_token_logprobs_equal_a_plain_forward_pass(tiny, temperature):
             assert torch.allclose(logp[i, : len(r)], plain_logprobs(tiny.model, p, r, temperature), atol=1e-5)
 
 
+@pytest.mark.parametrize("arch", ["gemma2", "qwen3", "gpt2"])
+def test_token_logprobs_are_the_models_own_for_other_architectures(arch):
+    """The update's log-probs are the model's own: Gemma 2's final logits are soft-capped (its head alone is not what
+    the model samples from; the cap is small here so that it bites), Qwen 3 and GPT-2 go through the same head."""
+    from mrtpo.model.zoo import random_model
+
+    extra = {"final_logit_softcapping": 0.5} if arch == "gemma2" else {}
+    lm = random_model(arch, **extra)
+    with torch.no_grad():
+        logp, _ = token_logprobs(lm.model, PROMPTS, RESPONSES, lm.tokenizer.pad_token_id)
+        for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES)):
+            assert torch.allclose(logp[i, : len(r)], plain_logprobs(lm.model, p, r), atol=1e-5)
+
+
 def test_token_logprobs_temperature_zero_is_temperature_one(tiny):
     """Greedy sampling (temperature 0) has no distribution of its own: the update uses the model's (T = 1)."""
     with torch.no_grad():
