@@ -84,7 +84,7 @@ def check_not_input(out: str | None, flag: str, inputs: dict) -> None:
     clash = input_clash(out, inputs) if out is not None else None
     if clash is None:
         return
-    if clash.startswith("is inside"):
+    if clash.startswith("is inside") or clash.endswith("folder"):
         raise MrtpoError(f"{flag} {out} {clash}: writing there would change your input; give a {flag} outside it")
     raise MrtpoError(f"{flag} {out} {clash}: writing it would replace your input; give another {flag}")
 
