@@ -186,3 +186,24 @@ def test_empty_examples_file_is_blamed_on_the_examples(tmp_path, capsys):
     resp.write_text(json.dumps({"example_id": "q1", "response": "SELECT 1"}) + "\n")
     rc, out, err = _run(capsys, "score", "--task", "sql", "--examples", ex, "--responses", resp)
     assert rc == 2 and out == "" and err.strip() == f"error: {ex}: the examples file is empty (no examples in it)"
+
+
+# ---------------------------------------------------------------------------------------------- relevance as given
+def test_advantages_normalizes_relevance_and_says_so(tmp_path, capsys):
+    """`{"rewards":[[1],[0]],"relevance":[{"a":[0.1,0.9]},…]}` gave token advantages [0.389, 0.672] (mean 0.53, not
+    the response advantage 0.707), and ρ = [0, 0] halved the other response's."""
+    inp = tmp_path / "r.json"
+    inp.write_text(json.dumps({"rewards": [[1], [0]], "reward_names": ["a"],
+                               "relevance": [{"a": [0.1, 0.9]}, {"a": [0, 0]}]}))
+    rc, out, err = _run(capsys, "advantages", "--method", "mrtpo", "--group-size", "2", "--input", inp)
+    res = json.loads(out)
+    assert rc == 0 and res["advantages"] == pytest.approx([0.707036, -0.707036], abs=1e-6)
+    assert res["token_advantages"] == [pytest.approx([0.424233, 0.989839], abs=1e-6),
+                                       pytest.approx([-0.707036, -0.707036], abs=1e-6)]
+    assert sum(res["token_advantages"][0]) / 2 == pytest.approx(res["advantages"][0], abs=1e-6)
+    assert err.strip() == (f"warning: {inp}: relevance is normalized to token mean 1 over each response (METHOD.md, "
+                           f"MRTPO step 3): relevance[0].a has token mean 0.5: scaled to mean 1 (ρ · T / Σρ); "
+                           f"relevance[1].a sums to 0: uniform credit (ρ = 1 on every token)")
+    inp.write_text(json.dumps({"rewards": [[1], [0]], "relevance": [{"r0": [0.5, 1.5]}, {"r0": [1, 1]}]}))
+    rc, _, err = _run(capsys, "advantages", "--method", "mrtpo", "--group-size", "2", "--input", inp)
+    assert rc == 0 and err == ""  # mean 1 already: nothing to say
