@@ -114,8 +114,9 @@ class ExperimentConfig:
             key = json.dumps(self.run_config(arm, 0).to_dict(), sort_keys=True)
             if key in seen:
                 first = seen[key]
-                raise MrtpoError(f"arms {first} and {spelled} train the same config (what {spelled} sets is the "
-                                 f"experiment's already): they would be one arm twice; drop one, or make them differ")
+                raise MrtpoError(f"arms {first} and {spelled} train the same config once the experiment's settings "
+                                 f"are filled in: they would be one arm twice; drop one, or give them different "
+                                 f"settings")
             seen[key] = spelled
 
     def run_name(self, arm: str, seed: int) -> str:
