@@ -12,7 +12,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +207,50 @@ def output_problem(path: str | Path, folder: bool = False) -> str | None:
     if not os.access(up, os.W_OK | os.X_OK):
         return f"folder {up} is read-only (this user may not create files there)"
     return None
+
+
+def _real(path: str | Path) -> Path:
+    return Path(os.path.realpath(os.path.expanduser(str(path))))
+
+
+def input_clash(out: str | Path, inputs: Mapping[str, str | Path | Iterable[str | Path] | None]) -> str | None:
+    """How writing ``out`` would touch one of ``inputs`` ({name: path or paths}, e.g. ``{"--input": "data/"}``) —
+    ``is the --input file`` / ``is inside the --input folder DIR`` — or None when it would not.
+
+    ``out`` *is* an input when both name the same file once links are resolved (symbolic links, ``..``) or share an
+    inode (a hard link); it is *inside* one when the input is a folder holding it, at any depth (compared by inode
+    too, so a second path to the folder is caught).  ``-`` (stdin / stdout), devices and None are never clashes;
+    ``out`` need not exist.  The one check every writer uses (:func:`mrtpo.cli.common.check_not_input`)."""
+    if out is None or str(out) == "-":
+        return None
+    o = Path(os.path.expanduser(str(out)))
+    if o.exists() and not o.is_file() and not o.is_dir():  # /dev/stdout, a pipe: nothing is replaced
+        return None
+    real_out = _real(o)
+    for name, value in inputs.items():
+        paths = [value] if isinstance(value, (str, Path)) or value is None else list(value)
+        for p in paths:
+            if p is None or str(p) == "-":
+                continue
+            ip = Path(os.path.expanduser(str(p)))
+            if ip.exists() and not ip.is_file() and not ip.is_dir():
+                continue
+            real_in = _real(ip)
+            if real_out == real_in or _same(o, ip):
+                return f"is the {name} {'folder' if ip.is_dir() else 'file'}"
+            if not ip.is_dir():
+                continue
+            # inside: by path once links are resolved, or by inode for each folder above out
+            if real_in in real_out.parents or any(_same(up, ip) for up in real_out.parents if up.exists()):
+                return f"is inside the {name} folder {p}"
+    return None
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _umask() -> int:

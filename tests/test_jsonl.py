@@ -164,3 +164,28 @@ def test_write_text_bad_places(tmp_path):
         J.write_text(tmp_path, "x")
     assert str(e.value) == f"cannot write {tmp_path}: it is a folder"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_input_clash_files_folders_and_links(tmp_path):
+    """The one check of every writer: an output that is an input (by path, through links, by inode) or lies inside
+    an input folder."""
+    from mrtpo.jsonl import input_clash
+
+    data = tmp_path / "data"
+    data.mkdir()
+    f = data / "a.jsonl"
+    f.write_text("x")
+    (tmp_path / "alias").symlink_to(data, target_is_directory=True)
+    (tmp_path / "link.jsonl").symlink_to(f)
+    os.link(f, tmp_path / "hard.jsonl")
+    inputs = {"--input": str(data), "--template": None}
+    assert input_clash(f, inputs) == f"is inside the --input folder {data}"
+    assert input_clash(data / "new" / "deep.html", inputs) == f"is inside the --input folder {data}"
+    assert input_clash(tmp_path / "alias" / "x", inputs) == f"is inside the --input folder {data}"
+    assert input_clash(data, inputs) == "is the --input folder"
+    assert input_clash(tmp_path / "out.jsonl", inputs) is None
+    assert input_clash(tmp_path / "data2" / "x", inputs) is None  # a sibling whose name starts alike
+    for out in (tmp_path / "link.jsonl", tmp_path / "hard.jsonl", tmp_path / "alias" / ".." / "data" / "a.jsonl"):
+        assert input_clash(out, {"--examples": [str(tmp_path / "other"), str(f)]}) == "is the --examples file"
+    assert input_clash("-", inputs) is None and input_clash("/dev/null", {"--input": "/dev/null"}) is None
+    assert input_clash(f, {"--input": "-"}) is None

@@ -60,9 +60,10 @@ def load_template(path, family=None):
     return Template.from_file(path)
 
 
-def check_output(path: str | None, flag: str, folder: bool = False) -> None:
+def check_output(path: str | None, flag: str, folder: bool = False, inputs: dict | None = None) -> None:
     """MrtpoError ``FLAG PATH: why`` when ``path`` cannot be written (a file; ``folder``: a folder of outputs),
-    before any work (:func:`mrtpo.jsonl.output_problem`); None: nothing to check."""
+    before any work (:func:`mrtpo.jsonl.output_problem`), or when it is, or is inside, one of ``inputs``
+    (:func:`check_not_input`); None: nothing to check."""
     from mrtpo.jsonl import output_problem
 
     if path is None:
@@ -70,26 +71,39 @@ def check_output(path: str | None, flag: str, folder: bool = False) -> None:
     problem = output_problem(path, folder)
     if problem:
         raise MrtpoError(f"{flag} {path}: {problem}; nothing was done")
+    if inputs:
+        check_not_input(path, flag, inputs)
 
 
-def check_not_input(out: str | None, flag: str, inputs: dict[str, str | None]) -> None:
-    """MrtpoError when the output ``out`` is one of the ``inputs`` ({flag: path}): writing it would replace that
-    input."""
+def check_not_input(out: str | None, flag: str, inputs: dict) -> None:
+    """MrtpoError when the output ``out`` is one of the ``inputs`` ({flag: path or paths}) or lies inside one of
+    them (a folder): writing it would replace or change that input.  Links are resolved and hard links caught
+    (:func:`mrtpo.jsonl.input_clash`, the one check of every command that writes)."""
+    from mrtpo.jsonl import input_clash
+
+    clash = input_clash(out, inputs) if out is not None else None
+    if clash is None:
+        return
+    if clash.startswith("is inside") or clash.endswith("folder"):
+        raise MrtpoError(f"{flag} {out} {clash}: writing there would change your input; give a {flag} outside it")
+    raise MrtpoError(f"{flag} {out} {clash}: writing it would replace your input; give another {flag}")
+
+
+def examples_inputs(spec: str | None) -> list[str]:
+    """The files and folders an ``--examples`` value reads (a JSONL file; ``spider:``/``bird:`` the questions and
+    the databases beside them; ``bfcl:`` the question and answer files), for :func:`check_not_input`; [] for the
+    built-in examples."""
+    from mrtpo.tasks import examples_paths
+
+    return [str(p) for p in examples_paths(spec)] if spec else []
+
+
+def model_inputs(a) -> list[str]:
+    """``--model`` when it names a local folder or file (an output inside it would change the model)."""
     import os
 
-    if out is None or out == "-":
-        return
-    for in_flag, path in inputs.items():
-        if path is None or path == "-":
-            continue
-        same = os.path.abspath(out) == os.path.abspath(path)
-        try:
-            same = same or os.path.samefile(out, path)
-        except OSError:
-            pass
-        if same:
-            raise MrtpoError(f"{flag} {out} is the {in_flag} file: writing it would replace your input; give "
-                             f"another {flag}")
+    model = getattr(a, "model", None)
+    return [model] if model and os.path.exists(os.path.expanduser(model)) else []
 
 
 def write_json(obj, path: str | None):

@@ -12,7 +12,6 @@ from mrtpo.cli.common import (
     NONNEG,
     POSITIVE,
     Progress,
-    check_not_input,
     check_output,
     credit_args,
     error_text,
@@ -21,6 +20,7 @@ from mrtpo.cli.common import (
     load_template,
     measure_list,
     model_args,
+    model_inputs,
     quiet_arg,
     write_json,
 )
@@ -57,8 +57,8 @@ def cmd_relevance(a) -> int:
         raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
                          f"hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
     prog = Progress(a.quiet)
-    check_output(a.output, "--output")
-    check_not_input(a.output, "--output", {"--input": a.input})
+    check_output(a.output, "--output",
+                 inputs={"--input": a.input, "--template": a.template, "--model": model_inputs(a)})
     template = load_template(a.template)
     cases, bad = [], 0
     for n, obj, problem in json_lines(a.input):
@@ -130,7 +130,8 @@ def cmd_relevance(a) -> int:
 def _relevance_input(rel, names: list[str], N: int):
     """``relevance``: N objects {reward: list of finite numbers >= 0}, the lists of one object of equal length.
 
-    Returns rho (N, K, T) (ones for a reward not given: uniform) and mask (N, T)."""
+    Returns (rho (N, K, T) (ones for a reward not given: uniform), mask (N, T)) and the notes of
+    :func:`_normalized_rows` (the lists the credit step rescales)."""
     from mrtpo.core.credit import relevance_tensor
 
     if not isinstance(rel, list):
@@ -150,7 +151,26 @@ def _relevance_input(rel, names: list[str], N: int):
         if len(lengths) > 1:
             raise V.BadValue(f, f"lists of different lengths {sorted(lengths)} (one number per token of the response)")
         rows.append(vals)
-    return relevance_tensor(rows, names, [len(next(iter(r.values()))) for r in rows])
+    return relevance_tensor(rows, names, [len(next(iter(r.values()))) for r in rows]), _normalized_rows(rows)
+
+
+def _normalized_rows(rows: list[dict]) -> list[str]:
+    """What the credit step does to the given relevance (:func:`mrtpo.core.credit.normalized_relevance`), one line
+    per list whose token mean is not 1: ``relevance[0].a: token mean 0.5, scaled to 1`` / ``... sums to 0: uniform``."""
+    from mrtpo.core.credit import MEAN_TOL
+
+    notes = []
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            if not v:
+                continue
+            total = math.fsum(v)
+            if total == 0:
+                notes.append(f"relevance[{i}].{k} sums to 0: uniform credit (ρ = 1 on every token)")
+            elif abs(total - len(v)) > MEAN_TOL * len(v):
+                notes.append(f"relevance[{i}].{k} has token mean {total / len(v):.4g}: scaled to mean 1 "
+                             f"(ρ · T / Σρ)")
+    return notes
 
 
 def cmd_advantages(a) -> int:
@@ -159,8 +179,7 @@ def cmd_advantages(a) -> int:
     from mrtpo.core.credit import CreditConfig, assign_credit
 
     cfg = CreditConfig(method=a.method, beta=a.beta, warmup=a.warmup)  # a bad method fails before reading anything
-    check_output(a.output, "--output")
-    check_not_input(a.output, "--output", {"--input": a.input})
+    check_output(a.output, "--output", inputs={"--input": a.input})
     method = cfg.parsed
     data = load_json(a.input)
     if isinstance(data, list):
@@ -178,12 +197,17 @@ def cmd_advantages(a) -> int:
         if weights is not None:
             weights = V.number_list(weights, "weights", length=K)
         rho = mask = None
+        notes: list[str] = []
         if data.get("relevance") is not None:
-            rho, mask = _relevance_input(data["relevance"], names, N)
+            (rho, mask), notes = _relevance_input(data["relevance"], names, N)
     except V.BadValue as e:
         raise e.at(a.input) from None
     if N % a.group_size:
         raise MrtpoError(f"{a.input}: {N} responses do not split into groups of --group-size {a.group_size}")
+    if notes and method.tokens:  # the credit step normalizes ρ to token mean 1 (METHOD.md step 3): say so
+        more = f" (and {len(notes) - 5} more)" if len(notes) > 5 else ""
+        print(f"warning: {a.input}: relevance is normalized to token mean 1 over each response (METHOD.md, MRTPO "
+              f"step 3): " + "; ".join(notes[:5]) + more, file=sys.stderr)
     R = torch.tensor(rows, dtype=torch.float32)
     if mask is None:  # no relevance: one (uniform) token per response
         mask = torch.ones(N, 1, dtype=torch.bool)
@@ -234,7 +258,8 @@ def register(sub) -> None:
     p.add_argument("--input", required=True,
                    help='JSON: [[r_11..r_1K], ...] or {"rewards", "reward_names"?, "weights"?, "relevance"?}; '
                         "rewards finite (null = not scored: advantage 0), weights K finite numbers, relevance N "
-                        "objects {reward: [numbers >= 0], one per token}")
+                        "objects {reward: [numbers >= 0], one per token}, each list normalized to token mean 1 "
+                        "(a list of zeros: uniform; a warning names the lists rescaled)")
     p.add_argument("--output", default=None)
     credit_args(p, "beta", "warmup")
     p.add_argument("--step", type=NONNEG, default=None, help="training step for the β warmup (default: none)")

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from mrtpo import validate as V
-from mrtpo.cli.common import check_output, names
-from mrtpo.cli.train import LOG_FIELDS, add_config_flags, config_from_args, step_progress
+from mrtpo.cli.common import check_not_input, check_output, names
+from mrtpo.cli.train import LOG_FIELDS, add_config_flags, config_from_args, step_progress, train_inputs
 from mrtpo.errors import MrtpoError
 
 PER_RUN = ("method", "seed", "schedule_seed")
@@ -94,13 +94,27 @@ def headline(summary: dict) -> dict:
 
 def cmd_experiment(a) -> int:
     from mrtpo.core.advantages import parse_method
-    from mrtpo.experiment import experiment_summary, parse_arm, read_experiment, run_experiment, write_outputs
+    from mrtpo.experiment import (
+        HTML_FILE,
+        PNG_FILE,
+        SUMMARY_FILE,
+        experiment_summary,
+        parse_arm,
+        read_experiment,
+        run_experiment,
+        write_outputs,
+    )
     from mrtpo.jsonl import dumps
-    from mrtpo.store import Store
+    from mrtpo.store import Store, default_path
 
     exp = experiment_config(a)
     out = Path(a.out)
-    check_output(a.out, "--out", folder=True)
+    inputs = train_inputs(a, exp.base.get("examples"))
+    check_output(a.out, "--out", folder=True, inputs=inputs)
+    db = str(a.db or default_path())
+    check_not_input(db, "--db", inputs)
+    for f in (SUMMARY_FILE, PNG_FILE, HTML_FILE):  # the files written into --out: never the store, nor an input
+        check_not_input(str(out / f), "--out", {**inputs, "--db": db})
     check_summary(out, exp.name)
     store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731

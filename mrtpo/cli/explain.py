@@ -8,13 +8,14 @@ from mrtpo import validate as V
 from mrtpo.cli.common import (
     POSITIVE,
     Progress,
-    check_not_input,
     check_output,
     compare_args,
     credit_args,
+    examples_inputs,
     load_model_arg,
     load_template,
     model_args,
+    model_inputs,
     pick_example,
     quiet_arg,
     sampling_args,
@@ -113,10 +114,20 @@ def cmd_explain(a) -> int:
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any model work
+    if a.input and a.task:
+        raise MrtpoError(f"--input {a.input} is a group to explain as it is, --task {a.task} samples one of the "
+                         "task's examples: give one of them (--input alone, or --task with --example / --examples "
+                         "/ --responses)")
+    if a.input:
+        given = [f for f, v in (("--example", a.example), ("--examples", a.examples), ("--responses", a.responses))
+                 if v is not None]
+        if given:
+            raise MrtpoError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --task; --input "
+                             f"{a.input} holds its responses and rewards already: leave {', '.join(given)} out")
+    inputs = {"--input": a.input, "--responses": a.responses, "--examples": examples_inputs(a.examples),
+              "--template": a.template, "--model": model_inputs(a)}
     for flag, path in (("--html", a.html), ("--json", a.json)):
-        check_output(path, flag)
-        check_not_input(path, flag, {"--input": a.input, "--responses": a.responses, "--examples": a.examples,
-                                     "--template": a.template})
+        check_output(path, flag, inputs=inputs)
     if a.json is not None and a.html == a.json:
         raise MrtpoError(f"--html and --json are both {a.html}; give two files")
     get_measure(a.measure)

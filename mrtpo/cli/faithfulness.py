@@ -17,12 +17,13 @@ from mrtpo.cli.common import (
     POSITIVE,
     SEED,
     TEMPERATURE,
-    check_not_input,
     check_output,
     compare_args,
+    examples_inputs,
     load_template,
     measure_list,
     model_args,
+    model_inputs,
     task_examples,
     write_json,
 )
@@ -36,8 +37,8 @@ def cmd_faithfulness(a) -> int:
     from mrtpo.replay.faithfulness import faithfulness_report
     from mrtpo.tasks import get_family
 
-    check_output(a.output, "--output")
-    check_not_input(a.output, "--output", {"--examples": a.examples, "--template": a.template})
+    check_output(a.output, "--output", inputs={"--examples": examples_inputs(a.examples), "--template": a.template,
+                                               "--model": model_inputs(a)})
     measures = list(dict.fromkeys(m for ms in (a.measure or [[MEASURE]]) for m in ms))
     infos = list(dict.fromkeys(a.info or [INFO]))
     fam = get_family(a.task)

@@ -6,7 +6,8 @@
 The verifier template is a JSON object {reward column: text template over the row's fields}. Every message names
 the file, the row (or the group and the row) and the column. A group that cannot be explained (a completion too long
 for the model, every completion empty) is skipped with a warning and the others are written: exit status 1
-(``--strict``: stop at the first, exit status 2, nothing written). ``--output`` may not be one of the inputs.
+(``--strict``: stop at the first, exit status 2, nothing written). ``--output`` and ``--html`` may not be one of the
+inputs nor lie inside an ``--input`` folder.
 """
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from mrtpo.cli.common import (
     NONNEG,
     POSITIVE,
     Progress,
-    check_not_input,
     check_output,
     credit_args,
     load_model_arg,
     model_args,
+    model_inputs,
     quiet_arg,
 )
 from mrtpo.errors import MrtpoError
@@ -37,10 +38,10 @@ def cmd_rollouts(a) -> int:
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any work
-    inputs = {"--input": a.input, "--verifier-template": a.verifier_template, "--template": a.template}
+    inputs = {"--input": a.input, "--verifier-template": a.verifier_template, "--template": a.template,
+              "--model": model_inputs(a)}
     for flag, path in (("--output", a.output), ("--html", a.html)):
-        check_output(path, flag)
-        check_not_input(path, flag, inputs)
+        check_output(path, flag, inputs=inputs)  # never one of the inputs, nor inside an --input folder
     if a.html is not None and a.output == a.html:
         raise MrtpoError(f"--output and --html are both {a.html}; give two files")
     vt = rx.RolloutVerifierInfo.from_file(a.verifier_template)

@@ -146,21 +146,33 @@ def check_credit_log(cfg, a) -> None:
         raise MrtpoError(f"--credit-log {path}: {problem}; nothing was done")
 
 
+def train_inputs(a, examples: str | None) -> dict:
+    """The files and folders a training command reads (``--examples``, ``--template``, a local ``--model``): no
+    output of it (the store, the experiment's files) may be or lie inside one of them."""
+    from mrtpo.cli.common import examples_inputs, model_inputs
+
+    return {"--examples": examples_inputs(examples), "--template": getattr(a, "template", None),
+            "--model": model_inputs(a)}
+
+
 def cmd_train(a) -> int:
-    from mrtpo.store import Store, validate_run_name
+    from mrtpo.cli.common import check_not_input
+    from mrtpo.store import Store, default_path, validate_run_name
     from mrtpo.train import TrainConfig, Trainer
 
     if a.steps < 0:
         raise MrtpoError("--steps must be >= 0")
     cfg, given = config_from_args(a)
     name = validate_run_name(a.run if a.run is not None else f"{cfg.task}-{cfg.credit.method}-s{cfg.seed}")
+    check_not_input(str(a.db or default_path()), "--db", train_inputs(a, cfg.examples))
     check_credit_log(cfg, a)
     store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     existing = store.get_run(name)
     if existing is not None:
         stored = TrainConfig.from_dict(existing.config).to_dict()  # defaults filled in, older names read
-        diff = [k for k, v in given.items() if stored.get(k) != v and k not in LOG_FIELDS]
+        asked = cfg.to_dict()  # as stored: the examples' path made absolute, the template read
+        diff = [k for k in given if stored.get(k) != asked.get(k) and k not in LOG_FIELDS]
         if diff:
             flags = ", ".join("--" + d.replace("_", "-") for d in diff)
             log(f"run '{name}' exists: using its stored config (ignoring {flags})")
@@ -195,7 +207,7 @@ def _last_mean(series: dict[int, float], n: int = 5) -> float | None:
 def cmd_runs(a) -> int:
     from mrtpo.store import Store
 
-    store = Store(a.db)
+    store = Store(a.db, create=False)  # reads only: a mistyped --db is an error, never a new empty store
     runs = store.list_runs()
     if not runs:
         print(f"no runs in {store.path}")
@@ -227,7 +239,7 @@ def cmd_runs(a) -> int:
 def cmd_compare(a) -> int:
     from mrtpo.store import Store
 
-    store = Store(a.db)
+    store = Store(a.db, create=False)
     runs = [store.require_run(n) for n in a.runs]
     metrics = {r.name: store.metrics(r.id) for r in runs}
     keys = a.key or sorted({k for m in metrics.values() for k in m if k.startswith("reward/")},

@@ -4,6 +4,7 @@ The trainer, the TRL integration, the app's views and the CLI call :func:`assign
 
     Â_ik  = estimator(R)_ik                     per-reward, response-level (mrtpo.core.advantages: GDPO, DARA, ...)
     β_s   = β · smoothstep(min(1, s / S_warm)),  smoothstep(x) = 3x² − 2x³    (no step, or no warmup: β)
+    ρ     = T_i · ρ_ikt / Σ_t ρ_ikt  over valid tokens: token mean 1 (Σ = 0: ρ = 1)   (:func:`normalized_relevance`)
     ρ'    = ρ, or capped so that mean_t ρ'² ≤ c  (optional)
     A'_ikt = keep_i · [ Â_ik / scale + f_i · Â_ik β_s (ρ'_ikt − 1) ]          each reward's token row
     A_it   = Σ_k A'_ikt − center / scale = keep_i · [ final_i + f_i · Σ_k Â_ik β_s (ρ'_ikt − 1) ]   the update's
@@ -92,8 +93,10 @@ def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.T
     """The credit step (module docstring): the estimator of ``cfg.method`` on ``rewards`` (N, K), then MRTPO's
     reallocation by ``rho`` (M, K, T) at β_s = ``cfg.beta_at(step)`` over ``mask`` (M, T).
 
-    rho None: uniform credit.  ``rows``: the estimator runs on all N responses (its batch statistics), the tokens
-    are computed for ``rewards[rows]`` only (M of them: one process' share of a gathered batch); default all.
+    rho None: uniform credit; else normalized to token mean 1 where it enters (:func:`normalized_relevance`: any
+    scale is taken, a row summing to 0 is uniform, a negative / NaN / infinite value is refused).  ``rows``: the
+    estimator runs on all N responses (its batch statistics), the tokens are computed for ``rewards[rows]`` only (M
+    of them: one process' share of a gathered batch); default all.
     weights: (K,) reward weights (default ones).
     """
     adv = A.compute(cfg.method, rewards, group_size, weights)
@@ -101,6 +104,8 @@ def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.T
         adv = adv.rows(rows)
     mask = mask.bool()
     b = cfg.beta_at(step)
+    if rho is not None:
+        rho = normalized_relevance(rho, mask)
     if rho is not None and cfg.cap is not None:
         rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cfg.cap)
     tokens = token_advantages(adv, rho, mask, beta=b)
@@ -156,6 +161,39 @@ def reallocate(per_reward: torch.Tensor, rho: torch.Tensor, mask: torch.Tensor, 
     return per_reward.unsqueeze(-1) * share * mask.unsqueeze(1).float()
 
 
+#: a (response, reward) row of ρ whose token mean is within this of 1 is taken as it is (bit for bit)
+MEAN_TOL = 1e-5
+
+
+def normalized_relevance(rho: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """ρ as the credit step takes it (METHOD.md, MRTPO step 3): each (response, reward) row rescaled to token mean 1
+    over its valid tokens,
+
+        ρ'_ikt = T_i · ρ_ikt / Σ_t ρ_ikt    (t valid; T_i valid tokens),    ρ'_ik· = 1 where Σ_t ρ_ikt = 0,
+
+    and 1 on padding.  A row whose mean is already within :data:`MEAN_TOL` of 1 is returned unchanged.  So the
+    reallocation never changes a response's token mean, whatever scale the relevance came in (a file, another
+    tool); a row of zeros is uniform credit (no token stands out).  MrtpoError for a negative, NaN or infinite
+    value on a valid token, naming response i, reward k and token t.
+
+    rho: (N, K, T); mask: (N, T).  Returns (N, K, T) in rho's dtype.
+    """
+    m = mask.bool().unsqueeze(1).expand(rho.shape)  # (N, K, T)
+    r = rho.float()
+    bad = m & ~(torch.isfinite(r) & (r >= 0))
+    if bool(bad.any()):
+        i, k, t = bad.nonzero()[0].tolist()
+        raise MrtpoError(f"relevance of response {i}, reward {k}, token {t} is {float(r[i, k, t]):g}: relevance must "
+                         f"be finite and >= 0")
+    r = torch.where(m, r, torch.zeros_like(r))
+    total = r.sum(-1, keepdim=True)  # (N, K, 1)
+    n = m.sum(-1, keepdim=True).float()  # (N, K, 1)
+    ok = (total - n).abs() <= MEAN_TOL * n  # already mean 1: untouched
+    scaled = torch.where(total > 0, r * (n / total.clamp_min(1e-30)), torch.ones_like(r))
+    out = torch.where(ok, rho.float(), scaled)
+    return torch.where(m, out, torch.ones_like(out)).to(rho.dtype)
+
+
 SCALE_FLOOR = 1.0  # the unit scale of a per-reward group z-score (METHOD.md, MRTPO step 5)
 
 
@@ -197,9 +235,11 @@ def token_advantages(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tens
     A_ikt = Â_ik ((1 − β_s) + β_s ρ_ikt).  The floor keeps a batch whose sums are (nearly) all equal (scale → eps)
     from amplifying the reallocation by 1/eps: |A_it − final_i| ≤ Σ_k |Â_ik| β_s |ρ_ikt − 1|.  The token mean of
     A_i· is final_i; β_s = 0 or rho None gives final_i exactly.
-    rho: (N, K, T) relevance with mean 1 over valid tokens, or None.  s_floor = 0 turns the floor off.
+    rho: (N, K, T) relevance ≥ 0, or None; normalized to mean 1 over valid tokens here (:func:`normalized_relevance`).
+    s_floor = 0 turns the floor off.
     """
     mask = mask.bool()
+    rho = None if rho is None else normalized_relevance(rho, mask)
     dev = _deviation(adv, rho, mask, beta).sum(1)  # (N, T)
     out = adv.final.unsqueeze(-1) + dev * _reallocation_factor(adv, scale_floor)
     return torch.where(mask & adv.keep.unsqueeze(-1), out, torch.zeros_like(out))
@@ -212,8 +252,10 @@ def token_advantages_per_reward(adv: Advantages, rho: torch.Tensor | None, mask:
         A'_ikt = keep_i · [ Â_ik / scale + f_i · Â_ik β_s (ρ_ikt − 1) ]       on valid tokens, 0 elsewhere,
 
     so Σ_k A'_ikt − center / scale = A_it and the token mean of A'_ik· is Â_ik / scale (the response-level share).
+    ρ as :func:`token_advantages` takes it (normalized to mean 1 here).
     """
     mask = mask.bool()
+    rho = None if rho is None else normalized_relevance(rho, mask)
     dev = _deviation(adv, rho, mask, beta)  # (N, K, T)
     out = (adv.per_reward / adv.scale).unsqueeze(-1) + dev * _reallocation_factor(adv, scale_floor).unsqueeze(1)
     valid = (mask & adv.keep.unsqueeze(-1)).unsqueeze(1)

@@ -40,14 +40,13 @@ definitions).
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from mrtpo.config import field_kind, leaf_fields
-from mrtpo.core import advantages as A
 from mrtpo.core.stats import (
     FINAL_WINDOW,
     N_BOOT,
@@ -61,67 +60,11 @@ from mrtpo.core.stats import (
     unit_values,
 )
 from mrtpo.errors import MrtpoError
+from mrtpo.experiment.arms import PER_RUN_FIELDS, arm_label, normalize_arm, parse_arm
 from mrtpo.store import Store, validate_run_name
 from mrtpo.train import MAX_STEPS, TrainConfig, Trainer
 
-PER_RUN_FIELDS = ("method", "seed", "schedule_seed")  # set per run; every other TrainConfig field is shared
-
 MAX_SEEDS = 1000  # the most seeds an experiment may have (each is a run per method)
-
-
-def parse_arm(spec: str) -> tuple[str, dict]:
-    """An arm ``METHOD[:FIELD=VALUE,...]`` (e.g. ``mrtpo:info=quoted,measure=js-support``) as (method, the fields it
-    sets on top of the experiment's shared config), values typed by the field (int, float, bool, text).  MrtpoError
-    naming the problem for a bad one; the method and the fields are checked as TrainConfig checks them."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise MrtpoError(f"an arm must be METHOD or METHOD:FIELD=VALUE,..., not {spec!r}")
-    method, _, rest = spec.strip().partition(":")
-    method = A.parse_method(method).name  # a clear message for an unknown method; "GDPO" is gdpo
-    kinds = {f.name: field_kind(f) for f, _ in leaf_fields(TrainConfig)}
-    overrides: dict = {}
-    for part in [x for x in rest.split(",") if x.strip()] if rest else []:
-        key, eq, value = (t.strip() for t in part.partition("="))
-        key = {"relevance_measure": "measure"}.get(key, key)
-        if not eq or not value:
-            raise MrtpoError(f"arm {spec!r}: {part.strip()!r} is not FIELD=VALUE")
-        if key in PER_RUN_FIELDS:
-            raise MrtpoError(f"arm {spec!r}: {key} is set per run (the method is the part before ':')")
-        if key not in kinds:
-            raise MrtpoError(f"arm {spec!r}: unknown training config field {key!r}")
-        overrides[key] = _typed(value, kinds[key], f"arm {spec!r}: {key}")
-    return method, overrides
-
-
-def _typed(value: str, kind: str, where: str):
-    try:
-        if kind == "int":
-            return int(value)
-        if kind == "float":
-            return float(value)
-    except ValueError:
-        raise MrtpoError(f"{where} must be {'an integer' if kind == 'int' else 'a number'}, not {value!r}") from None
-    if kind == "bool":
-        if value.lower() not in ("true", "false"):
-            raise MrtpoError(f"{where} must be true or false, not {value!r}")
-        return value.lower() == "true"
-    if kind in ("list", "dict"):
-        raise MrtpoError(f"{where} cannot be set per arm")
-    return value
-
-
-def normalize_arm(spec: str) -> str:
-    """``spec`` with its method's registered name (``GDPO:beta=0.3`` → ``gdpo:beta=0.3``); checked as
-    :func:`parse_arm` checks it."""
-    parse_arm(spec)
-    method, colon, rest = spec.strip().partition(":")
-    return A.parse_method(method).name + colon + rest
-
-
-def arm_label(spec: str) -> str:
-    """The arm's name in run names and tables: the method, then each field it sets (``mrtpo.info-quoted.measure-
-    js-support``); a plain method is its own label."""
-    method, overrides = parse_arm(spec)
-    return method + "".join(f".{k}-{v}" for k, v in overrides.items())
 
 
 @dataclass
@@ -139,6 +82,8 @@ class ExperimentConfig:
     def __post_init__(self):
         if not isinstance(self.methods, list) or len(self.methods) < 2:
             raise MrtpoError("an experiment compares at least two methods (e.g. --methods gdpo,mrtpo)")
+        if not isinstance(self.base, dict):
+            raise MrtpoError("an experiment's shared config must be an object of TrainConfig fields")
         given = list(self.methods)
         self.methods = [normalize_arm(m) for m in given]  # a clear message for a bad one; "GDPO" = gdpo
         labels = [arm_label(m) for m in self.methods]
@@ -157,9 +102,21 @@ class ExperimentConfig:
         validate_run_name(self.name, "experiment", 100 - longest)
         for m in self.methods:
             validate_run_name(self.run_name(m, 0))
-        if not isinstance(self.base, dict):
-            raise MrtpoError("an experiment's shared config must be an object of TrainConfig fields")
         self.base = {k: v for k, v in TrainConfig.from_dict(self.base).to_dict().items() if k not in PER_RUN_FIELDS}
+        self._same_arms(given)
+
+    def _same_arms(self, given: list[str]) -> None:
+        """MrtpoError when two arms train the same config once the shared one is filled in (``mrtpo:measure=js``
+        and ``mrtpo`` when js is the experiment's measure): they would be two names for one arm."""
+        seen: dict[str, str] = {}
+        for spelled, arm in zip(given, self.methods):
+            key = json.dumps(self.run_config(arm, 0).to_dict(), sort_keys=True)
+            if key in seen:
+                first = seen[key]
+                raise MrtpoError(f"arms {first} and {spelled} train the same config once the experiment's settings "
+                                 f"are filled in: they would be one arm twice; drop one, or give them different "
+                                 f"settings")
+            seen[key] = spelled
 
     def run_name(self, arm: str, seed: int) -> str:
         return f"{self.name}.{arm_label(arm)}.s{seed}"

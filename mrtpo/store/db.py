@@ -14,6 +14,7 @@ Tables (schema version in ``schema_version``)::
     probe_relevance  (run_id, step, idx, reward) -> js, relevance (JSON lists); step 0 = before training
     locks            run_id -> owner, pid, host, heartbeat, started (one trainer per run; anyone may read)
     experiments      name -> config (JSON), runs (JSON list of run names), created, updated  (mrtpo.experiment)
+    run_examples     run_id -> examples (the resolved --examples value), fingerprint (JSON: what they held)
 
 A step's rows are written in one transaction after the step completes (:meth:`Store.write_step`), so a run
 killed mid-step has every completed step and nothing of the interrupted one. Steps are numbered from 1.
@@ -107,9 +108,11 @@ def _finite(v) -> float | None:
 class Store(RunLocks, Checkpoints):
     """A connection to the run store; safe to share between threads (one lock around the connection)."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, create: bool = True):
+        """The store at ``path`` (default :func:`default_path`), created when absent — unless ``create`` is False
+        (commands that only read): then MrtpoError ``no run store at PATH`` and nothing is created."""
         self.path = Path(path) if path else default_path()
-        self._conn = open_store(self.path)
+        self._conn = open_store(self.path, create)
         self._mu = threading.RLock()
 
     def close(self) -> None:
@@ -223,6 +226,20 @@ class Store(RunLocks, Checkpoints):
 
     def experiment_names(self) -> list[str]:
         return [r[0] for r in self._q("SELECT name FROM experiments ORDER BY created, name")]
+
+    # ------------------------------------------------------------------------------------------ examples
+    def run_examples(self, run_id: int) -> tuple[str | None, dict] | None:
+        """(the examples value, the fingerprint) recorded for run ``run_id`` (:meth:`set_run_examples`), or None
+        when none is (a run of an older store, not resumed since)."""
+        rows = self._q("SELECT examples, fingerprint FROM run_examples WHERE run_id = ?", (run_id,))
+        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+
+    def set_run_examples(self, run_id: int, examples: str | None, fingerprint: dict) -> None:
+        """Record what run ``run_id`` trains on: its examples value (resolved, e.g. ``spider:/data/spider``; None:
+        the built-in ones) and their fingerprint (:func:`mrtpo.tasks.fingerprint.examples_fingerprint`).  Once
+        recorded it is kept: a second call changes nothing."""
+        with self._tx() as c:
+            c.execute("INSERT OR IGNORE INTO run_examples VALUES (?, ?, ?)", (run_id, examples, _json(fingerprint)))
 
     # ------------------------------------------------------------------------------------------ steps
     def write_step(self, run_id: int, step: int, metrics: dict[str, float], samples: list[dict],

@@ -10,7 +10,7 @@ from pathlib import Path
 from mrtpo.errors import MrtpoError
 from mrtpo.store.checkpoints import disk_problem
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 _SCHEMA = """
@@ -49,6 +49,9 @@ CREATE TABLE IF NOT EXISTS locks (
 CREATE TABLE IF NOT EXISTS experiments (
     name TEXT PRIMARY KEY, config TEXT NOT NULL, runs TEXT NOT NULL, created REAL NOT NULL, updated REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS run_examples (
+    run_id INTEGER PRIMARY KEY, examples TEXT, fingerprint TEXT NOT NULL
+);
 """
 
 
@@ -61,6 +64,7 @@ _TABLES = {  # every table of the store and the columns every schema version has
     "probe_relevance": {"run_id", "step", "idx", "reward", "js", "relevance"},
     "locks": {"run_id", "owner", "pid", "host", "heartbeat"},
     "experiments": {"name", "config", "runs", "created", "updated"},
+    "run_examples": {"run_id", "examples", "fingerprint"},
 }
 
 
@@ -156,10 +160,15 @@ def _to_wal(conn: sqlite3.Connection, wait_s: float = 30.0) -> None:
         pause = min(pause * 2, 0.2)
 
 
-def open_store(path: Path) -> sqlite3.Connection:
+def open_store(path: Path, create: bool = True) -> sqlite3.Connection:
     """The connection to run store ``path`` (created when absent; WAL mode), its tables there and at
-    :data:`SCHEMA_VERSION` (versions 1 and 2 are brought up to date). MrtpoError, the file untouched, when it is not
-    mrtpo's (:func:`_open`) or of a newer version."""
+    :data:`SCHEMA_VERSION` (versions 1 to 3 are brought up to date). MrtpoError, the file untouched, when it is not
+    mrtpo's (:func:`_open`) or of a newer version.  ``create`` False (a command that only reads): MrtpoError
+    ``no run store at PATH`` when there is none, and nothing (no file, no folder) is created."""
+    if not create and not path.is_dir() and not path.is_file():
+        raise MrtpoError(f"no run store at {path}" + ("" if path.parent.is_dir() or not str(path.parent) else
+                                                       f" (its folder {path.parent} does not exist either)")
+                         + "; check --db / $MRTPO_RUNS (a store is made by `mrtpo train` or `mrtpo experiment`)")
     conn = _open(path)
     try:
         _to_wal(conn)
@@ -170,10 +179,11 @@ def open_store(path: Path) -> sqlite3.Connection:
             row = conn.execute("SELECT version FROM schema_version").fetchone()
             if row is None:
                 conn.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
-            elif row[0] in (1, 2):
+            elif row[0] in (1, 2, 3):
                 if row[0] == 1:  # version 1 had no lock start time; its checkpoint paths are still read
                     conn.execute("ALTER TABLE locks ADD COLUMN started TEXT")
-                # version 2 had no experiments table (created above, empty)
+                # version 2 had no experiments table, version 3 no run_examples (both created above, empty: an
+                # older run's examples are recorded when it is next resumed)
                 conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION,))
             elif row[0] != SCHEMA_VERSION:
                 raise MrtpoError(f"run store {path} has schema version {row[0]}, this mrtpo reads {SCHEMA_VERSION}")

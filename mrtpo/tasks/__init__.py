@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 
 from mrtpo.errors import MrtpoError
-from mrtpo.tasks.base import Example, Score, TaskFamily
+from mrtpo.tasks.base import BENCHMARKS, Example, Score, TaskFamily, benchmark_of
 
 _FAMILIES = {
     "sql": "mrtpo.tasks.sql:SqlTask",
@@ -47,4 +49,49 @@ def apply_compare(family: TaskFamily, examples: list[Example], **modes: str | No
     return examples
 
 
-__all__ = ["COMPARE_MODES", "Example", "Score", "TaskFamily", "apply_compare", "get_family", "family_names"]
+def examples_paths(spec: str | Path | None) -> list[Path]:
+    """The files and folders an examples value reads (to keep outputs off them): a JSONL file itself;
+    ``spider:`` / ``bird:`` the questions file or folder and the database folders beside it; ``bfcl:`` the question
+    and answer files; ``ifeval:`` the file.  [] for None (the built-in examples) or what cannot be found (the
+    loader then says why)."""
+    if spec is None:
+        return []
+    prefix = benchmark_of(spec)
+    if prefix is None:
+        return [Path(os.path.expanduser(str(spec)))]
+    rest = str(spec)[len(prefix) + 1:]
+    try:
+        if prefix in ("spider", "bird"):
+            from mrtpo.tasks.sql_bench import locate
+
+            questions, roots = locate(prefix, rest)
+            return [Path(os.path.expanduser(rest)), questions, *roots]
+        if prefix == "bfcl":
+            from mrtpo.tasks.tools_bfcl import files
+
+            return list(files(rest))
+    except MrtpoError:
+        return [Path(os.path.expanduser(rest))] if rest else []
+    return [Path(os.path.expanduser(rest))]
+
+
+def resolve_examples(spec: str | None) -> str | None:
+    """``spec`` with its path made absolute (``spider:spider`` → ``spider:/home/me/data/spider``; a JSONL file →
+    its absolute path), so that a run stored with it reads the same files from any working folder; a BFCL category
+    (``bfcl:parallel``) and None are kept as they are."""
+    if spec is None or not isinstance(spec, str) or not spec.strip():
+        return spec
+    prefix = benchmark_of(spec)
+    rest = spec if prefix is None else spec[len(prefix) + 1:]
+    if not rest.strip():
+        return spec
+    if prefix == "bfcl":
+        name = rest.strip()
+        if not ("/" in name or name.endswith(".json") or name.endswith(".jsonl")):  # a category
+            return spec
+    path = os.path.abspath(os.path.expanduser(rest))
+    return path if prefix is None else f"{prefix}:{path}"
+
+
+__all__ = ["BENCHMARKS", "COMPARE_MODES", "Example", "Score", "TaskFamily", "apply_compare", "examples_paths",
+           "family_names", "get_family", "resolve_examples"]

@@ -159,7 +159,10 @@ class TaskFamily:
         raise NotImplementedError
 
     def load_examples(self, path: str | Path) -> list[Example]:
-        """Examples from a JSONL file in the family's format; a bad line raises TaskFileError."""
+        """Examples from a JSONL file in the family's format; a bad line, an id given twice (both lines named) or
+        an empty file raises TaskFileError.  A benchmark of another family (``bfcl:`` for the sql task) is refused
+        naming the family it belongs to."""
+        check_benchmark(self.name, path)
         return list(_load_jsonl(path, self.parse_example))
 
     def replay_prompt(self, example: Example) -> str:
@@ -233,10 +236,51 @@ class TaskFamily:
         return out
 
 
+#: the benchmarks ``--examples PREFIX:...`` reads, and the task family each belongs to
+BENCHMARKS = {"bfcl": "tools", "spider": "sql", "bird": "sql", "ifeval": "instructions"}
+
+
+def benchmark_of(spec: str | Path | None) -> str | None:
+    """The benchmark prefix of an examples value (``bfcl`` of ``bfcl:parallel``), or None for a file of the
+    family's own format (a file that exists under a name like ``bfcl:x`` is a file)."""
+    if not isinstance(spec, str):
+        return None
+    prefix, colon, _ = spec.partition(":")
+    if not colon or prefix not in BENCHMARKS or Path(spec).exists():
+        return None
+    return prefix
+
+
+def check_benchmark(family: str, spec: str | Path | None) -> None:
+    """MrtpoError when ``spec`` is a benchmark of another task family than ``family``, naming the one it belongs
+    to (``bfcl:`` → tools, ``spider:`` / ``bird:`` → sql, ``ifeval:`` → instructions)."""
+    from mrtpo.errors import MrtpoError
+
+    prefix = benchmark_of(spec)
+    if prefix is not None and BENCHMARKS[prefix] != family:
+        owner = BENCHMARKS[prefix]
+        reads = {"sql": "spider:DIR, bird:DIR or its own JSONL", "tools": "bfcl:CATEGORY or its own JSONL",
+                 "instructions": "IFEval's file (ifeval:FILE) or its own JSONL"}.get(family, "its own JSONL")
+        raise MrtpoError(f"{spec}: {prefix}: examples belong to the {owner} task (--task {owner}), not to "
+                         f"'{family}'; the {family} task reads {reads}")
+
+
+def duplicate_ids(ids: Iterable[str]) -> tuple[str, int, int] | None:
+    """The first id given twice in ``ids`` (in order), with the 0-based positions of its first and second use; None
+    when every id is unique."""
+    first: dict[str, int] = {}
+    for i, ex_id in enumerate(ids):
+        if ex_id in first:
+            return ex_id, first[ex_id], i
+        first[ex_id] = i
+    return None
+
+
 def _load_jsonl(path: str | Path, parse) -> Iterable:
+    seen: dict[str, int] = {}
     for n, obj in json_objects(path, lambda n, problem: TaskFileError(str(path), n, "-", problem)):
         try:
-            yield parse(obj)
+            ex = parse(obj)
         except KeyError as e:
             raise TaskFileError(str(path), n, str(e.args[0]), "missing") from None
         except (ValueError, TypeError) as e:
@@ -245,3 +289,11 @@ def _load_jsonl(path: str | Path, parse) -> Iterable:
             if not problem:
                 fld, problem = "-", msg
             raise TaskFileError(str(path), n, fld, problem) from None
+        if ex.id in seen:
+            raise TaskFileError(str(path), n, "key" if ex.data.get("format") == "ifeval" else "id",
+                                f"duplicate id {ex.id!r} (also on line {seen[ex.id]}); every "
+                                f"example needs its own id")
+        seen[ex.id] = n
+        yield ex
+    if not seen:
+        raise TaskFileError(str(path), 0, "-", "the examples file is empty (no examples in it)")

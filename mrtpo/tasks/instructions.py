@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mrtpo.errors import MrtpoError
-from mrtpo.tasks.base import Example, Score, TaskFamily, sample_data
+from mrtpo.tasks.base import Example, Score, TaskFamily, benchmark_of, sample_data
 from mrtpo.tasks.ifeval_format import is_ifeval_line, parse_ifeval
 from mrtpo.tasks.ifeval_registry import INSTRUCTIONS, validate
 
@@ -68,6 +68,12 @@ class InstructionsTask(TaskFamily):
         if self._examples is None:
             self._examples = self.load_examples(self.prompts_path)
         return self._examples
+
+    def load_examples(self, path: str | Path) -> list[Example]:
+        """Examples from a JSONL file of this family's format or IFEval's (``ifeval:FILE`` names the same file)."""
+        if isinstance(path, str) and benchmark_of(path) == "ifeval":
+            path = path[len("ifeval:"):]
+        return super().load_examples(path)
 
     def parse_example(self, obj: dict[str, Any]) -> Example:
         """One JSONL object -> Example; KeyError(field) / ValueError('field: problem') when bad."""

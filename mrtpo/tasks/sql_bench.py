@@ -5,7 +5,9 @@ PATH is the benchmark's questions file (a JSON list: Spider's ``dev.json`` / ``t
 are found beside it as ``database/<db_id>/<db_id>.sqlite`` (BIRD: also ``dev_databases/`` or
 ``train_databases/``).  Each question: ``db_id``, ``question``, the reference ``query`` (Spider) or ``SQL`` (BIRD),
 for BIRD also ``evidence`` (its external knowledge, shown after the question) and ``difficulty``.  Ids: Spider's
-questions have none, so ``spider-<n>`` (0-based position in the file); BIRD's ``bird-<question_id>``.
+questions have none, so ``spider-<n>`` (0-based position in the file); BIRD's ``bird-<question_id>`` (a question
+without one: ``bird-<n>``).  Two questions with one id (a ``question_id`` given twice, or a position that equals
+another question's ``question_id``) are refused, naming both.
 
 The databases are opened read-only and immutable (:meth:`mrtpo.tasks.sql_sandbox.Database.from_file`: nothing is
 written to them or beside them, not even a journal), the schema shown in the prompt is their CREATE TABLE
@@ -93,6 +95,7 @@ def load(kind: str, spec: str, build_prompt) -> list[Example]:
     if not isinstance(items, list):
         raise MrtpoError(f"{questions}: expected a JSON list of questions {{db_id, question, {REFERENCE[kind]}}}")
     out = []
+    seen: dict[str, tuple[int, bool]] = {}  # id -> (position, whether the file gave it)
     for i, item in enumerate(items):
         where = f"{questions}: question {i + 1}"
         if not isinstance(item, dict):
@@ -116,7 +119,16 @@ def load(kind: str, spec: str, build_prompt) -> list[Example]:
         if isinstance(item.get("difficulty"), str):
             data["difficulty"] = item["difficulty"]
         qid = item.get("question_id")
-        ex_id = f"bird-{qid}" if kind == "bird" and isinstance(qid, (int, str)) else f"{kind}-{i}"
+        own = kind == "bird" and isinstance(qid, (int, str)) and not isinstance(qid, bool)
+        ex_id = f"bird-{qid}" if own else f"{kind}-{i}"
+        if ex_id in seen:
+            j, was_own = seen[ex_id]
+            desc = [f"question {n + 1} " + (f"has question_id {items[n].get('question_id')!r}" if o else
+                                             f"has no question_id, so it is named by its position {n}")
+                    for n, o in ((j, was_own), (i, own))]
+            raise MrtpoError(f"{questions}: questions {j + 1} and {i + 1} have the same id {ex_id!r} ({desc[0]}; "
+                             f"{desc[1]}); every question needs its own id: give each its own question_id")
+        seen[ex_id] = (i, own)
         out.append(Example(id=ex_id, prompt=build_prompt(db.schema, shown), data=data))
     if not out:
         raise MrtpoError(f"{questions}: no questions")

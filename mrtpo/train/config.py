@@ -13,7 +13,7 @@ from mrtpo.core.credit import CreditConfig
 from mrtpo.creditlog.rows import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
-from mrtpo.tasks import COMPARE_MODES
+from mrtpo.tasks import COMPARE_MODES, resolve_examples
 from mrtpo.templates import Template
 from mrtpo.train.policy import AGGREGATIONS
 
@@ -49,7 +49,8 @@ class TrainConfig:
     device: str = opt("auto", "auto | cpu | cuda | cuda:N | mps")
     task: str = opt("instructions", "task family: instructions | tools | sql")
     examples: str | None = opt(None, "examples JSONL in the family's format (default: built-in), or a benchmark: "
-                                     "bfcl:CATEGORY, spider:DIR, bird:DIR, an IFEval-format file")
+                                     "bfcl:CATEGORY, spider:DIR, bird:DIR, an IFEval-format file; stored with its "
+                                     "path made absolute")
     sql_compare: str | None = opt(None, "sql task: rows compared as strict (mrtpo) | spider | bird (default: the "
                                         "examples' own)", choices=COMPARE_MODES["sql"])
     tools_compare: str | None = opt(None, "tools task: values compared as lenient | bfcl (BFCL's AST checker; "
@@ -72,6 +73,7 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self, "training config")
+        self.examples = resolve_examples(self.examples)  # what is read, not how it was typed: any working folder
         n = self.sampling.group_size * self.prompts_per_step
         if self.optim.minibatches > n:
             raise MrtpoError(f"bad training config: minibatches ({self.optim.minibatches}) is more than the responses "
@@ -88,3 +90,21 @@ class TrainConfig:
         """From the flat form (older names accepted: ``relevance_measure`` for ``measure``); fields not given take
         their defaults."""
         return from_flat(cls, d, "training config")
+
+
+def check_run_examples(store, run_id: int, run: str, examples_spec: str | None, examples: list) -> None:
+    """Record what run ``run_id`` trains on the first time (:meth:`mrtpo.store.Store.set_run_examples`: the
+    resolved examples value and :func:`mrtpo.tasks.fingerprint.examples_fingerprint` of ``examples``, the ones it
+    trains on), and on every later resume refuse (MrtpoError naming the first example that changed) when
+    ``examples`` are not those: a run never goes on with other data under the same ids."""
+    from mrtpo.tasks.fingerprint import examples_fingerprint, fingerprint_change
+
+    recorded = store.run_examples(run_id)
+    if recorded is None:
+        store.set_run_examples(run_id, examples_spec, examples_fingerprint(examples))
+        return
+    change = fingerprint_change(recorded[1], examples)
+    if change:
+        what = examples_spec or "the built-in examples"
+        raise MrtpoError(f"run '{run}' was created with other examples than {what} holds now: {change}. Nothing "
+                         f"was trained; give the run its examples back, or train another run (--run NAME)")

@@ -51,7 +51,7 @@ from mrtpo.replay import replay_scored_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_compare, get_family
 from mrtpo.tasks.base import TaskFamily
-from mrtpo.train.config import TrainConfig
+from mrtpo.train.config import TrainConfig, check_run_examples
 from mrtpo.train.credit_log import TrainCreditLog, log_owner, run_inputs, step_rows
 from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
@@ -100,6 +100,8 @@ class Trainer:
         self.credit, self.method = cfg.credit, cfg.credit.parsed
         self.family = family or get_family(cfg.task)
         self.examples = self._examples()
+        if existing is not None:  # a resume reads the examples the run was created with, before any work
+            check_run_examples(store, existing.id, run, cfg.examples, self.examples)
         self.template = template_for(self.family, cfg.template)
         self.credit_log = TrainCreditLog(cfg, log_owner(store, run, existing is not None), run_inputs(cfg, store),
                                          self.log) if cfg.log.credit_log else None  # before anything is stored
@@ -121,7 +123,9 @@ class Trainer:
                 if TrainConfig.from_dict(existing.config).to_dict() != cfg.to_dict():
                     raise MrtpoError(f"run '{run}' was created meanwhile by another trainer, with another config; "
                                      f"nothing was changed") from None
+                check_run_examples(store, existing.id, run, cfg.examples, self.examples)
         if existing is None:
+            check_run_examples(store, self.run_id, run, cfg.examples, self.examples)  # recorded at creation
             self.recorder = Recorder(store, self.run_id)
             with self._locked():
                 self._ensure_probe()

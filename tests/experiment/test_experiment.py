@@ -316,7 +316,7 @@ def test_store_migrates_to_the_experiments_table(tmp_path):
     c.commit()
     c.close()
     st = Store(path)
-    assert st._q("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 3
+    assert st._q("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)] and SCHEMA_VERSION == 4
     assert st.experiment_names() == []
     st.put_experiment("e", {"a": 1}, ["e.gdpo.s0"])
     st.put_experiment("e", {"a": 2}, ["e.gdpo.s0", "e.mrtpo.s0"])

@@ -16,7 +16,7 @@ import torch
 
 from mrtpo.cli import main
 from mrtpo.errors import MrtpoError
-from mrtpo.store import Store, validate_run_name
+from mrtpo.store import SCHEMA_VERSION, Store, validate_run_name
 from mrtpo.store import lock as store_mod
 from mrtpo.train import TrainConfig, Trainer
 from tests.train.test_train import ToyFamily, cfg, params
@@ -344,10 +344,12 @@ def test_schema_1_store_with_name_paths_still_resumes(tmp_path):
     st._conn.execute("UPDATE runs SET checkpoint_path = ?", (str(legacy),))
     st._conn.execute("ALTER TABLE locks DROP COLUMN started")
     st._conn.execute("DROP TABLE experiments")
+    st._conn.execute("DROP TABLE run_examples")
     st._conn.execute("UPDATE schema_version SET version = 1")
     st.close()
     st = Store(tmp_path / "runs.db")
-    assert st._q("SELECT version FROM schema_version") == [(3,)] and st.experiment_names() == []
+    assert st._q("SELECT version FROM schema_version") == [(SCHEMA_VERSION,)] == [(4,)]
+    assert st.experiment_names() == [] and st.run_examples(st.get_run("old").id) is None
     tr = Trainer(None, st, "old", family=ToyFamily())
     assert tr.steps_done == 1
     tr.train(1)

@@ -215,3 +215,23 @@ def test_stores_opened_at_once_on_a_new_file_all_open(tmp_path):
             t.join(timeout=120)
     assert errors == []
     assert {r for (r,) in sqlite3.connect(tmp_path / "s0.db").execute("PRAGMA journal_mode")} == {"wal"}
+
+
+def test_a_reading_open_never_creates_a_store(tmp_path):
+    """`runs --db typo.db` made an empty store (and its folders) and said "no runs"."""
+    for path in (tmp_path / "typo.db", tmp_path / "no" / "such" / "r.db"):
+        with pytest.raises(MrtpoError, match=f"no run store at {path}"):
+            Store(path, create=False)
+    assert list(tmp_path.iterdir()) == []
+    Store(tmp_path / "r.db").close()
+    st = Store(tmp_path / "r.db", create=False)
+    assert st.run_names() == []
+
+
+def test_run_examples_are_recorded_once(tmp_path):
+    st = Store(tmp_path / "r.db")
+    run = st.create_run("a", {"task": "sql"})
+    assert st.run_examples(run.id) is None
+    st.set_run_examples(run.id, "spider:/data/spider", {"count": 1, "sha256": "x", "digests": "y"})
+    st.set_run_examples(run.id, "other", {"count": 2})  # the first record is kept
+    assert st.run_examples(run.id) == ("spider:/data/spider", {"count": 1, "sha256": "x", "digests": "y"})
