@@ -19,7 +19,7 @@ from mrtpo.creditlog.access import check_log_file, open_log_file
 from mrtpo.creditlog.format import FORMAT, META_FILE, VERSION, CreditLogError, CreditRow, check_meta, check_row
 from mrtpo.creditlog.owner import LogOwner, check_run, check_same_run, may_write, refusal
 from mrtpo.errors import MrtpoError
-from mrtpo.jsonl import InputFileError, dumps, load_json, output_problem, write_text
+from mrtpo.jsonl import InputFileError, dumps, input_clash, load_json, output_problem, write_text
 
 STEP_FILE = re.compile(r"^step-(\d{6,})\.jsonl$")  # temporary files start with "." and never match
 SETTINGS = ("source", "method", "measure", "info", "group_size")  # what a resumed run must keep to continue a log
@@ -163,20 +163,14 @@ def log_folder_problem(folder: str | Path, inputs: dict[str, str | None] | None 
     path}) or inside one — or None.  The folder is created (with its parents) when missing, as the writer would:
     some paths (``/proc/x``) fail only then.  Checked before a run's first step."""
     p = Path(folder)
-    for what, path in (inputs or {}).items():
-        if path is not None and Path(path).exists() and _within(p, Path(path)):
-            return f"it is the {what} {path}, or inside it: a log never goes into an input; give another folder"
+    clash = input_clash(p, inputs or {})
+    if clash:
+        return f"it {clash}: a log never goes into an input; give another folder"
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return output_problem(p, folder=True) or f"cannot create the folder: {e.strerror or e}"
     return None if os.access(p, os.W_OK | os.X_OK) else "the folder is read-only (this user may not write there)"
-
-
-def _within(path: Path, other: Path) -> bool:
-    """Whether ``path`` is ``other`` or inside it (links resolved)."""
-    a, b = path.resolve(), other.resolve()
-    return a == b or b in a.parents
 
 
 def _create_new(path: Path, text: str) -> bool:

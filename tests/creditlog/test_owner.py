@@ -193,7 +193,7 @@ def test_a_folder_that_cannot_hold_a_log_is_named_before_anything_is_written(tmp
     assert log_folder_problem(tmp_path / "file") == "it is a file, not a folder"
     assert log_folder_problem("/proc/nope") == "cannot create the folder: No such file or directory"
     assert log_folder_problem(tmp_path / "data" / "log", {"examples": str(tmp_path / "data")}) == \
-        f"it is the examples {tmp_path / 'data'}, or inside it: a log never goes into an input; give another folder"
+        f"it is inside the examples folder {tmp_path / 'data'}: a log never goes into an input; give another folder"
     assert not (tmp_path / "data" / "log").exists()
     assert log_folder_problem(tmp_path / "a" / "b") is None and (tmp_path / "a" / "b").is_dir()  # created
     with pytest.raises(MrtpoError, match="credit log /proc/nope: cannot create the folder: No such file"):
