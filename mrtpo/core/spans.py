@@ -77,5 +77,12 @@ def cell_values(values: Sequence[float], groups: Sequence[Sequence[int]], how: s
     if how not in AGGREGATES:
         raise ValueError(f"how must be one of {', '.join(AGGREGATES)}, got {how!r}")
     v = np.asarray(values, dtype=float)
+    if groups and all(g and g[-1] - g[0] == len(g) - 1 for g in groups) and \
+            all(a[-1] + 1 == b[0] for a, b in zip(groups, groups[1:])):  # consecutive runs (cells): one pass
+        start, end = groups[0][0], groups[-1][-1] + 1
+        idx = np.array([g[0] for g in groups]) - start
+        ufunc = {"sum": np.add, "mean": np.add, "max": np.maximum, "prod": np.multiply}[how]
+        out = ufunc.reduceat(v[start:end], idx).astype(float)
+        return out / np.diff(np.append(idx, end - start)) if how == "mean" else out
     fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "prod": np.prod}[how]
     return np.array([fn(v[list(g)]) for g in groups], dtype=float)
