@@ -90,9 +90,9 @@ def synthetic_relevance(T: int, rng: np.random.Generator, bursts: int = 6) -> tu
     return d, T * d / d.sum()
 
 
-def synthetic_group(G: int = 8, T: int = 2000, K: int = 3, seed: int = 0):
+def synthetic_group(G: int = 8, T: int = 2000, K: int = 3, seed: int = 0, constant: bool = False):
     """(ScoredGroup, ReplayResult) of ``G`` responses of ``T`` tokens and ``K`` rewards, without a model: rewards
-    0/1 that vary in the group (the last reward constant when K > 2, so one reward is "not replayed"), reasons,
+    0/1 that vary in the group (``constant``: but the last, so that one reward is "not replayed"), reasons,
     evidence spans for the first reward, and synthetic JS / ρ (:func:`synthetic_relevance`)."""
     from mrtpo.groups import ScoredGroup
     from mrtpo.model import Sample
@@ -103,9 +103,9 @@ def synthetic_group(G: int = 8, T: int = 2000, K: int = 3, seed: int = 0):
     names = [f"reward_{k}" for k in range(K)]
     R = (rng.random((G, K)) < 0.5).astype(float)
     R[0, :], R[1, :] = 1.0, 0.0  # every reward varies ...
-    if K > 2:
+    if constant:
         R[:, -1] = 1.0  # ... but the last: constant in the group, not replayed
-    replayed, skipped = (names[:-1], names[-1:]) if K > 2 else (names, [])
+    replayed, skipped = (names[:-1], names[-1:]) if constant else (names, [])
     samples, responses, evidence = [], [], []
     for _ in range(G):
         text, spans, ids = synthetic_text(T, rng)
@@ -159,6 +159,7 @@ def measure_app(G: int, T: int, K: int) -> dict:
     """Explore under AppTest with the synthetic group in the session (in-process, no browser: Python's share of
     the time; the browser's drawing is not in it)."""
     from streamlit.testing.v1 import AppTest
+
     from tests.app.long_group import explore_with  # the synthetic group as a session's current group
 
     out: dict = {}

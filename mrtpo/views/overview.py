@@ -91,28 +91,27 @@ def is_long(view: TokenView, i: int | None = None) -> bool:
 def hottest_spans(score: Sequence[float], n: int = HOT_SPANS, width: int = HOT_WIDTH) -> list[tuple[int, int]]:
     """The ``n`` hottest spans of a row, as [first, end) ranges of its cells, hottest first.
 
-    score (C,): each cell's heat.  Greedily: the window of ``width`` consecutive cells with the largest Σ score that
-    overlaps no span already chosen, trimmed of the cells at its ends with score ≤ 0; windows whose Σ is ≤ 0 are
-    never chosen (a row with no heat has no hottest span).  NaN counts as 0."""
+    score (C,): each cell's heat.  Greedily: of all runs of 1 to ``width`` consecutive cells, the one with the
+    largest Σ score (the shorter one on a tie, so no span starts or ends with a cell of heat 0) that overlaps no span
+    already chosen; runs whose Σ is ≤ 0 are never chosen (a row with no heat has no hottest span).  NaN counts
+    as 0."""
     s = np.nan_to_num(np.asarray(score, dtype=float))
     C = len(s)
     if C == 0 or n <= 0:
         return []
     w = max(1, min(width, C))
-    win = np.convolve(s, np.ones(w), mode="valid")  # (C - w + 1,) Σ over cells [j, j + w)
+    cs = np.concatenate([[0.0], np.cumsum(s)])
+    starts, lengths = np.meshgrid(np.arange(C), np.arange(1, w + 1), indexing="ij")  # (C, w) each
+    ok = starts + lengths <= C
+    starts, lengths = starts[ok], lengths[ok]
+    sums = cs[starts + lengths] - cs[starts]  # Σ score over cells [start, start + length)
     taken = np.zeros(C, dtype=bool)
     out: list[tuple[int, int]] = []
-    for j in np.argsort(-win, kind="stable"):
-        if len(out) == n or win[j] <= 0:
+    for o in np.lexsort((starts, lengths, -sums)):
+        if len(out) == n or sums[o] <= 0:
             break
-        if taken[j:j + w].any():
-            continue
-        a, b = int(j), int(j) + w
-        while a < b and s[a] <= 0:
-            a += 1
-        while b > a and s[b - 1] <= 0:
-            b -= 1
-        if a < b:
+        a, b = int(starts[o]), int(starts[o] + lengths[o])
+        if not taken[a:b].any():
             taken[a:b] = True
             out.append((a, b))
     return out
@@ -260,11 +259,12 @@ def _hot_html(view: TokenView, i: int, reward: str, lim: Limits, hot: list[HotSp
 
 
 def overview_html(view: TokenView, i: int, scale: str = "response", vmax: tuple[float, float] | None = None,
-                  link: str | None = None, n_hot: int = HOT_SPANS) -> str:
+                  link: str | None = None, n_hot: int = HOT_SPANS, snippets: bool = True) -> str:
     """The overview of response ``i`` (the module docstring): per reward its value, GDPO's uniform share as a
-    number, the strip and the hottest spans; a reward not replayed is one line; then the combined advantage.
-    Colors as :func:`mrtpo.views.render.response_html` takes them (``scale``, ``vmax``).  ``link``: attributes
-    that make the hottest spans and an "open" button per reward open the full view (the export's script)."""
+    number, the strip with the hottest spans' numbered marks and (``snippets``) the spans themselves; a reward not
+    replayed is one line; then the combined advantage.  Colors as :func:`mrtpo.views.render.response_html` takes
+    them (``scale``, ``vmax``).  ``link``: attributes that make the hottest spans and an "open" button per reward
+    open the full view (the export's script)."""
     lim = _lim(view, i, scale, vmax)
     m = parse_method(view.method)
     groups = token_cells(view.tokens[i])
@@ -279,7 +279,8 @@ def overview_html(view: TokenView, i: int, scale: str = "response", vmax: tuple[
         opener = (f' <button class="open" {link} data-k="{html.escape(k)}">open in full</button>' if link else "")
         parts.append(f'<div class="ovr"><div class="lab">{name}<br>{m.estimator_label} (uniform) '
                      f"{chip(float(view.per_reward[i, j]), lim.adv)}{opener}</div><div class=\"ovb\">"
-                     f"{_strip(view, i, k, lim, groups, hot)}{_hot_html(view, i, k, lim, hot, link)}</div></div>")
+                     f"{_strip(view, i, k, lim, groups, hot)}"
+                     f"{_hot_html(view, i, k, lim, hot, link) if snippets else ''}</div></div>")
     opener = f' <button class="open" {link} data-k="{COMBINED}">open in full</button>' if link else ""
     parts.append(f'<div class="ovr"><div class="lab"><b>combined</b>{opener}</div><div class="ovb uni">'
                  f"{m.estimator_label} advantage {chip(float(view.final[i]), lim.adv)} (sum over rewards, "
@@ -335,10 +336,13 @@ def full_html(view: TokenView, i: int, reward: str, scale: str = "response", gro
 
 
 def group_overview_html(view: TokenView, scale: str = "response", vmax: tuple[float, float] | None = None,
-                        titles: Sequence[str] | None = None) -> str:
-    """Every response's overview (:func:`overview_html`) under its title (default "Response i — advantage A_i")."""
+                        titles: Sequence[str] | None = None, snippets: bool = True,
+                        responses: Sequence[int] | None = None) -> str:
+    """The overviews (:func:`overview_html`) of ``responses`` (default: every one) under their titles (default
+    "Response i — advantage A_i")."""
     out = []
-    for i in range(len(view.texts)):
+    for i in range(len(view.texts)) if responses is None else responses:
         t = titles[i] if titles is not None else f"Response {i} — advantage {view.final[i]:+.3f}"
-        out.append(f'<div class="mrtpo"><h3>{html.escape(t)}</h3></div>{overview_html(view, i, scale, vmax)}')
+        out.append(f'<div class="mrtpo"><h3>{html.escape(t)}</h3></div>'
+                   f"{overview_html(view, i, scale, vmax, snippets=snippets)}")
     return "".join(out)
