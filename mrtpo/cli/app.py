@@ -1,9 +1,14 @@
-"""``mrtpo app [--port P]``: start the Streamlit workbench shipped with the package: ``streamlit run app.py``.
+"""``mrtpo app [--port P] [--logs-root DIR ...]``: start the Streamlit workbench shipped with the package:
+``streamlit run app.py``.
 
 The app is Streamlit's documented multipage layout (``app.py`` the home page, ``pages/`` the other pages), at the
 top of the repository; an installed wheel ships it inside the package ``mrtpo_app``. Streamlit settings come from
 the app's ``.streamlit/config.toml``, passed as flags so that they hold whatever the current folder is (the run
 store stays relative to where you start it); ``streamlit run app.py`` from the repository reads the same file.
+
+The run viewer reads logs only under the logs roots: ``--logs-root DIR`` (repeatable) sets ``$MRTPO_LOGS_ROOT`` for
+the server (folders joined by ``os.pathsep``; set it yourself for ``streamlit run``); without either, the working
+folder's ``runs/`` and the run store's folder (:func:`mrtpo.creditlog.access.log_roots`).
 """
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import NoReturn
 
+from mrtpo.creditlog.access import ROOT_ENV, log_roots
 from mrtpo.errors import MrtpoError
 
 
@@ -46,11 +52,19 @@ def cmd_app(a) -> NoReturn:
     if importlib.util.find_spec("streamlit") is None:
         raise MrtpoError("the app needs Streamlit: pip install 'mrtpo[app]'")
     folder = app_dir()
+    env = dict(os.environ)
+    if a.logs_root:
+        for d in a.logs_root:
+            if not Path(d).expanduser().is_dir():
+                raise MrtpoError(f"--logs-root {d}: " + ("not a folder" if Path(d).exists() else "no such folder"))
+        env[ROOT_ENV] = os.pathsep.join(str(Path(d).expanduser().resolve()) for d in a.logs_root)
+    roots = log_roots(env.get(ROOT_ENV, ""))
     cmd = [sys.executable, "-m", "streamlit", "run", str(folder / "app.py"), *config_flags(folder),
            "--server.port", str(a.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    print(f"mrtpo app: http://localhost:{a.port} (Ctrl-C stops it)", file=sys.stderr, flush=True)
+    print(f"mrtpo app: http://localhost:{a.port} (Ctrl-C stops it); run logs are read under "
+          f"{', '.join(map(str, roots))}", file=sys.stderr, flush=True)
     # this process becomes the server (no child left running when whoever started `mrtpo app` stops it)
-    os.execv(sys.executable, cmd)
+    os.execve(sys.executable, cmd, env)
 
 
 def _port(text: str) -> int:
@@ -66,4 +80,8 @@ def _port(text: str) -> int:
 def register(sub) -> None:
     p = sub.add_parser("app", help="start the Streamlit workbench (needs the extra: pip install 'mrtpo[app]')")
     p.add_argument("--port", type=_port, default=8501, help="port to serve on (default 8501)")
+    p.add_argument("--logs-root", action="append", metavar="DIR",
+                   help=f"a folder the run viewer may read logs under (repeatable; sets ${ROOT_ENV}); default: "
+                        f"${ROOT_ENV}, else ./runs and the run store's folder. Paths outside, devices and FIFOs are "
+                        "refused")
     p.set_defaults(fn=cmd_app)

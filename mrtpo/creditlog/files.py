@@ -13,12 +13,13 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import BinaryIO, Callable, Iterator, Sequence
 
+from mrtpo.creditlog.access import check_log_file, open_log_file
 from mrtpo.creditlog.format import FORMAT, META_FILE, VERSION, CreditLogError, CreditRow, check_meta, check_row
 from mrtpo.creditlog.owner import LogOwner, check_run, check_same_run, may_write, refusal
 from mrtpo.errors import MrtpoError
-from mrtpo.jsonl import InputFileError, dumps, json_lines, load_json, output_problem, write_text
+from mrtpo.jsonl import InputFileError, dumps, load_json, output_problem, write_text
 
 STEP_FILE = re.compile(r"^step-(\d{6,})\.jsonl$")  # temporary files start with "." and never match
 SETTINGS = ("source", "method", "measure", "info", "group_size")  # what a resumed run must keep to continue a log
@@ -209,6 +210,11 @@ def _umask() -> int:
 
 
 # ---------------------------------------------------------------------------------------------- reading
+NO_META = f"no {META_FILE}: not a credit log (or its writer has not started)"
+MAX_LINE = 64 * 2**20  # bytes: a longer line is skipped unread (a log's row is far smaller)
+Bad = Callable[[CreditLogError], None]  # where a lenient reader puts what it skips
+
+
 def read_meta(folder: str | Path) -> dict:
     """The log's checked ``meta.json`` (:func:`mrtpo.creditlog.format.check_meta`)."""
     path = Path(folder) / META_FILE
@@ -216,7 +222,8 @@ def read_meta(folder: str | Path) -> dict:
         raise CreditLogError(folder, 0, "", "no such folder" if not Path(folder).exists() else
                              "not a folder (a credit log is a folder holding meta.json and step-NNNNNN.jsonl files)")
     if not path.is_file():
-        raise CreditLogError(folder, 0, "", f"no {META_FILE}: not a credit log (or its writer has not started)")
+        raise CreditLogError(folder, 0, "", NO_META)
+    check_log_file(path)
     try:
         return check_meta(load_json(path), path)
     except InputFileError as e:
@@ -234,38 +241,127 @@ def step_files(folder: str | Path, after_step: int | None = None) -> list[tuple[
     return sorted(out)
 
 
-def json_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of each line of a JSONL file; CreditLogError naming the file and line for one that
-    cannot be read (this log's and the other trainers' logs alike)."""
+def read_lines(fh: BinaryIO, limit: int = MAX_LINE) -> Iterator[tuple[bytes | None, int, bool]]:
+    """The lines of the binary file ``fh`` from where it stands, read only as far as they are iterated: (the line
+    without its newline, or None when it is longer than ``limit`` bytes and was skipped unread; its size in the file;
+    whether it ends with a newline; only the file's last line may not)."""
+    while True:
+        raw = fh.readline(limit + 1)
+        if not raw:
+            return
+        if raw.endswith(b"\n"):
+            yield raw[:-1], len(raw), True
+        elif len(raw) <= limit:  # the end of the file
+            yield raw, len(raw), False
+        else:  # too long: skip to its end
+            size, more = len(raw), raw
+            while more and not more.endswith(b"\n"):
+                more = fh.readline(2**20)
+                size += len(more)
+            yield None, size, bool(more)
+
+
+def _constant(name: str) -> float | None:
+    """JSON's non-standard constants (Python's ``json.dumps`` writes them): ``NaN`` → None ("no value", as the
+    writer's own ``dumps`` writes it), ``Infinity`` / ``-Infinity`` → ±inf (refused by the field checks)."""
+    return None if name == "NaN" else float(name.replace("Infinity", "inf"))
+
+
+def parse_row(raw: bytes | None, path: str | Path, n: int) -> dict | None:
+    """One JSONL line as an object (None for a blank line); ``NaN`` reads as null (:func:`_constant`), the rule of
+    every log reader; :class:`CreditLogError` naming the file and the row for a line that cannot be read."""
+    if raw is None:
+        raise CreditLogError(path, n, "", f"longer than {MAX_LINE // 2**20} MiB: not read")
     try:
-        lines = list(json_lines(path))
-    except InputFileError as e:
-        raise CreditLogError(path, 0, "", e.problem) from None
-    for n, obj, problem in lines:
-        if problem is not None:
-            raise CreditLogError(path, n, "", problem)
-        yield n, obj
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CreditLogError(path, n, "", f"not UTF-8 text: byte 0x{raw[e.start]:02x} at column {e.start + 1} "
+                                          "cannot be decoded") from None
+    text = text.removeprefix("\ufeff") if n == 1 else text
+    if not text.strip():
+        return None
+    try:
+        obj = json.loads(text, parse_constant=_constant)
+    except json.JSONDecodeError as e:
+        raise CreditLogError(path, n, "", f"not valid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise CreditLogError(path, n, "", "not valid JSON here (nested too deeply)") from None
+    except ValueError as e:  # an integer with more digits than Python converts
+        raise CreditLogError(path, n, "", f"not valid JSON ({str(e).splitlines()[0][:120]})") from None
+    if not isinstance(obj, dict):
+        raise CreditLogError(path, n, "", "each line must be a JSON object")
+    return obj
 
 
-def read_step_file(path: str | Path, step: int | None = None) -> list[CreditRow]:
+def json_rows(path: str | Path, bad: Bad | None = None) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each line of a JSONL file, read line by line (:func:`parse_row`); a line that cannot
+    be read is a :class:`CreditLogError` naming the file and the line, raised, or with ``bad`` given passed to it and
+    skipped (a file that cannot be opened too: no rows).  Only regular files are opened
+    (:func:`mrtpo.creditlog.access.open_log_file`)."""
+    try:
+        fh = open_log_file(path)
+    except CreditLogError as e:
+        if bad is None:
+            raise
+        bad(e)
+        return
+    with fh:
+        for n, (raw, _, _) in enumerate(read_lines(fh), start=1):
+            try:
+                obj = parse_row(raw, path, n)
+            except CreditLogError as e:
+                if bad is None:
+                    raise
+                bad(e)
+                continue
+            if obj is not None:
+                yield n, obj
+
+
+def first_rows(path: str | Path, lines: int = 20) -> Iterator[tuple[int, dict | CreditLogError]]:
+    """(line number, object or its problem) of the first ``lines`` non-blank lines of a JSONL file, reading nothing
+    past them (a format's detection looks at a file's first rows only)."""
+    with open_log_file(path) as fh:
+        seen = 0
+        for n, (raw, _, _) in enumerate(read_lines(fh), start=1):
+            try:
+                obj = parse_row(raw, path, n)
+            except CreditLogError as e:
+                obj = e
+            if obj is not None:
+                yield n, obj
+                seen += 1
+                if seen >= lines:
+                    return
+
+
+def read_step_file(path: str | Path, step: int | None = None, bad: Bad | None = None) -> list[CreditRow]:
     """The rows of one step file, each checked (:func:`mrtpo.creditlog.format.check_row`); a row whose ``step``
-    is not the file's is an error too."""
+    is not the file's is an error too.  Errors are raised, or with ``bad`` given passed to it and the row skipped."""
     rows = []
-    for n, obj in json_rows(path):
-        r = check_row(obj, path, n)
-        if step is not None and r.step != step:
-            raise CreditLogError(path, n, "step", f"is {r.step} in the file of step {step}")
+    for n, obj in json_rows(path, bad):
+        try:
+            r = check_row(obj, path, n)
+            if step is not None and r.step != step:
+                raise CreditLogError(path, n, "step", f"is {r.step} in the file of step {step}")
+        except CreditLogError as e:
+            if bad is None:
+                raise
+            bad(e)
+            continue
         rows.append(r)
     return rows
 
 
-def read_credit_log(folder: str | Path, after_step: int | None = None) -> CreditLog:
+def read_credit_log(folder: str | Path, after_step: int | None = None, bad: Bad | None = None) -> CreditLog:
     """The credit log in ``folder``: its meta and the steps after ``after_step`` (every step: None), reading only
     those steps' files.  :class:`CreditLogError` (an :class:`MrtpoError`) names the file, the row and the field of
     any problem: no ``meta.json``, another format or a newer version, a line that is not JSON, a missing field, a
-    row of another run than the log's (:func:`mrtpo.creditlog.owner.check_run`)."""
+    row of another run than the log's (:func:`mrtpo.creditlog.owner.check_run`).  With ``bad`` given, a row that
+    cannot be read is passed to it and skipped, and the other rows and steps are read (a step whose rows are all bad
+    has none); rows of another run are never skipped: they are an error."""
     meta = read_meta(folder)
-    steps = [CreditStep(s, str(p), read_step_file(p, s)) for s, p in step_files(folder, after_step)]
+    steps = [CreditStep(s, str(p), read_step_file(p, s, bad)) for s, p in step_files(folder, after_step)]
     for st in steps:
         check_run(meta, st.path, st.rows)  # every row the log's run's: a folder never shows two runs as one
     return CreditLog(str(folder), meta, steps)
@@ -273,15 +369,17 @@ def read_credit_log(folder: str | Path, after_step: int | None = None) -> Credit
 
 class CreditLogFollower:
     """Follows a growing log: each :meth:`poll` returns the steps written since the last one (the first: every
-    step), reading only their files; CreditLogError when the folder's log has become another run's."""
+    step), reading only their files.  A row that cannot be read is skipped and kept in :attr:`problems` (the rest
+    of its step and the other steps are read); CreditLogError when the folder's log has become another run's."""
 
     def __init__(self, folder: str | Path):
         self.folder = str(folder)
         self.last_step: int | None = None
         self.meta: dict | None = None
+        self.problems: list[CreditLogError] = []
 
     def poll(self) -> list[CreditStep]:
-        log = read_credit_log(self.folder, self.last_step)
+        log = read_credit_log(self.folder, self.last_step, bad=self.problems.append)
         if self.last_step is not None:  # steps of one run read: another's may not follow them
             check_same_run(self.meta, log.meta, self.folder)
         self.meta = log.meta

@@ -16,7 +16,10 @@ object ``{reward column: text}``, where the text uses the row's fields as plain 
 ``{score}``, ``{prompt}``, ``{completion}``; filled by :func:`mrtpo.templates.fill_fields`, never evaluated). Each
 group is then replayed and shown as token views (:mod:`mrtpo.integrations.rollout_explain`).
 
-Malformed files raise :class:`RolloutFileError` naming the file, the row (1-based) and the column.
+Malformed files raise :class:`RolloutFileError` naming the file, the row (1-based) and the column; the readers take
+``bad``: given, a row that cannot be read is passed to it and skipped (the run viewer's follower).  Only regular files
+are read (:func:`mrtpo.creditlog.access.check_log_file`: a device or a FIFO is refused unread).  ``NaN`` in a reward
+or advantage cell is "not scored" (as TRL logs a None reward).
 """
 from __future__ import annotations
 
@@ -25,15 +28,18 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from mrtpo.creditlog.access import check_log_file
+from mrtpo.creditlog.format import CreditLogError
 from mrtpo.errors import MrtpoError, TaskFileError
-from mrtpo.jsonl import json_objects
+from mrtpo.jsonl import InputFileError, json_lines
 
 FORMATS = ("trl", "verl")
 _TRL_RESERVED = ("step", "prompt", "completion", "advantage")
+Bad = Callable[[MrtpoError], None]  # where a lenient reader puts a row it skips
 
 
 class RolloutFileError(TaskFileError):
@@ -208,7 +214,7 @@ def _make_row(path, n: int, values: dict[str, Any], prompt_col: str, completion_
 
 
 # ---------------------------------------------------------------------------------------------- readers
-def read_trl(path: str | Path) -> list[RolloutRow]:
+def read_trl(path: str | Path, bad: Bad | None = None) -> list[RolloutRow]:
     """Rows of a TRL completions log: one parquet file, or every ``*.parquet`` in a folder (name order)."""
     path = Path(path)
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
@@ -216,13 +222,37 @@ def read_trl(path: str | Path) -> list[RolloutRow]:
         raise RolloutFileError(path, None, None, "no .parquet files in this folder")
     rows: list[RolloutRow] = []
     for f in files:
-        rows.extend(_read_trl_file(f))
+        rows.extend(_read_trl_file(f, bad))
     return rows
 
 
-def _read_trl_file(path: Path) -> list[RolloutRow]:
+def _regular(path: Path) -> None:
+    """A regular file (under the roots of :func:`mrtpo.creditlog.access.reading_under`), else RolloutFileError."""
+    if not path.exists():  # (each reader says it its way)
+        return
+    try:
+        check_log_file(path)
+    except CreditLogError as e:
+        raise RolloutFileError(path, None, None, e.problem) from None
+
+
+def _rows_of(path: Path, records, prompt_col: str, completion_col: str, bad: Bad | None) -> list[RolloutRow]:
+    """:func:`_make_row` over ``(row number, values)``; a bad row raised, or passed to ``bad`` and skipped."""
+    rows = []
+    for n, values in records:
+        try:
+            rows.append(_make_row(path, n, values, prompt_col, completion_col))
+        except RolloutFileError as e:
+            if bad is None:
+                raise
+            bad(e)
+    return rows
+
+
+def _read_trl_file(path: Path, bad: Bad | None = None) -> list[RolloutRow]:
     import pandas as pd
 
+    _regular(path)
     try:
         df = pd.read_parquet(path)
     except FileNotFoundError:
@@ -233,7 +263,7 @@ def _read_trl_file(path: Path) -> list[RolloutRow]:
         if col not in df.columns:
             raise RolloutFileError(path, None, col, f"missing (columns: {', '.join(map(str, df.columns))})")
     records = df.to_dict(orient="records")
-    return [_make_row(path, n, rec, "prompt", "completion") for n, rec in enumerate(records, start=1)]
+    return _rows_of(path, enumerate(records, start=1), "prompt", "completion", bad)
 
 
 def _reader_problem(e: Exception, path: Path, limit: int = 300) -> str:
@@ -248,20 +278,30 @@ def _reader_problem(e: Exception, path: Path, limit: int = 300) -> str:
     return text.rstrip(". ")
 
 
-def read_verl(path: str | Path) -> list[RolloutRow]:
+def read_verl(path: str | Path, bad: Bad | None = None) -> list[RolloutRow]:
     """Rows of a verl-style JSONL dump: ``{"input", "output", "score", "step", ...}`` per line.
 
     ``score`` as an object adds its entries as columns (reward values); columns already present win.
     """
     path = Path(path)
-    rows = []
-    for n, obj in json_objects(path, lambda n, problem: RolloutFileError(path, n or None, None, problem)):
+    _regular(path)
+    try:
+        lines = list(json_lines(path))
+    except InputFileError as e:
+        raise RolloutFileError(path, None, None, e.problem) from None
+    records = []
+    for n, obj, problem in lines:
+        if problem is not None:
+            if bad is None:
+                raise RolloutFileError(path, n, None, problem)
+            bad(RolloutFileError(path, n, None, problem))
+            continue
         values = dict(obj)
         if isinstance(obj.get("score"), dict):
             for k, v in obj["score"].items():
                 values.setdefault(str(k), v)
-        rows.append(_make_row(path, n, values, "input", "output"))
-    return rows
+        records.append((n, values))
+    return _rows_of(path, records, "input", "output", bad)
 
 
 def detect_format(path: str | Path) -> str:
@@ -274,12 +314,13 @@ def detect_format(path: str | Path) -> str:
     raise MrtpoError(f"cannot tell the format of {path} from its name; pass --format trl (parquet) or verl (JSONL)")
 
 
-def read_rollouts(path: str | Path, fmt: str = "auto") -> list[RolloutRow]:
-    """Rows of a rollout file in format ``trl``, ``verl`` or ``auto`` (by file name)."""
+def read_rollouts(path: str | Path, fmt: str = "auto", bad: Bad | None = None) -> list[RolloutRow]:
+    """Rows of a rollout file in format ``trl``, ``verl`` or ``auto`` (by file name); ``bad``: see the module's
+    docstring."""
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt not in FORMATS:
         raise MrtpoError(f"unknown rollout format '{fmt}'; use trl (parquet) or verl (JSONL)")
-    rows = read_trl(path) if fmt == "trl" else read_verl(path)
+    rows = read_trl(path, bad) if fmt == "trl" else read_verl(path, bad)
     if not rows:
         raise RolloutFileError(path, None, None, "no rows")
     return rows

@@ -31,17 +31,21 @@ one viewer reads them all beside mrtpo's own credit log.
   go to ``extra``; no tokens.  Groups: rows of a step with the same prompt.
 
 Every problem is a :class:`mrtpo.creditlog.CreditLogError` naming the file, the row (line) and the field; a file in
-none of the formats says which fields each one needs.
+none of the formats says which fields each one needs.  The readers take ``bad``: given, a row that cannot be read (a
+torn line, a missing field, an infinity) is passed to it and skipped, and the rest of the log is read.  ``NaN`` (what
+Python's ``json.dumps`` writes) is "no value" in every reader: a reward not scored, a per-token value missing (null).
+Format detection (:func:`detect_format`) reads a file's first rows only.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from mrtpo.creditlog import CreditLogError, CreditRow, CreditStep, read_credit_log
-from mrtpo.creditlog.files import json_rows
+from mrtpo.creditlog.files import NO_META, STEP_FILE, Bad, first_rows, json_rows
 from mrtpo.creditlog.format import META_FILE
 
 FORMATS = ("credit-log", "board", "prime-rl", "trl", "verl")
@@ -54,6 +58,7 @@ NONE_OF_THEM = ("in none of the formats mrtpo reads: an mrtpo credit log is a fo
                 "board row has " + ", ".join(BOARD_REQUIRED) + "; a prime-rl token export row has " +
                 ", ".join(PRIME_REQUIRED) + "; a verl dump row has input, output, score; TRL's completions log is "
                 "parquet")
+CREDIT_ROW = ("token_advantages", "reward_advantages", "relevance")  # a credit log's row (one step file given)
 
 Decode = Callable[[list[int]], str]
 
@@ -63,7 +68,8 @@ _rows = json_rows  # (line number, object) per JSONL line, errors naming file an
 
 
 def _number(v, path, n, name, null: bool = False) -> float | None:
-    if v is None and null:
+    """A finite number; with ``null``, None and NaN are None (no value)."""
+    if null and (v is None or (isinstance(v, float) and math.isnan(v))):
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise CreditLogError(path, n, name, f"must be a number{' or null' if null else ''}, got {str(v)[:40]!r}")
@@ -91,6 +97,18 @@ def _series(obj: dict, name: str, path, n, T: int | None = None, required: bool 
     if T is not None and len(out) != T:
         raise CreditLogError(path, n, name, f"has {len(out)} values for {T} tokens")
     return out
+
+
+def _lenient(make: Callable[..., CreditRow], args: tuple, bad: Bad | None) -> CreditRow | None:
+    """``make(*args)``; its :class:`CreditLogError` raised, or with ``bad`` given passed to it (None: the row is
+    skipped)."""
+    try:
+        return make(*args)
+    except CreditLogError as e:
+        if bad is None:
+            raise
+        bad(e)
+        return None
 
 
 def _require(obj: dict, names: Iterable[str], path, n) -> None:
@@ -146,14 +164,15 @@ def board_row(obj: dict, path, n: int) -> CreditRow:
                      row=n)
 
 
-def read_board(path: str | Path, after_step: int | None = None) -> list[CreditStep]:
-    """An OpenRLHF board JSONL file, or every ``*.jsonl`` in a folder (name order), as steps after ``after_step``."""
+def read_board(path: str | Path, after_step: int | None = None, bad: Bad | None = None) -> list[CreditStep]:
+    """An OpenRLHF board JSONL file, or every ``*.jsonl`` in a folder (name order), as steps after ``after_step``;
+    ``bad``: see the module's docstring."""
     path = Path(path)
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     if not files:
         raise CreditLogError(path, 0, "", "no .jsonl files in this folder")
-    rows = [board_row(obj, f, n) for f in files for n, obj in _rows(f)]
-    rows = [r for r in rows if after_step is None or r.step > after_step]
+    rows = [_lenient(board_row, (obj, f, n), bad) for f in files for n, obj in _rows(f, bad)]
+    rows = [r for r in rows if r is not None and (after_step is None or r.step > after_step)]
     return group_steps(rows, lambda r: r.prompt)
 
 
@@ -217,50 +236,77 @@ def prime_files(path: Path, after_step: int | None = None) -> list[Path]:
     return [f for _, d in sorted(steps) for f in sorted(d.glob("rank_*.jsonl"))]
 
 
-def read_prime_rl(path: str | Path, after_step: int | None = None, decode: Decode | None = None) -> list[CreditStep]:
-    """A prime-rl token export (:func:`prime_files`) as steps after ``after_step``; ``decode`` gives the texts."""
+def read_prime_rl(path: str | Path, after_step: int | None = None, decode: Decode | None = None,
+                  bad: Bad | None = None) -> list[CreditStep]:
+    """A prime-rl token export (:func:`prime_files`) as steps after ``after_step``; ``decode`` gives the texts;
+    ``bad``: see the module's docstring."""
     path = Path(path)
     if not path.exists():
         raise CreditLogError(path, 0, "", "no such file or folder")
-    rows = [prime_row(obj, f, n, decode) for f in prime_files(path, after_step) for n, obj in _rows(f)]
-    rows = [r for r in rows if after_step is None or r.step > after_step]
+    rows = [_lenient(prime_row, (obj, f, n, decode), bad) for f in prime_files(path, after_step)
+            for n, obj in _rows(f, bad)]
+    rows = [r for r in rows if r is not None and (after_step is None or r.step > after_step)]
     return group_steps(rows, lambda r: tuple(r.extra["prompt_ids"]))
 
 
 # ---------------------------------------------------------------------------------------------- TRL, verl
-def read_rollout_log(path: str | Path, fmt: str, after_step: int | None = None) -> list[CreditStep]:
+def read_rollout_log(path: str | Path, fmt: str, after_step: int | None = None,
+                     bad: Bad | None = None) -> list[CreditStep]:
     """TRL's completions parquet or a verl JSONL dump (``fmt``) as steps of rows without tokens (its problems:
-    :class:`mrtpo.integrations.rollouts.RolloutFileError`, naming the file, the row and the column)."""
+    :class:`mrtpo.integrations.rollouts.RolloutFileError`, naming the file, the row and the column; ``bad``: see the
+    module's docstring).  A NaN reward is not scored (None), a NaN advantage is None."""
     from mrtpo.integrations.rollouts import read_rollouts
 
     rows = []
-    for r in read_rollouts(path, fmt):
+    for r in read_rollouts(path, fmt, bad=bad):
         if fmt == "verl":
             score = r.values.get("score")
             vals = dict(score) if isinstance(score, dict) else {"score": score}
         else:
             vals = {k: v for k, v in r.values.items() if k not in ("step", "advantage", "prompt", "completion")
                     and (v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)))}
-        rewards = {str(k): _reward(v, r.source, r.row, str(k)) for k, v in vals.items()}
+        try:
+            rewards = {str(k): _reward(v, r.source, r.row, str(k)) for k, v in vals.items()}
+        except CreditLogError as e:
+            if bad is None:
+                raise
+            bad(e)
+            continue
         text = {k: v for k, v in r.values.items() if isinstance(v, str)
                 and k not in ("prompt", "completion", "input", "output")}
+        adv = None if r.advantage is None or math.isnan(r.advantage) else r.advantage
         rows.append(CreditRow(step=r.step or 0, group=0, index=0, prompt=r.prompt, completion=r.completion,
-                              rewards=rewards, advantage=r.advantage, extra=text, source=r.source, row=r.row))
+                              rewards=rewards, advantage=adv, extra=text, source=r.source, row=r.row))
     rows = [r for r in rows if after_step is None or r.step > after_step]
     return group_steps(rows, lambda r: r.prompt)
 
 
 # ---------------------------------------------------------------------------------------------- any of them
+def credit_logs_in(path: str | Path) -> list[Path]:
+    """The credit logs a folder holds as child folders (each with its ``meta.json``), in name order; none for a log
+    itself or a file (the folder is listed, nothing is read)."""
+    path = Path(path)
+    try:
+        if not path.is_dir() or (path / META_FILE).is_file():
+            return []
+        return [d for d in sorted(path.iterdir()) if d.is_dir() and (d / META_FILE).is_file()]
+    except OSError:  # a folder this user may not list: its reader says so
+        return []
+
+
 def log_folder(path: str | Path) -> Path:
     """Where a run folder keeps its log: a folder holding one credit log (a child folder with ``meta.json``) → that
-    child; TRL's output folder (a ``completions`` child folder of parquet files, ``log_completions=True``) → that
-    child; anything else as it is."""
+    child (two or more: a :class:`CreditLogError` naming them, one must be given); TRL's output folder (a
+    ``completions`` child folder of parquet files, ``log_completions=True``) → that child; anything else as it is."""
     path = Path(path)
-    if not path.is_dir() or (path / META_FILE).is_file():
-        return path
-    logs = [d for d in sorted(path.iterdir()) if d.is_dir() and (d / META_FILE).is_file()]
+    logs = credit_logs_in(path)
+    if len(logs) > 1:
+        names = ", ".join(d.name for d in logs[:6]) + (", …" if len(logs) > 6 else "")
+        raise CreditLogError(path, 0, "", f"holds {len(logs)} credit logs ({names}), one per run: give one of them")
     if len(logs) == 1:
         return logs[0]
+    if not path.is_dir():
+        return path
     if (path / "completions").is_dir() and any((path / "completions").glob("*.parquet")):
         return path / "completions"
     return path
@@ -268,8 +314,9 @@ def log_folder(path: str | Path) -> Path:
 
 def detect_format(path: str | Path) -> str:
     """``credit-log``, ``board``, ``prime-rl``, ``trl`` (parquet) or ``verl``, from the folder's layout, the file's
-    name or the first row's fields;
-    :class:`CreditLogError` for anything else, saying what each format needs."""
+    name or the first row's fields (reading the first rows only: the first that can be read decides);
+    :class:`CreditLogError` for anything else, saying what each format needs (a folder of step files without
+    ``meta.json``: the credit log reader's "no meta.json")."""
     path = Path(path)
     if not path.exists():
         raise CreditLogError(path, 0, "", "no such file or folder")
@@ -281,32 +328,45 @@ def detect_format(path: str | Path) -> str:
         if (path / "token_exports").is_dir() or any(d.is_dir() for d in path.glob("step_*")):
             return "prime-rl"
         files = sorted(path.glob("*.jsonl"))
+        if any(STEP_FILE.match(f.name) for f in files):
+            raise CreditLogError(path, 0, "", NO_META)
         if not files:
             raise CreditLogError(path, 0, "", NONE_OF_THEM)
         path = files[0]
-    for n, obj in _rows(path):
-        if all(k in obj for k in ("schema_version", "loss_mask", "token_ids")):
-            return "prime-rl"
-        if all(k in obj for k in ("prompt", "response")) and any(k in obj for k in ("response_tokens", "logprobs")):
-            return "board"
-        if all(k in obj for k in ("input", "output")):
-            return "verl"
-        raise CreditLogError(path, n, "", NONE_OF_THEM)
-    raise CreditLogError(path, 0, "", "no rows")
+    found, problems = None, []
+    with contextlib.closing(first_rows(path)) as rows:
+        for row in rows:  # the first row that can be read decides
+            if not isinstance(row[1], CreditLogError):
+                found = row
+                break
+            problems.append(row[1])
+    if found is None:
+        raise problems[0] if problems else CreditLogError(path, 0, "", "no rows")
+    n, obj = found
+    if all(k in obj for k in ("schema_version", "loss_mask", "token_ids")):
+        return "prime-rl"
+    if all(k in obj for k in ("prompt", "response")) and any(k in obj for k in ("response_tokens", "logprobs")):
+        return "board"
+    if all(k in obj for k in ("input", "output")):
+        return "verl"
+    if all(k in obj for k in CREDIT_ROW):
+        raise CreditLogError(path, n, "", "a row of an mrtpo credit log: give the log's folder (the one with "
+                                          f"{META_FILE}), not one of its step files")
+    raise CreditLogError(path, n, "", NONE_OF_THEM)
 
 
 def read_run_log(path: str | Path, fmt: str = "auto", after_step: int | None = None,
-                 decode: Decode | None = None) -> list[CreditStep]:
+                 decode: Decode | None = None, bad: Bad | None = None) -> list[CreditStep]:
     """The steps after ``after_step`` of a run's log in any format mrtpo reads (``auto``: :func:`detect_format`); a run
-    folder is read where it keeps its log (:func:`log_folder`)."""
+    folder is read where it keeps its log (:func:`log_folder`); ``bad``: see the module's docstring."""
     path = log_folder(path)
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "credit-log":
-        return read_credit_log(path, after_step).steps
+        return read_credit_log(path, after_step, bad).steps
     if fmt == "board":
-        return read_board(path, after_step)
+        return read_board(path, after_step, bad)
     if fmt == "prime-rl":
-        return read_prime_rl(path, after_step, decode)
+        return read_prime_rl(path, after_step, decode, bad)
     if fmt in ("trl", "verl"):
-        return read_rollout_log(path, fmt, after_step)
+        return read_rollout_log(path, fmt, after_step, bad)
     raise CreditLogError(path, 0, "", f"unknown format '{fmt}'; one of {', '.join(FORMATS)}")

@@ -12,6 +12,7 @@ import torch
 
 from mrtpo.errors import MrtpoError
 from mrtpo.model.load import LoadedModel
+from mrtpo.model.windows import prefix_mode
 
 # Model plumbing shared by the replay (mrtpo.replay), the sampler and the trainer's log-probs.
 PRECISIONS = ("auto", "model", "bfloat16")
@@ -143,6 +144,7 @@ class Decoder:
         if self.few_rows:
             self.module = few_rows_stack(backbone)
         self.cache_kwarg = cache_kwarg(backbone)
+        self.prefix_mode = prefix_mode(backbone)  # how a pass over a padded past masks sliding windows
 
     def memo(self, name: str, make):
         """``make()``, made once per Decoder — or, for a kept one, once per module and dtype — under the module's

@@ -20,6 +20,14 @@ def buffer_cache(buf: torch.Tensor, past: int):
     return cache
 
 
+def full_cache():
+    """An empty transformers DynamicCache whose every layer keeps every key, whatever the model's config says (the
+    cache a model makes for itself keeps only the last W keys of a sliding-window layer)."""
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
 @functools.cache
 def _buffer_layer_class():
     """transformers is imported lazily (the CLI starts fast), so the DynamicLayer subclass is made on first use."""

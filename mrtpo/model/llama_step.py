@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from mrtpo.model.decoder import Decoder, rows_linear
+from mrtpo.model.windows import layer_windows
 
 _STATIC_ROPE = ("default", "linear", "llama3")  # inv_freq does not depend on the sequence length
 _LAYER_PARAMS = ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
@@ -25,8 +26,11 @@ _LAYER_PARAMS = ("input_layernorm.weight", "self_attn.q_proj.weight", "self_attn
 
 def supports(backbone: torch.nn.Module, params: dict[str, torch.Tensor]) -> bool:
     """Whether :class:`LlamaStep` computes exactly what ``backbone``'s layers do: a transformers ``LlamaModel`` (no
-    biases, SiLU, a rotary embedding whose frequencies do not depend on the length) with exactly the parameters
-    ``params`` names (a peft stack's adapter weights, say, make it refuse)."""
+    biases, SiLU, a rotary embedding whose frequencies do not depend on the length — rope scaling "llama3" included —,
+    no sliding window, eager or SDPA attention) with exactly the parameters ``params`` names (a peft stack's adapter
+    weights, say, make it refuse). Every other architecture is refused: Qwen 2's q / k / v biases, Qwen 3's and
+    Gemma 3's q / k norms, Mistral's and Gemma's sliding windows, Gemma's scaled embeddings and soft-capped
+    attention, Phi-3's fused projections, GPT-2 and GPT-NeoX."""
     cfg = getattr(backbone, "config", None)
     rotary = getattr(backbone, "rotary_emb", None)
     if type(backbone).__name__ != "LlamaModel" or cfg is None or rotary is None:
@@ -36,6 +40,13 @@ def supports(backbone: torch.nn.Module, params: dict[str, torch.Tensor]) -> bool
             or getattr(rotary, "rope_type", None) not in _STATIC_ROPE):
         return False
     if any(type(layer).__name__ != "LlamaDecoderLayer" for layer in backbone.layers):
+        return False
+    try:  # its attention sees every earlier key (no sliding window), in plain eager / SDPA form
+        if any(w is not None for w in layer_windows(cfg)):
+            return False
+    except ValueError:
+        return False
+    if getattr(cfg, "_attn_implementation", "sdpa") not in ("eager", "sdpa"):
         return False
     want = {"embed_tokens.weight", "norm.weight"}
     want |= {f"layers.{i}.{name}" for i in range(len(backbone.layers)) for name in _LAYER_PARAMS}

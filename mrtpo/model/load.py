@@ -9,6 +9,9 @@
 - anything else: a Hugging Face model id or a local folder, loaded with ``from_pretrained`` (offline-friendly:
   a name that cannot be found raises one clear MrtpoError).
 
+A model the sampler and the replay cannot run, or whose tokenizer has ids past its embedding's rows, is refused by
+name at load (:func:`mrtpo.model.arch.check_model`).
+
 ``device="auto"`` picks CUDA in bfloat16 when available, else CPU in float32.
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 import torch
 
 from mrtpo.errors import MrtpoError
+from mrtpo.model.arch import check_model
 from mrtpo.model.defaults import DEFAULT_MODEL, TINY_MODEL
 from mrtpo.model.rng import seeded_global
 
@@ -113,6 +117,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto") -> LoadedModel:
             model, tok = _load_pretrained(str(_default_cached()), dtype)
         else:
             model, tok = _load_pretrained(name, dtype)
+    check_model(model, tok, name)  # a model the replay cannot run, or a tokenizer past its embedding: refused here
     model = model.to(device=dev, dtype=dtype).eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
@@ -224,10 +229,11 @@ def convert_gguf(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _tiny_random():
-    """A 2-layer Llama (hidden 64) over a byte-level tokenizer; seeded, so identical on every call."""
+def byte_tokenizer():
+    """A byte-level tokenizer of 259 ids (3 specials, then the 256 bytes) with a ChatML-like template, built in code:
+    tiny-random's, and the random models' of :mod:`mrtpo.model.zoo`. A new object per call."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     alphabet = pre_tokenizers.ByteLevel.alphabet()
@@ -245,8 +251,16 @@ def _tiny_random():
         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
+    return tok
+
+
+def _tiny_random():
+    """A 2-layer Llama (hidden 64) over the byte-level tokenizer; seeded, so identical on every call."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = byte_tokenizer()
     cfg = LlamaConfig(
-        vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
     )

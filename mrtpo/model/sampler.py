@@ -11,6 +11,7 @@ import torch
 
 from mrtpo.config import check_fields, opt
 from mrtpo.errors import MrtpoError
+from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, rows_linear
 from mrtpo.model.defaults import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS, TEMPERATURE, TOP_P
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
@@ -65,6 +66,7 @@ def sample(
     else an MrtpoError.
     """
     _check_sample_args(n, max_new_tokens, temperature, top_p)
+    check_model(lm.model, lm.tokenizer, lm.name)
     dtype = compute_dtype(lm, precision)
     ids = lm.encode(lm.chat_prompt(prompt))
     check_length(lm, len(ids) + max_new_tokens, "prompt + max_new_tokens")
@@ -108,7 +110,8 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     The prompt goes through the decoder stack once (1 row); its keys and values are copied into one buffer of n rows
     sized for prompt + max_new_tokens, which every decoding step writes in place
     (:func:`mrtpo.model.kvcache.buffer_cache`).
-    A step projects only the n last hidden states onto the vocabulary (in ``dtype``) and takes float32 logits through
+    A step projects only the n last hidden states onto the vocabulary (in ``dtype``; soft-capped where the model's
+    config says so, Gemma 2's tanh(z / c) · c) and takes float32 logits through
     :func:`next_token_scores`; greedy takes the argmax. ``exact_draws`` draws with ``torch.multinomial``, as
     ``generate`` does (at the model's dtype: same seed, same samples); otherwise :func:`draw` draws from the same
     distribution with one uniform number per row instead of one exponential per vocabulary entry (about 2 ms
@@ -147,13 +150,17 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     del prefill, layers
     cache = buffer_cache(buf, P) if step is None else None  # the own step writes into buf itself
     weight, bias = _head_weights(lm, dec)
+    cap = final_softcap(lm.model.config)  # Gemma 2's final-logit soft-cap, as its forward applies it
     fill = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else next(iter(stop), 0)
     stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
     tokens = torch.full((n, max_new_tokens), fill, dtype=torch.long, device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     h = out.last_hidden_state[:, -1]  # (1, H) after the prompt, then (n, H)
     for t in range(max_new_tokens):
-        logits = linear(h, weight, bias).float().expand(n, -1)  # (n, V)
+        logits = linear(h, weight, bias)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        logits = logits.float().expand(n, -1)  # (n, V)
         scores = next_token_scores(logits, temperature, top_p)
         if temperature <= 0:
             nxt = scores.argmax(dim=-1)

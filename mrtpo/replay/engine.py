@@ -40,6 +40,7 @@ from mrtpo.model import (
     token_offsets,
     tokenize_response,
 )
+from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.llama_step import llama_step
 from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
@@ -157,7 +158,7 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
     Wt = dec.memo("head_t", head_t) if dec is not None else head_t()
     bias = getattr(head, "bias", None)
     bias = None if bias is None else bias.detach().float()
-    cap = getattr(lm.model.config, "final_logit_softcapping", None)
+    cap = final_softcap(lm.model.config)  # Gemma 2's tanh(z / c) · c, as the model's own logits
     exact = dtype == torch.float32
     others = plan.variants[1:]  # every P_\\k, then every P_k′
     chunk = max(1, stats.pop("logits_budget") // (Wt.shape[1] * (1 + len(others))))
@@ -282,6 +283,7 @@ def replay_groups(
                          "(replay_scored) or its evidence (ReplayResult.with_measure)")
     if not groups:
         return []
+    check_model(lm.model, lm.tokenizer, lm.name)  # a model it cannot run is refused before any work
     t0 = time.perf_counter()
     plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
                    needs_rewording(measure) if reword is None else reword) for g in groups]
@@ -340,6 +342,7 @@ def naive_replay_group(
 ) -> ReplayResult:
     """Reference replay: every (variant, response) sequence alone, full prompt, full logits, no cache (P_all's
     attention, where read, as in :func:`replay_group`)."""
+    check_model(lm.model, lm.tokenizer, lm.name)
     t0 = time.perf_counter()
     plan = _plan(lm, prompt, verifier_info, responses, template, rewards,
                  needs_rewording(measure) if reword is None else reword)

@@ -9,7 +9,10 @@ forward pass whose past is its ancestors' KV cache.  Every trie node runs exactl
 
 Row j of a pass holds [ancestors' keys (left-aligned, padded to the batch's longest past) | its own tokens
 (padded)]; the attention mask hides the padding and the positions are the tokens' positions in their
-sequences, so a cached key (already rotated) means the same as in a one-sequence pass.
+sequences, so a cached key (already rotated) means the same as in a one-sequence pass.  Every layer keeps every
+key, a sliding-window layer too; for a model with sliding windows the masks are made from the keys' and queries'
+positions (:mod:`mrtpo.model.windows`), since a key's index in the row is not its position — or, where they cannot
+be, nothing is shared and each sequence runs from position 0 in its own row.
 """
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mrtpo.model.kvcache import buffer_cache, cache_tensors
+from mrtpo.model.kvcache import buffer_cache, cache_tensors, full_cache
+from mrtpo.model.windows import pass_masks
 
 
 @dataclass
@@ -131,6 +135,8 @@ def shared_hidden(
     once per pass).  A pass holds at most ``token_budget`` padded new tokens and ``kv_budget`` padded (past + new)
     tokens.  Returns per sequence (hi − lo, H), the trie and pass counts.
     """
+    if own is None and getattr(decoder, "prefix_mode", "model") == "unshared":
+        share = False  # sliding windows the passes cannot mask from positions: each sequence from position 0
     trie = build_trie(seqs, share)
     segs = trie.segments
     # Shared (branching) segments level by level; then every leaf at once, whatever its depth, so that the
@@ -251,9 +257,16 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
         for j in keep:
             kv[batch[j]] = buf[:, :, j, :, C : C + len(segs[batch[j]].tokens)].clone()  # (layers, 2, kv_heads, n, d)
     else:
-        kwargs = {decoder.cache_kwarg: buffer_cache(buf, C)} if C > 0 else {}
-        out = decoder(input_ids=input_ids.to(device), attention_mask=mask.long().to(device),
-                      position_ids=pos.to(device), use_cache=bool(keep) or C > 0, **kwargs)
+        # the layers get every key (a sliding-window layer too: its window is in the mask), so a kept segment's keys
+        # are whole whatever the model's own cache would keep
+        kwargs = {decoder.cache_kwarg: buffer_cache(buf, C) if C > 0 else full_cache()} if keep or C > 0 else {}
+        attention_mask = mask.long().to(device)
+        if getattr(decoder, "prefix_mode", "model") == "own":  # sliding windows: masks from positions
+            key_pos = torch.cat([torch.arange(C).expand(b, C), pos], dim=1)  # (b, C + L)
+            attention_mask = pass_masks(decoder.module.config, key_pos.to(device), mask.to(device), pos.to(device),
+                                        mask[:, C:].to(device), decoder.dtype)
+        out = decoder(input_ids=input_ids.to(device), attention_mask=attention_mask, position_ids=pos.to(device),
+                      use_cache=bool(keep) or C > 0, **kwargs)
         h = out.last_hidden_state
         if keep:
             cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values

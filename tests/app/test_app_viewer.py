@@ -17,6 +17,13 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from tests.creditlog.test_credit_log import _credit, _rows, _writer  # noqa: E402
 
 PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "your-rollouts.py")
+FIX = Path(__file__).resolve().parents[1] / "integrations" / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _logs_root(tmp_path, monkeypatch):
+    """The app reads logs under its roots only: these tests' folders are the roots."""
+    monkeypatch.setenv("MRTPO_LOGS_ROOT", f"{tmp_path}{os.pathsep}{FIX}")
 
 
 def _ok(at: AppTest) -> None:
@@ -45,7 +52,8 @@ def test_viewer_follows_a_growing_credit_log_without_rereading_old_steps(tmp_pat
         w.write_step(s, _rows(s, R, mask, credit))
     read = []
     real = F.read_step_file
-    monkeypatch.setattr(F, "read_step_file", lambda p, step=None: read.append(Path(p).name) or real(p, step))
+    monkeypatch.setattr(F, "read_step_file",
+                        lambda p, step=None, bad=None: read.append(Path(p).name) or real(p, step, bad))
     at = _viewer(tmp_path / "log")
     assert read == ["step-000001.jsonl", "step-000002.jsonl"]
     assert at.selectbox(key="rollouts_step").value == 2  # the newest step
@@ -138,16 +146,19 @@ def test_viewer_a_credit_log_with_no_step_yet_and_the_format_picker(tmp_path):
     at.button(key="rollouts_check").click().run()
     _ok(at)
     assert at.selectbox(key="rollouts_step").options == ["1"]
-    at.selectbox(key="rollouts_log_format").set_value("board").run()  # a wrong format, picked by hand
-    assert not at.exception and "field 'response': missing" in _shown(at.error[0].value)
+    at.selectbox(key="rollouts_log_format").set_value("board").run()  # a wrong format, picked by hand: every row
+    assert not at.exception and "field 'response': missing" in _shown(at.warning[0].value)  # skipped, each said
 
 
 @pytest.mark.parametrize("folder, fmt, steps, rows", [
     ("board", "OpenRLHF board JSONL", ["1"], "probability p"),  # the newest step held back (ranks may be writing)
     ("prime_rl", "prime-rl token export", ["1", "2"], "advantage A_t"),  # step 3 has no STABLE yet
 ])
-def test_viewer_on_the_tool_fixtures(folder, fmt, steps, rows):
-    at = _viewer(Path(__file__).resolve().parents[1] / "integrations" / "fixtures" / folder)
+def test_viewer_on_the_tool_fixtures(folder, fmt, steps, rows, tmp_path):
+    import shutil
+
+    shutil.copytree(FIX / folder, tmp_path / folder, copy_function=shutil.copy)  # fresh: a run still writing
+    at = _viewer(tmp_path / folder)
     assert any(fmt in _shown(m.value) for m in at.markdown)
     assert at.selectbox(key="rollouts_step").options == steps
     assert rows in at.get("html")[0].proto.body and len(at.dataframe[1].value) > 0  # heatmap rows, token table
@@ -173,16 +184,17 @@ def test_viewer_on_a_run_folder_finds_its_log(tmp_path):
     assert at.dataframe[0].value["r"].tolist() == [1.0, 0.0]
 
 
-def test_a_bad_step_file_is_a_message_above_the_steps_read_before(tmp_path):
+def test_a_bad_step_file_is_a_warning_above_the_steps_read_before(tmp_path):
     R, mask, credit = _credit()
     w = _writer(tmp_path)
     w.write_step(1, _rows(1, R, mask, credit))
     at = _viewer(tmp_path / "log")
     (tmp_path / "log" / "step-000002.jsonl").write_text("{oops\n")
     at.run()
-    assert not at.exception and "step-000002.jsonl: row 1: not valid JSON" in _shown(at.error[0].value)
-    assert at.selectbox(key="rollouts_step").options == ["1"] and at.get("html")  # step 1 still shown
-    w.write_step(2, _rows(2, R, mask, credit))  # the file written again, whole
-    at.run()
+    assert not at.exception and not at.error
+    assert "step-000002.jsonl: row 1: not valid JSON" in _shown(at.warning[0].value)
+    assert at.selectbox(key="rollouts_step").options == ["1", "2"]  # step 2: its one row skipped, an empty step
+    assert "empty step" in _shown(at.info[0].value)
+    at.selectbox(key="rollouts_step").set_value(1).run()
     _ok(at)
-    assert at.selectbox(key="rollouts_step").options == ["1", "2"]
+    assert at.get("html")  # step 1 still shown

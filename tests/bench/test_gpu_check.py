@@ -8,11 +8,16 @@ import pytest
 import torch
 
 from bench import gpu_check as G
+from bench import scaling
 
 
 @pytest.mark.trl
-def test_the_gpu_check_runs_on_the_cpu():
-    f = G.run("tiny-random", "cpu", group=4, tokens=16)
+def test_the_gpu_check_runs_on_the_cpu(capsys):
+    tiny_grid = scaling.Grid(T=(8,), K=(1,), G=(1,), V=(300,), layers=1, repeats=1)
+    real = {"T": 16, "K": 2, "G": 2, "V": 500, "layers": 1}
+    f = G.run("tiny-random", "cpu", group=4, tokens=16, scaling_grid=tiny_grid, real_point=real)
+    assert "scaling on cpu:\n| factor | value |" in capsys.readouterr().out  # check 5: its one table
+    assert f["real-size forward tokens"] > 0 and math.isfinite(f["scaling exponent on 1+K"])
     assert f["device"] == "cpu" and f["model dtype"] == "float32"
     assert 4 <= f["tokens sampled"] <= 4 * 16
     assert f["tokens × rewards compared"] > 0

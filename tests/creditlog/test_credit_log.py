@@ -130,8 +130,8 @@ def test_polling_reads_only_the_new_steps(tmp_path, monkeypatch):
     import mrtpo.creditlog.files as F
 
     opened = []
-    real = F.json_lines
-    monkeypatch.setattr(F, "json_lines", lambda p: opened.append(p.name) or real(p))
+    real = F.open_log_file
+    monkeypatch.setattr(F, "open_log_file", lambda p: opened.append(p.name) or real(p))
     assert [s.step for s in f.poll()] == [3] and opened == ["step-000003.jsonl"]
     assert [s.step for s in read_credit_log(tmp_path / "log", after_step=1).steps] == [2, 3]
     (tmp_path / "log" / ".step-000004.jsonl.abc.tmp").write_text("{torn")  # a writer's temp file: ignored

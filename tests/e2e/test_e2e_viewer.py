@@ -16,7 +16,8 @@ from tests.e2e.test_e2e_browser import (  # (skipped there without chromium)
 NEW = ("ab, c", "xyz", "fresh words here", "no")  # response 2: the first shown (advantage ≠ 0)
 
 
-def test_viewer_follows_a_growing_log_in_chromium(tmp_path):
+def test_viewer_follows_a_growing_log_in_chromium(tmp_path, monkeypatch):
+    monkeypatch.setenv("MRTPO_LOGS_ROOT", str(tmp_path))  # the app reads logs under its root only
     R, mask, credit = _credit()
     w = _writer(tmp_path)
     w.write_step(1, _rows(1, R, mask, credit))

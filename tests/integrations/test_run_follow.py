@@ -3,9 +3,7 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
-from mrtpo.creditlog import CreditLogError, CreditLogWriter
+from mrtpo.creditlog import CreditLogWriter
 from mrtpo.integrations.run_follow import RunFollower
 from tests.creditlog.test_credit_log import _credit, _rows
 
@@ -57,10 +55,12 @@ def test_follow_a_growing_board_file(tmp_path):
     assert f.poll() == []
     (st2,) = f.poll(final=True)  # the run is over: its last step too
     assert st2.step == 2 and st2.rows[0].row == 5 and st2.rows[0].completion == "Apple 🍎"
+    # a bad row is skipped with a problem naming the file and the row; the follower moves on past it
     with open(log, "a") as fh:
-        fh.write('{"prompt": "p"}\n')
-    with pytest.raises(CreditLogError, match=r"board.jsonl: row 6: field 'response': missing"):
-        f.poll()
+        fh.write('{"prompt": "p"}\n' + "".join(json.dumps({**s2[0], "step": s}) + "\n" for s in (3, 4)))
+    (st3,) = f.poll()
+    assert st3.step == 3 and [r.row for r in st3.rows] == [7]
+    assert [str(e) for e in f.problems] == [f"{log}: row 6: field 'response': missing"]
 
 
 def test_follow_trl_completions_and_verl_dumps(tmp_path):

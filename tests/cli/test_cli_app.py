@@ -1,0 +1,49 @@
+"""``mrtpo app --logs-root DIR``: the folders the run viewer may read, handed to the server as $MRTPO_LOGS_ROOT;
+a missing folder is refused before the server starts."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from mrtpo.cli import main
+
+
+class Started(BaseException):
+    """Raised by the stand-in for ``os.execve`` (the server would replace this process)."""
+
+
+@pytest.fixture()
+def execve(monkeypatch):
+    calls = []
+
+    def fake(exe, argv, env):
+        calls.append((argv, env))
+        raise Started
+    monkeypatch.setattr(os, "execve", fake)
+    return calls
+
+
+def test_logs_root_reaches_the_server(tmp_path, monkeypatch, capsys, execve):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MRTPO_LOGS_ROOT", raising=False)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with pytest.raises(Started):
+        main(["app", "--port", "8600", "--logs-root", "a", "--logs-root", str(tmp_path / "b")])
+    argv, env = execve[0]
+    assert env["MRTPO_LOGS_ROOT"] == f"{tmp_path.resolve() / 'a'}{os.pathsep}{tmp_path.resolve() / 'b'}"
+    assert "8600" in argv and f"run logs are read under {tmp_path.resolve() / 'a'}, " in capsys.readouterr().err
+    # without the flag: $MRTPO_LOGS_ROOT as it is, else the working folder's runs/
+    with pytest.raises(Started):
+        main(["app"])
+    assert "MRTPO_LOGS_ROOT" not in execve[1][1]
+    assert f"run logs are read under {tmp_path.resolve() / 'runs'}" in capsys.readouterr().err
+
+
+def test_a_missing_logs_root_is_refused_before_the_server_starts(tmp_path, capsys, execve):
+    (tmp_path / "file").write_text("x")
+    assert main(["app", "--logs-root", str(tmp_path / "nope")]) == 2
+    assert f"error: --logs-root {tmp_path / 'nope'}: no such folder" in capsys.readouterr().err
+    assert main(["app", "--logs-root", str(tmp_path / "file")]) == 2
+    assert "--logs-root" in capsys.readouterr().err and execve == []
