@@ -43,7 +43,7 @@ def memo(key: tuple, inputs: tuple, make: Callable):
     return value
 
 
-def hot_table(view: TokenView, responses: Sequence[int], titles: Sequence[str]) -> list[dict]:
+def hot_table(view: TokenView, responses: Sequence[int], titles) -> list[dict]:
     """One row per hottest span (:func:`mrtpo.views.overview.hot_spans`) of ``responses`` × replayed rewards."""
     rows = []
     for i in responses:
@@ -56,14 +56,15 @@ def hot_table(view: TokenView, responses: Sequence[int], titles: Sequence[str]) 
 
 
 def show(view: TokenView, key: str, *, group=None, scale: str = "response", vmax: tuple[float, float] | None = None,
-         titles: Sequence[str] | None = None, responses: Sequence[int] | None = None,
+         titles: Sequence[str] | dict[int, str] | None = None, responses: Sequence[int] | None = None,
          picker_key: str | None = None, picker_label: str = "Response (drawn in full)") -> tuple[int, str]:
     """The three parts of the module docstring for ``view`` (``responses``: the ones shown, default every one; one
     response: no picker).  ``key``: the widgets' prefix; ``picker_key``: the response picker's key (Explore shares
     it with its group table).  Returns the (response, reward) drawn in full."""
     G = len(view.texts)
     responses = list(range(G)) if responses is None else list(responses)
-    titles = list(titles) if titles is not None else [f"#{i} — advantage {view.final[i]:+.3f}" for i in range(G)]
+    if titles is None:  # (any mapping of the responses shown to their titles will do)
+        titles = [f"#{i} — advantage {view.final[i]:+.3f}" for i in range(G)]
     picker_key = picker_key or f"{key}_response"
     reward_key = f"{key}_reward"
     body = memo((key, "overview", scale, vmax, tuple(responses)), (view,),
