@@ -75,8 +75,8 @@ def show(view: TokenView, key: str, *, group=None, scale: str = "response", vmax
                "the hottest spans, listed below. Select a span, or pick a response and a reward, to draw it in full.")
     rows = memo((key, "hot", tuple(responses)), (view,), lambda: hot_table(view, responses, titles))
     if rows:
-        table = pd.DataFrame(rows)
-        sel = st.dataframe(table.drop(columns="_i"), hide_index=True, width="stretch", on_select="rerun",
+        table = pd.DataFrame(rows).drop(columns=["_i"] + (["response"] if len(responses) == 1 else []))
+        sel = st.dataframe(table, hide_index=True, width="stretch", on_select="rerun",
                            selection_mode="single-row", key=f"{key}_hot", height=min(36 * (len(rows) + 1), 320),
                            column_config={"text": st.column_config.TextColumn(width="large")})
         picked = sel.selection.rows[0] if sel.selection.rows else None
@@ -89,8 +89,8 @@ def show(view: TokenView, key: str, *, group=None, scale: str = "response", vmax
     names = [k for k in view.reward_names if k not in view.skipped] + [O.COMBINED]
     if st.session_state.get(reward_key) not in names:
         st.session_state.pop(reward_key, None)
-    c1, c2 = st.columns([3, 2])
-    if len(responses) > 1:
+    c1, c2 = st.columns([3, 2]) if len(responses) > 1 else (None, st.columns([2, 3])[0])
+    if c1 is not None:
         if st.session_state.get(picker_key) not in responses:
             st.session_state.pop(picker_key, None)
         i = c1.selectbox(picker_label, responses, key=picker_key, format_func=lambda j: titles[j])

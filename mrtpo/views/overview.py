@@ -38,6 +38,7 @@ from mrtpo.views.render import (
     combined_tips,
     diverging_color,
     evidence_note,
+    kept,
     legend,
     limits,
     oracle_row,
@@ -75,9 +76,9 @@ CSS = BASE_CSS + """
 .mrtpo .chip{display:inline-block;font-family:ui-monospace,Menlo,Consolas,monospace;padding:0 5px;border-radius:3px;
  border:1px solid #bbb}
 .mrtpo .tok.hot{box-shadow:inset 0 3px 0 #7b3294}
-.mrtpo .full .row{flex-direction:column;margin:4px 0}
-.mrtpo .full .row .lab{flex:none;padding:0 0 1px 0}
-.mrtpo .full .faith{display:inline;margin-left:8px}
+.mrtpo.full .row{flex-direction:column;margin:4px 0}
+.mrtpo.full .row .lab{flex:none;padding:0 0 1px 0}
+.mrtpo.full .faith{display:inline;margin-left:8px}
 .mrtpo .uni{font-size:12px;color:#444;margin:2px 0 4px 0}
 .mrtpo .ovkey{font-size:12px;color:#555;margin:4px 0}
 """
@@ -102,18 +103,18 @@ def hottest_spans(score: Sequence[float], n: int = HOT_SPANS, width: int = HOT_W
     w = max(1, min(width, C))
     cs = np.concatenate([[0.0], np.cumsum(s)])
     starts, lengths = np.meshgrid(np.arange(C), np.arange(1, w + 1), indexing="ij")  # (C, w) each
-    ok = starts + lengths <= C
-    starts, lengths = starts[ok], lengths[ok]
-    sums = cs[starts + lengths] - cs[starts]  # Σ score over cells [start, start + length)
-    taken = np.zeros(C, dtype=bool)
+    sums = cs[np.minimum(starts + lengths, C)] - cs[starts]  # Σ score over cells [start, start + length)
+    ok = (starts + lengths <= C) & (sums > 0)
+    starts, lengths, sums = starts[ok], lengths[ok], sums[ok]
+    order = np.lexsort((starts, lengths, -sums))
+    live = np.ones(len(order), dtype=bool)  # (in ``order``) overlaps no span chosen yet
+    s0, e0 = starts[order], starts[order] + lengths[order]
     out: list[tuple[int, int]] = []
-    for o in np.lexsort((starts, lengths, -sums)):
-        if len(out) == n or sums[o] <= 0:
-            break
-        a, b = int(starts[o]), int(starts[o] + lengths[o])
-        if not taken[a:b].any():
-            taken[a:b] = True
-            out.append((a, b))
+    while len(out) < n and live.any():
+        first = int(np.argmax(live))
+        a, b = int(s0[first]), int(e0[first])
+        out.append((a, b))
+        live &= (e0 <= a) | (s0 >= b)
     return out
 
 
@@ -128,9 +129,14 @@ def strip_bins(n_cells: int, n_bins: int = STRIP_BINS) -> list[tuple[int, int]]:
 
 
 def peaks(values: Sequence[float], bins: Sequence[tuple[int, int]]) -> np.ndarray:
-    """(B,) per bin, the value of its cell of largest |value| (with its sign): a strip's marks.  NaN counts as 0."""
+    """(B,) per bin (consecutive, as :func:`strip_bins` makes them), the value of its cell of largest |value| (with
+    its sign; the positive one of two equal sizes): a strip's marks.  NaN counts as 0."""
     v = np.nan_to_num(np.asarray(values, dtype=float))
-    return np.array([v[a:b][np.argmax(np.abs(v[a:b]))] if b > a else 0.0 for a, b in bins], dtype=float)
+    if not len(bins):
+        return np.zeros(0)
+    starts = np.array([a for a, _ in bins])
+    hi, lo = np.maximum.reduceat(v, starts), np.minimum.reduceat(v, starts)
+    return np.where(np.abs(hi) >= np.abs(lo), hi, lo)
 
 
 @dataclass(frozen=True)
@@ -147,13 +153,19 @@ class HotSpan:
     rho: float  # its tokens' mean ρ_ikt
 
 
+_CHARS: dict = {}
+
+
 def char_spans(tokens: Sequence[dict]) -> list[tuple[int, int]]:
     """Each token's [start, end) characters: its ``start`` / ``end`` when every token has them, else from the lengths
-    of the texts before it."""
-    if tokens and all("start" in t and "end" in t for t in tokens):
-        return [(int(t["start"]), int(t["end"])) for t in tokens]
-    ends = np.cumsum([len(t["text"]) for t in tokens]).tolist()
-    return list(zip([0] + ends[:-1], ends))
+    of the texts before it (kept for the last token lists: :func:`mrtpo.views.render.kept`)."""
+    def make():
+        if tokens and all("start" in t and "end" in t for t in tokens):
+            return [(int(t["start"]), int(t["end"])) for t in tokens]
+        ends = np.cumsum([len(t["text"]) for t in tokens]).tolist()
+        return list(zip([0] + ends[:-1], ends))
+
+    return kept(_CHARS, tokens, (len(tokens),), make)
 
 
 def moves(view: TokenView, i: int, reward: str) -> bool:
@@ -170,9 +182,16 @@ def heat(view: TokenView, i: int, reward: str, groups: list[list[int]]) -> np.nd
     return cell_values(np.asarray(view.relevance[i][reward], dtype=float) - 1.0, groups, "sum")
 
 
+_HOT: dict = {}
+
+
 def hot_spans(view: TokenView, i: int, reward: str, n: int = HOT_SPANS, width: int = HOT_WIDTH) -> list[HotSpan]:
     """The hottest spans of response ``i`` for ``reward`` (:func:`hottest_spans` over :func:`heat`); none for a reward
-    not replayed."""
+    not replayed.  Kept for the last views (the overview, the table and the full view all show them)."""
+    return kept(_HOT, view, (i, reward, n, width), lambda: _hot_spans(view, i, reward, n, width), size=512)
+
+
+def _hot_spans(view: TokenView, i: int, reward: str, n: int, width: int) -> list[HotSpan]:
     if reward in view.skipped:
         return []
     toks = view.tokens[i]
@@ -202,20 +221,22 @@ def chip(value: float, vmax: float) -> str:
 
 def _strip(view: TokenView, i: int, reward: str, lim: Limits, groups, hot: list[HotSpan]) -> str:
     """The strip of response ``i`` × ``reward`` and, under it, the hottest spans' numbered marks."""
-    toks = view.tokens[i]
-    chars = char_spans(toks)
+    chars = char_spans(view.tokens[i])
     moved = moves(view, i, reward)
     mv = cell_values(view.moved(i, reward), groups, "sum")
     rel = cell_values(view.relevance[i][reward], groups, "mean")
     bins = strip_bins(len(groups))
     marks = peaks(mv if moved else rel, bins)
     what, color, vmax = ("moved", diverging_color, lim.moved) if moved else ("ρ", sequential_color, lim.rel)
+    starts = np.array([a for a, _ in bins], dtype=int)
+    n = np.diff(np.append(starts, len(groups)))
+    mv_sum = np.add.reduceat(np.nan_to_num(mv), starts)
+    rel_mean, rel_max = np.add.reduceat(rel, starts) / n, np.maximum.reduceat(rel, starts)
     out = []
-    for (a, b), v in zip(bins, marks):
+    for (a, b), v, s, rm, rx in zip(bins, marks, mv_sum, rel_mean, rel_max):
         t0, t1 = groups[a][0], groups[b - 1][-1] + 1
-        tip = (f"characters {chars[t0][0]}–{chars[t1 - 1][1]} (tokens {t0}–{t1 - 1}) | moved Σ {mv[a:b].sum():+.4f} | "
-               f"relevance mean {np.nanmean(rel[a:b]):.3f}, max {np.nanmax(rel[a:b]):.3f} | mark: the {what} of "
-               f"largest size here, {v:+.4f}")
+        tip = (f"characters {chars[t0][0]}–{chars[t1 - 1][1]}, tokens {t0}–{t1 - 1} | moved Σ {s:+.4f} | ρ mean "
+               f"{rm:.3f}, max {rx:.3f} | mark ({what}) {v:+.4f}")
         out.append(f'<i style="background:{color(float(v), vmax)}" data-tip="{html.escape(tip)}"></i>')
     C = max(len(groups), 1)
     mk, ends = [], [-1.0, -1.0]  # each level's rightmost mark: a mark too close to one goes one level down
@@ -242,14 +263,14 @@ def _hot_html(view: TokenView, i: int, reward: str, lim: Limits, hot: list[HotSp
     colored like the strip (every number on hover); with ``link`` (the export) a click opens the full view there."""
     if not hot:
         return '<div class="hots"><span class="hs">no span got more than the uniform share</span></div>'
-    toks, tips = view.tokens[i], reward_tips(view, i, reward)
+    toks = view.tokens[i]
     moved = moves(view, i, reward)
     vals = view.moved(i, reward) if moved else view.relevance[i][reward]
     kind, vmax = ("diverging", lim.moved) if moved else ("sequential", lim.rel)
     out = []
     for h in hot:
         t0, t1 = h.tokens
-        cells = token_cells_html(toks[t0:t1], vals[t0:t1], kind, vmax, tips[t0:t1], first=t0)
+        cells = token_cells_html(toks[t0:t1], vals[t0:t1], kind, vmax, reward_tips(view, i, reward, t0, t1), first=t0)
         before, after = _context(toks, t0, t1)
         attrs = f' {link} data-k="{html.escape(reward)}" data-c="{h.cells[0]}" title="open in full"' if link else ""
         out.append(f'<span class="hs{" open" if link else ""}"{attrs}><b class="n">{h.rank}</b>characters '

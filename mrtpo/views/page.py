@@ -42,13 +42,18 @@ PAGE_CSS = """
 """
 
 
-def _num(x: float, digits: int = 6) -> float | None:
-    """A number for the page's JSON: ``digits`` significant digits; None (null) for NaN or ±inf."""
+def _num(x: float, digits: int = 9) -> float | None:
+    """A number for the page's JSON: ``digits`` significant digits (9: a float32 exactly, so the script shows the
+    digits the library shows); None (null) for NaN or ±inf."""
     x = float(x)
     return float(f"{x:.{digits}g}") if math.isfinite(x) else None
 
 
-def _nums(a) -> list[float | None]:
+def _nums(a, decimals: int | None = None) -> list[float | None]:
+    """:func:`_num` of each; ``decimals``: rounded to as many decimals instead (a number only the tooltips show,
+    with that many)."""
+    if decimals is not None:
+        return [round(float(x), decimals) if math.isfinite(x) else None for x in np.asarray(a, dtype=float)]
     return [_num(x) for x in np.asarray(a, dtype=float)]
 
 
@@ -95,7 +100,7 @@ def response_data(view: TokenView, i: int, scale: str = "response", vmax: tuple[
         uni = float(view.per_reward[i, j])
         d["rewards"][k] = {"head": render.reward_head(view, i, j, group), "uni": _num(uni),
                            "chip": O.chip(uni, lim.adv), "a": _nums(view.token_adv_per_reward[i][k]),
-                           "rho": _nums(view.relevance[i][k]), "js": _nums(view.js[i][k]), "ev": _runs(marks),
+                           "rho": _nums(view.relevance[i][k]), "js": _nums(view.js[i][k], 4), "ev": _runs(marks),
                            "note": note, "oracle": None if oracle is None else _nums(oracle),
                            "onote": render.oracle_note(note),
                            "hot": [list(h.cells) for h in O.hot_spans(view, i, k)]}

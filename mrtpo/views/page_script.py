@@ -109,7 +109,8 @@ SCRIPT = r"""
     var a = w.a.map(val), rho = w.rho.map(val), js = w.js.map(val), uni = val(w.uni);
     var moved = a.map(function (x) { return x - uni; });
     var tips = function (t) {
-      return repr(R.text[t]) + " | reward " + k + " | JS " + fix(js[t], 4) + " | relevance " + fix(rho[t], 3) + " | " +
+      return repr(R.text[t]) + " | reward " + k + (isNaN(js[t]) ? "" : " | JS " + fix(js[t], 4)) + " | relevance " +
+        fix(rho[t], 3) + " | " +
         R.method + " advantage " + sgn(a[t], 4) + " | " + R.base + " advantage " + sgn(uni, 4) + " | moved " +
         sgn(moved[t], 4);
     };

@@ -3,7 +3,8 @@
 Conventions (Captum / Inseq): advantages use a diverging scale pinned at 0 (blue = positive, red = negative,
 0 transparent) with symmetric limits ±max|v|; relevance uses a sequential scale (orange, 0 transparent).
 Every number is in the hover tooltip: one CSS rule (:data:`CSS`, ``[data-tip]:hover::after``) shows a cell's
-``data-tip`` attribute, so the views need no script and no ``title`` per span; a legend says what the colors mean.
+``data-tip`` attribute, so the views need no script and no ``title`` per span (where the browser anchors it, the
+tooltip flips to stay in the window); a legend says what the colors mean.
 The tokens a reward's checker read (its evidence, ``Score.evidence``) are underlined in that reward's rows with a
 dark bar that stays readable over every color (class ``ev``), and the relevance row's label gives that response's
 token AUROC and lift (:mod:`mrtpo.core.faithfulness`).
@@ -26,58 +27,7 @@ from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.core.spans import cell_values, cells, text_cells
 from mrtpo.groups import ScoredGroup
 from mrtpo.views import TokenView, faithfulness_table
-
-CSS = """
-.mrtpo{font-family:ui-sans-serif,system-ui,sans-serif;font-size:14px;color:#222}
-.mrtpo .row{display:flex;align-items:flex-start;margin:2px 0}
-.mrtpo .lab{flex:0 0 190px;font-size:12px;color:#555;padding-top:3px}
-.mrtpo .toks{flex:1;font-family:ui-monospace,Menlo,Consolas,monospace;line-height:1.9;white-space:normal;
- word-break:break-word}
-.mrtpo .tok{border-radius:3px;padding:1px 0;white-space:pre-wrap}
-.mrtpo [data-tip]{position:relative}
-.mrtpo [data-tip]:hover::after{content:attr(data-tip);position:absolute;left:0;top:100%;z-index:50;margin-top:3px;
- background:#222;color:#fff;font:11px/1.45 ui-monospace,Menlo,Consolas,monospace;white-space:pre-wrap;
- width:max-content;max-width:560px;padding:3px 7px;border-radius:3px;pointer-events:none;text-align:left}
-.mrtpo [data-tip]:hover{outline:1px solid #333}
-.mrtpo .ev{border-bottom:3px solid #111;padding:0 1px 1px;box-decoration-break:clone;-webkit-box-decoration-break:clone}
-.mrtpo .evkey{font-family:ui-monospace,Menlo,Consolas,monospace}
-.mrtpo .faith{display:block;font-size:11px;color:#333}
-.mrtpo .nl{color:#aaa}
-.mrtpo .legend{display:flex;flex-wrap:wrap;gap:4px 14px;align-items:center;font-size:12px;color:#555;margin:6px 0}
-.mrtpo .bar{display:inline-block;width:120px;height:10px;border-radius:2px;vertical-align:middle}
-.mrtpo .reward{border-top:1px solid #eee;padding-top:4px;margin-top:6px}
-.mrtpo h3{margin:10px 0 4px 0;font-size:15px}
-.mrtpo .pair{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));column-gap:24px}
-.mrtpo .pair .row{flex-direction:column;margin:3px 0}
-.mrtpo .pair .lab{flex:none;padding:0 0 1px 0}
-.mrtpo .pair .faith{display:inline;margin-left:8px}
-.mrtpo .why{font-weight:normal;font-size:12px;color:#666}
-.mrtpo .vk{font-size:12px;color:#555;margin:1px 0 2px 0}
-.mrtpo .vk summary{cursor:pointer}
-.mrtpo .vk pre{white-space:pre-wrap;background:#f6f6f6;padding:4px 6px;margin:2px 0;font-size:12px}
-.mrtpo .scale{font-weight:600;color:#333}
-.mrtpo table{border-collapse:collapse;font-size:12px}
-.mrtpo td,.mrtpo th{border:1px solid #ddd;padding:2px 6px;text-align:right}
-"""
-
-POS, NEG, REL = (33, 102, 172), (178, 24, 43), (230, 97, 1)
-
-
-def diverging_color(v: float, vmax: float) -> str:
-    """rgba for an advantage: blue for v > 0, red for v < 0, alpha |v| / vmax (0 → transparent)."""
-    if vmax <= 0 or v == 0 or not np.isfinite(v):
-        return "transparent"
-    a = min(1.0, abs(v) / vmax) * 0.85
-    r, g, b = POS if v > 0 else NEG
-    return f"rgba({r},{g},{b},{a:.3f})"
-
-
-def sequential_color(v: float, vmax: float) -> str:
-    """rgba for relevance: orange with alpha v / vmax."""
-    if vmax <= 0 or v <= 0 or not np.isfinite(v):
-        return "transparent"
-    a = min(1.0, v / vmax) * 0.85
-    return f"rgba({REL[0]},{REL[1]},{REL[2]},{a:.3f})"
+from mrtpo.views.style import CSS, NEG, POS, REL, diverging_color, sequential_color  # noqa: F401 - render's names
 
 
 def _esc_token(text: str) -> str:
@@ -85,12 +35,33 @@ def _esc_token(text: str) -> str:
     return t.replace("\n", '<span class="nl">↵</span><br>') if "\n" in t else t
 
 
+def kept(store: dict, obj, key: tuple, make, size: int = 64):
+    """``make()`` for ``obj`` (and ``key``), kept in ``store`` by the object's identity while it is among the last
+    ``size`` (a view and its token lists are drawn many times: the overview, the table, the full view); the object
+    is held, so its id is not reused; callers read the result, never change it."""
+    k = (id(obj), *key)
+    hit = store.get(k)
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = make()
+    if len(store) >= size:
+        store.pop(next(iter(store)))
+    store[k] = (obj, value)
+    return value
+
+
+_CELLS: dict = {}
+
+
 def token_cells(tokens: Sequence[dict]) -> list[list[int]]:
     """The cells of a row's tokens (:func:`mrtpo.core.spans.cells`): by their spans ``start`` / ``end`` when every
-    token has them, else by their texts."""
-    if tokens and all("start" in t and "end" in t for t in tokens):
-        return cells([(t["start"], t["end"]) for t in tokens])
-    return text_cells([t["text"] for t in tokens])
+    token has them, else by their texts (kept for the last token lists: :func:`kept`)."""
+    def make():
+        if tokens and all("start" in t and "end" in t for t in tokens):
+            return cells([(t["start"], t["end"]) for t in tokens])
+        return text_cells([t["text"] for t in tokens])
+
+    return kept(_CELLS, tokens, (len(tokens),), make)
 
 
 def default_aggregate(kind: str) -> str:
@@ -268,16 +239,18 @@ def reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note
     return f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}{why}{extra}{vk}</div>'
 
 
-def reward_tips(view: TokenView, i: int, reward: str) -> list[str]:
-    """Per token of response ``i``, the tooltip of ``reward``'s rows: its JS distance, ρ, the method's and the
-    estimator's advantage, and what the method moved."""
+def reward_tips(view: TokenView, i: int, reward: str, start: int = 0, end: int | None = None) -> list[str]:
+    """Per token of response ``i`` (tokens ``start`` … ``end`` − 1; default all), the tooltip of ``reward``'s rows:
+    its JS distance (where there is one: a log has none), ρ, the method's and the estimator's advantage, and what
+    the method moved."""
     m = parse_method(view.method)
     j = view.reward_names.index(reward)
     js, rel, ta = view.js[i][reward], view.relevance[i][reward], view.token_adv_per_reward[i][reward]
     uni = float(view.per_reward[i, j])
-    return [f"{t['text']!r} | reward {reward} | JS {js[n]:.4f} | relevance {rel[n]:.3f} | {m.label} advantage "
-            f"{ta[n]:+.4f} | {m.estimator_label} advantage {uni:+.4f} | moved {ta[n] - uni:+.4f}"
-            for n, t in enumerate(view.tokens[i])]
+    toks = view.tokens[i]
+    return [f"{toks[n]['text']!r} | reward {reward}{f' | JS {js[n]:.4f}' if np.isfinite(js[n]) else ''} | "
+            f"relevance {rel[n]:.3f} | {m.label} advantage {ta[n]:+.4f} | {m.estimator_label} advantage {uni:+.4f} | "
+            f"moved {ta[n] - uni:+.4f}" for n in range(start, len(toks) if end is None else end)]
 
 
 def combined_tips(view: TokenView, i: int) -> list[str]:

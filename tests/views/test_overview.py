@@ -91,7 +91,7 @@ def test_overview_strip_marks_are_the_peaks_on_the_full_views_scale():
     assert [bg for bg, _ in marks] == [render.diverging_color(float(x), lim.moved) for x in moved]
     assert marks[10][0] == "rgba(33,102,172,0.850)"  # the 5s moved the most: the strongest blue
     tip = html.unescape(marks[10][1])
-    assert "characters 10–11 (tokens 10–10)" in tip and "moved Σ +2.0000" in tip and "max 5.000" in tip
+    assert tip == "characters 10–11, tokens 10–10 | moved Σ +2.0000 | ρ mean 5.000, max 5.000 | mark (moved) +2.0000"
     # numbered marks under the strip, at the spans' middles; the spans with their text and numbers
     assert re.findall(r'class="mk" style="left:([0-9.]+)%;top:1px">(\d)', body) == [("30.00", "1"), ("77.50", "2")]
     assert "characters 10–14 · moved Σ +8.0000 · ρ mean 5.00" in body
