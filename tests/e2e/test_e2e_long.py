@@ -61,6 +61,21 @@ def _same_colors(got: list[str], want: list[str]) -> bool:
         for a, b in ((_rgba(x), _rgba(y)) for x, y in zip(got, want)))
 
 
+def _css_tip(page, cell) -> str:
+    """The CSS tooltip (``::after``) a hovered cell shows; hovered again while the app may still be redrawing (a
+    hover on an element being replaced shows nothing)."""
+    shown = ""
+    for _ in range(5):
+        page.wait_for_selector(IDLE, timeout=60_000)
+        cell.scroll_into_view_if_needed()
+        cell.hover()
+        page.wait_for_timeout(300)
+        shown = page.evaluate("(el) => getComputedStyle(el, '::after').content", cell.element_handle())
+        if shown not in ("", "none", "normal"):
+            break
+    return shown
+
+
 def test_exported_page_of_a_long_group_in_chromium(tmp_path):
     from bench.views import synthetic_group
     from mrtpo.views import overview as O
@@ -165,11 +180,7 @@ def test_run_viewer_on_a_long_credit_log_in_chromium(tmp_path, monkeypatch):
         full = page.locator(".mrtpo.full").first
         assert full.locator(".row").count() == 3
         # hover a hottest span's token: its numbers in the tooltip (the CSS rule over data-tip)
-        cell = full.locator(".tok.hot").first
-        cell.scroll_into_view_if_needed()
-        cell.hover()
-        page.wait_for_timeout(300)
-        shown = page.evaluate("(el) => getComputedStyle(el, '::after').content", cell.element_handle())
+        shown = _css_tip(page, full.locator(".tok.hot").first)
         assert "reward reward_1 | relevance " in shown and "MRTPO advantage " in shown  # (a log has no JS)
         page.screenshot(path=str(shots / "e2e_long_viewer_full.png"))
         # a token at the right edge of a line: the tooltip stays in the window (anchored, flipped where supported)
