@@ -14,7 +14,8 @@ from mrtpo.core.credit import BETA, MEASURE
 from mrtpo.core.info import INFO_LABELS
 from mrtpo.core.measures import MEASURE_HELP, measure_names, needs_rewording
 from mrtpo.groups import varied_rewards
-from mrtpo.views import faithfulness_table, render, token_view, view_to_json
+from mrtpo.views import faithfulness_table, overview, render, token_view, view_to_json
+from mrtpo_app import long_view as LV
 from mrtpo_app import state as S
 from mrtpo_app import topk
 from mrtpo_app import work as W
@@ -112,15 +113,32 @@ def _topk_view(run: S.SessionGroup, i: int) -> None:
     st.caption("Teach (step 6) explains this view and shows what v_k adds to the prompt.")
 
 
+def _view(run: S.SessionGroup, replay, method: str, beta: float, measure: str):
+    """The token view (no model call), kept per session for these inputs (:func:`mrtpo_app.long_view.memo`; the
+    typed rewards of a custom group are part of the key)."""
+    key = ("explore_view", method, float(beta), measure, run.group.rewards.tobytes())
+    return LV.memo(key, (run.group, replay), lambda: token_view(run.group, replay, method=method, beta=beta,
+                                                                measure=measure))
+
+
+def is_long(run: S.SessionGroup) -> bool:
+    """Whether some response of the group is long (:data:`mrtpo.views.overview.LONG_TOKENS`): overview first."""
+    return any(len(r.token_ids) > overview.LONG_TOKENS for r in run.replay.responses)
+
+
 @st.fragment
 def heatmaps(run: S.SessionGroup, method: str) -> None:
-    """β, the response, the measure and the color scale only re-color: token_view + render, no model call."""
+    """β, the response, the measure and the color scale only re-color: token_view + render, no model call.  A long
+    group (:func:`is_long`) shows its overview first and one response × one reward in full
+    (:func:`mrtpo_app.long_view.show`)."""
     g = run.group
+    long = is_long(run)
     c1, c2, c3 = st.columns([2, 1.5, 3])
     beta = c1.slider("β (share of advantage reallocated by relevance)", 0.0, 1.0, BETA, 0.05, key="explore_beta")
     measure = _measure_picker(c2)
-    i = c3.selectbox("Response", list(range(len(g.samples))), key=response_key(run),
-                     format_func=lambda j: f"#{j} — {short(g.samples[j].text, 70)}")
+    if not long:
+        i = c3.selectbox("Response", list(range(len(g.samples))), key=response_key(run),
+                         format_func=lambda j: f"#{j} — {short(g.samples[j].text, 70)}")
     scale = st.segmented_control(
         "Color scale", list(render.SCALES), default="response", required=True, key="explore_scale",
         format_func=render.SCALES.get,
@@ -134,23 +152,41 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
                 W.job():
             replay = S.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task",
                                   **S.replay_inputs(measure))
-    with guard("token view"):
-        v = token_view(run.group, replay, method=method, beta=beta, measure=measure)
-        body = render.response_html(v, i, scale=scale, group=g)
-    st.html(f"<style>{render.CSS}</style>{body}")
     label = parse_method(method).label
-    st.caption(f"Per reward: GDPO's uniform advantage (one color) beside {md(label)}'s token advantages A_ikt. "
-               f"Below: what {md(label)} moved, A_ikt − Â_ik (blue: the token's advantage is above GDPO's uniform "
-               "share, red: below; the row sums to 0 over the response, on its own color scale), beside the "
-               "relevance ρ (mean 1) that decided it. Blue pushes a token up, red down; 0 is transparent. Hover a "
-               "token for its numbers. Underlined: the characters the reward's checker read (its evidence).")
+    with guard("token view"):
+        v = _view(run, replay, method, beta, measure)
+        if long:
+            titles = [f"#{j} — advantage {v.final[j]:+.3f} — {short(s.text, 60)}" for j, s in enumerate(g.samples)]
+            i, _ = LV.show(v, "explore_long", group=g, scale=scale, titles=titles, picker_key=response_key(run))
+        else:
+            st.html(f"<style>{render.CSS}</style>{render.response_html(v, i, scale=scale, group=g)}")
+    st.caption(f"Per reward: GDPO's uniform advantage ({'one number' if long else 'one color'}) beside "
+               f"{md(label)}'s token advantages A_ikt. Below: what {md(label)} moved, A_ikt − Â_ik (blue: the token's "
+               "advantage is above GDPO's uniform share, red: below; the row sums to 0 over the response, on its own "
+               "color scale), beside the relevance ρ (mean 1) that decided it. Blue pushes a token up, red down; 0 is "
+               "transparent. Hover a token for its numbers. Underlined: the characters the reward's checker read (its "
+               "evidence).")
     _topk_view(run, i)
     _faithfulness(v, run.group.info)
-    data = view_to_json(v, g)
-    data.update({"template": run.template, "settings": {k: x for k, x in run.settings.items() if k != "id"},
-                 "model": run.choices.model, "skipped_rewards": run.replay.skipped, "color_scale": scale})
+    _downloads(run, v, scale, long)
+
+
+def _downloads(run: S.SessionGroup, v, scale: str, lazy: bool) -> None:
+    """The JSON of everything shown and the standalone HTML page, with the color scale shown; built when clicked for
+    a long group (``lazy``: seconds of work that most reruns would throw away)."""
+    g = run.group
+
+    def data() -> str:
+        out = view_to_json(v, g)
+        out.update({"template": run.template, "settings": {k: x for k, x in run.settings.items() if k != "id"},
+                    "model": run.choices.model, "skipped_rewards": run.replay.skipped, "color_scale": scale})
+        return json.dumps(out, ensure_ascii=False)
+
+    def page() -> str:
+        return render.page_html(v, g, title=f"mrtpo — {run.label}", scale=scale)
+
     d1, d2 = st.columns(2)
-    d1.download_button("Download JSON (everything shown)", json.dumps(data, ensure_ascii=False),
+    d1.download_button("Download JSON (everything shown)", data if lazy else data(),
                        file_name=f"mrtpo-{g.example.id}.json", mime="application/json", key="explore_dl_json")
-    d2.download_button("Download HTML page", render.page_html(v, g, title=f"mrtpo — {run.label}", scale=scale),
-                       file_name=f"mrtpo-{g.example.id}.html", mime="text/html", key="explore_dl_html")
+    d2.download_button("Download HTML page", page if lazy else page(), file_name=f"mrtpo-{g.example.id}.html",
+                       mime="text/html", key="explore_dl_html")

@@ -40,8 +40,10 @@ from mrtpo.views.log_view import (
     step_table,
     title,
 )
+from mrtpo.views.overview import is_long
 from mrtpo.views.run_stats import add_step
 from mrtpo_app import charts
+from mrtpo_app import long_view as LV
 from mrtpo_app import state as S
 from mrtpo_app.ui import guard, md, short, show_error
 
@@ -127,15 +129,19 @@ def _response(step: CreditStep, i: int, meta: dict) -> None:
         st.text(ref[1])
     if has_credit(rows):
         with guard("the logged credit"):
-            view, lg = log_view(rows, meta.get("method"), meta.get("measure") or "js")
-            body = render.response_html(view, j, group=lg)
-        st.html(f"<style>{render.CSS}</style>{body}")
+            view, lg = LV.memo(("log_view", step.step, r.group, meta.get("method"), meta.get("measure")), (step,),
+                               lambda: log_view(rows, meta.get("method"), meta.get("measure") or "js"))
+            if is_long(view, j):  # overview first, one reward in full
+                LV.show(view, f"rollouts_long_{step.step}_{i}", group=lg, responses=[j], titles={j: title(r)})
+            else:
+                st.html(f"<style>{render.CSS}</style>{render.response_html(view, j, group=lg)}")
         st.caption(f"As logged (no model): per reward, {md(view.method)}'s estimator's uniform advantage Â_ik / scale "
                    "beside the token advantages A'_ikt the update used, what was moved beside the relevance ρ (1 "
                    f"where the credit was uniform); this step's β_s = {view.beta:.3g}. Colors are scaled to this "
                    "response; hover a token for its numbers.")
     elif r.n_tokens:
-        st.html(f"<style>{render.CSS}</style>{series_html(r)}")
+        body = LV.memo(("log_series", step.step, i), (step,), lambda: series_html(r))
+        st.html(f"<style>{render.CSS}</style>{body}")
         st.caption("This log has no per-reward token credit (an mrtpo credit log has it): its per-token series."
                    + ("" if r.tokens else " It holds token ids without their texts (⟨id⟩)."))
     else:

@@ -4,8 +4,10 @@
 Upload: the uploaded file is parsed by :mod:`mrtpo.integrations.rollouts`, grouped by (step, prompt); the verifier
 template (JSON {reward column: text over the row's fields}) says which columns are rewards and what each checker
 reads. The replay of the chosen group runs once (cached by :func:`mrtpo_app.state.replay_cached`); the β slider and
-the method only re-color. Session keys: ``rollouts_file`` ((name, bytes), set by the uploader), ``rollouts_vt``,
-``rollouts_format``, ``rollouts_group``, ``rollouts_method``, ``rollouts_beta``; ``rollouts_source`` picks the view.
+the method only re-color. A group with a row of more than 300 tokens shows its overview first (every row's strips
+and hottest spans) and one row × one reward in full (:mod:`mrtpo_app.long_view`). Session keys: ``rollouts_file``
+((name, bytes), set by the uploader), ``rollouts_vt``, ``rollouts_format``, ``rollouts_group``, ``rollouts_method``,
+``rollouts_beta``, ``rollouts_long_*`` (the long view's); ``rollouts_source`` picks the view.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from mrtpo.integrations import rollout_explain as rx
 from mrtpo.integrations import rollouts as ro
 from mrtpo.model import TooLong
 from mrtpo.views import render, token_view
+from mrtpo.views.overview import is_long
+from mrtpo_app import long_view as LV
 from mrtpo_app import run_viewer
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
@@ -112,12 +116,24 @@ with guard("replay"):
                                  S.current_template(None), sg.rewards.tolist())
     except TooLong as e:
         raise rx.too_long_error(group, [group.rows[i] for i in keep], e) from None
-    view = token_view(sg, replay, method, beta)
+    # the token view, once per input in this session (the replay object is the cached one: the same tokens, rewards)
+    view = LV.memo(("rollouts_view", name, gi, fmt, vt_text, method, float(beta), tuple(keep)), (replay,),
+                   lambda: token_view(sg, replay, method, beta))
 
 st.html(f"<style>{render.CSS}</style><div class='mrtpo'>{render.rewards_table(view, sg)}</div>")
 vm = render.scales(view)
 kept_rows = [group.rows[i] for i in keep]
-for i, r in enumerate(kept_rows):
+
+
+def _title(i: int, r) -> str:
     logged = f" · logged advantage {r.advantage:+.3f}" if r.advantage is not None and r.advantage == r.advantage else ""
-    with st.expander(f"Row {r.row} — advantage {view.final[i]:+.3f}{logged}", expanded=i < 2):
-        st.html(f"<style>{render.CSS}</style>{render.response_html(view, i, vmax=vm)}")
+    return f"Row {r.row} — advantage {view.final[i]:+.3f}{logged}"
+
+
+if is_long(view):  # overview first (every row's strips, the hottest spans), one row × one reward in full
+    LV.show(view, "rollouts_long", group=sg, vmax=vm, titles=[_title(i, r) for i, r in enumerate(kept_rows)],
+            picker_label="Row (drawn in full)")
+else:
+    for i, r in enumerate(kept_rows):
+        with st.expander(_title(i, r), expanded=i < 2):
+            st.html(f"<style>{render.CSS}</style>{render.response_html(view, i, vmax=vm)}")

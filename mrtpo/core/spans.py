@@ -20,6 +20,8 @@ available (the tooltip lists them; the JSON keeps per-token arrays).
 """
 from __future__ import annotations
 
+from itertools import chain
+from operator import itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -71,11 +73,31 @@ def text_cells(texts: Sequence[str]) -> list[list[int]]:
     return cells(list(zip([0] + ends[:-1], ends)))
 
 
+def _runs(groups: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(starts, lengths) when ``groups`` are consecutive runs of increasing token indices, each starting where the
+    previous one ends (cells are); else None."""
+    if not groups or not all(groups):
+        return None
+    n = len(groups)
+    starts = np.fromiter(map(itemgetter(0), groups), dtype=np.int64, count=n)
+    lengths = np.fromiter(map(len, groups), dtype=np.int64, count=n)
+    if np.any(starts[1:] != starts[:-1] + lengths[:-1]):
+        return None
+    flat = np.fromiter(chain.from_iterable(groups), dtype=np.int64, count=int(lengths.sum()))
+    return (starts, lengths) if np.array_equal(flat, np.arange(starts[0], starts[0] + len(flat))) else None
+
+
 def cell_values(values: Sequence[float], groups: Sequence[Sequence[int]], how: str = "sum") -> np.ndarray:
     """(C,) one value per cell: the values (T,) of its tokens combined by ``how`` (:data:`AGGREGATES`; see the
     module docstring for which number takes which).  A NaN among a cell's tokens makes the cell NaN."""
     if how not in AGGREGATES:
         raise ValueError(f"how must be one of {', '.join(AGGREGATES)}, got {how!r}")
     v = np.asarray(values, dtype=float)
+    runs = _runs(groups)
+    if runs is not None:  # consecutive runs of tokens (what cells are): one pass
+        starts, lengths = runs
+        ufunc = {"sum": np.add, "mean": np.add, "max": np.maximum, "prod": np.multiply}[how]
+        out = ufunc.reduceat(v[starts[0]:starts[-1] + lengths[-1]], starts - starts[0]).astype(float)
+        return out / lengths if how == "mean" else out
     fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "prod": np.prod}[how]
     return np.array([fn(v[list(g)]) for g in groups], dtype=float)

@@ -183,21 +183,21 @@ def group_json(eg: ExplainedGroup) -> dict:
 
 
 def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") -> str:
-    """One self-contained page: per group its prompt, rewards table and every response's heatmaps."""
-    from mrtpo.views import render
+    """One self-contained page: per group its prompt, rewards table and every response (short ones in full, long
+    ones overview first: :func:`mrtpo.views.page.group_html`)."""
+    from mrtpo.views import page, render
 
     body = [f"<h2>{html.escape(title)}</h2>"]
-    for eg in items:
+    for n, eg in enumerate(items):
         v = eg.view
-        vm = render.scales(v)
         step = f" — step {eg.group.step}" if eg.group.step is not None else ""
         body.append(f"<h2>Group {html.escape(eg.group.id)}{step}</h2>"
                     "<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>"
                     f"{html.escape(eg.group.prompt)}</pre>")
         body.append(render.rewards_table(v, eg.scored))
+        titles = []
         for i, r in enumerate(eg.group.rows):
             logged = f" (logged {r.advantage:+.3f})" if r.advantage is not None and not math.isnan(r.advantage) else ""
-            body.append(f"<h3>Row {r.row} — advantage {v.final[i]:+.3f}{logged}</h3>")
-            body.append(render.response_html(v, i, vmax=vm))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{render.CSS}</style></head><body class='mrtpo'>{''.join(body)}</body></html>")
+            titles.append(f"Row {r.row} — advantage {v.final[i]:+.3f}{logged}")
+        body.append(page.group_html(v, eg.scored, vmax=render.scales(v), titles=titles, g=n))
+    return page.document(title, body)

@@ -1,11 +1,13 @@
-"""Token heatmaps as self-contained HTML (no scripts, no CDN): used by the CLI's ``explain`` and the app.
+"""Token heatmaps as self-contained HTML (no CDN): used by the CLI's ``explain`` and the app.
 
 Conventions (Captum / Inseq): advantages use a diverging scale pinned at 0 (blue = positive, red = negative,
 0 transparent) with symmetric limits ±max|v|; relevance uses a sequential scale (orange, 0 transparent).
-Every number is in the hover tooltip (``title``); a legend says what the colors mean. The tokens a reward's checker
-read (its evidence, ``Score.evidence``) are underlined in that reward's rows with a dark bar that stays readable
-over every color (class ``ev``), and the relevance row's label gives that response's token AUROC and lift
-(:mod:`mrtpo.core.faithfulness`).
+Every number is in the hover tooltip: one CSS rule (:data:`CSS`, ``[data-tip]:hover::after``) shows a cell's
+``data-tip`` attribute, so the views need no script and no ``title`` per span (where the browser anchors it, the
+tooltip flips to stay in the window); a legend says what the colors mean.
+The tokens a reward's checker read (its evidence, ``Score.evidence``) are underlined in that reward's rows with a
+dark bar that stays readable over every color (class ``ev``), and the relevance row's label gives that response's
+token AUROC and lift (:mod:`mrtpo.core.faithfulness`).
 
 A character split over several tokens (the bytes of a multi-byte character) is drawn once, as one cell
 (:mod:`mrtpo.core.spans`): advantages are summed over its tokens, relevance ρ averaged; its tooltip lists every
@@ -25,53 +27,7 @@ from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.core.spans import cell_values, cells, text_cells
 from mrtpo.groups import ScoredGroup
 from mrtpo.views import TokenView, faithfulness_table
-
-CSS = """
-.mrtpo{font-family:ui-sans-serif,system-ui,sans-serif;font-size:14px;color:#222}
-.mrtpo .row{display:flex;align-items:flex-start;margin:2px 0}
-.mrtpo .lab{flex:0 0 190px;font-size:12px;color:#555;padding-top:3px}
-.mrtpo .toks{flex:1;font-family:ui-monospace,Menlo,Consolas,monospace;line-height:1.9;white-space:normal;
- word-break:break-word}
-.mrtpo .tok{border-radius:3px;padding:1px 0;white-space:pre-wrap}
-.mrtpo .ev{border-bottom:3px solid #111;padding:0 1px 1px;box-decoration-break:clone;-webkit-box-decoration-break:clone}
-.mrtpo .evkey{font-family:ui-monospace,Menlo,Consolas,monospace}
-.mrtpo .faith{display:block;font-size:11px;color:#333}
-.mrtpo .nl{color:#aaa}
-.mrtpo .legend{display:flex;flex-wrap:wrap;gap:4px 14px;align-items:center;font-size:12px;color:#555;margin:6px 0}
-.mrtpo .bar{display:inline-block;width:120px;height:10px;border-radius:2px;vertical-align:middle}
-.mrtpo .reward{border-top:1px solid #eee;padding-top:4px;margin-top:6px}
-.mrtpo h3{margin:10px 0 4px 0;font-size:15px}
-.mrtpo .pair{display:grid;grid-template-columns:repeat(auto-fit,minmax(360px,1fr));column-gap:24px}
-.mrtpo .pair .row{flex-direction:column;margin:3px 0}
-.mrtpo .pair .lab{flex:none;padding:0 0 1px 0}
-.mrtpo .pair .faith{display:inline;margin-left:8px}
-.mrtpo .why{font-weight:normal;font-size:12px;color:#666}
-.mrtpo .vk{font-size:12px;color:#555;margin:1px 0 2px 0}
-.mrtpo .vk summary{cursor:pointer}
-.mrtpo .vk pre{white-space:pre-wrap;background:#f6f6f6;padding:4px 6px;margin:2px 0;font-size:12px}
-.mrtpo .scale{font-weight:600;color:#333}
-.mrtpo table{border-collapse:collapse;font-size:12px}
-.mrtpo td,.mrtpo th{border:1px solid #ddd;padding:2px 6px;text-align:right}
-"""
-
-POS, NEG, REL = (33, 102, 172), (178, 24, 43), (230, 97, 1)
-
-
-def diverging_color(v: float, vmax: float) -> str:
-    """rgba for an advantage: blue for v > 0, red for v < 0, alpha |v| / vmax (0 → transparent)."""
-    if vmax <= 0 or v == 0 or not np.isfinite(v):
-        return "transparent"
-    a = min(1.0, abs(v) / vmax) * 0.85
-    r, g, b = POS if v > 0 else NEG
-    return f"rgba({r},{g},{b},{a:.3f})"
-
-
-def sequential_color(v: float, vmax: float) -> str:
-    """rgba for relevance: orange with alpha v / vmax."""
-    if vmax <= 0 or v <= 0 or not np.isfinite(v):
-        return "transparent"
-    a = min(1.0, v / vmax) * 0.85
-    return f"rgba({REL[0]},{REL[1]},{REL[2]},{a:.3f})"
+from mrtpo.views.style import CSS, NEG, POS, REL, diverging_color, sequential_color  # noqa: F401 - render's names
 
 
 def _esc_token(text: str) -> str:
@@ -79,12 +35,33 @@ def _esc_token(text: str) -> str:
     return t.replace("\n", '<span class="nl">↵</span><br>') if "\n" in t else t
 
 
+def kept(store: dict, obj, key: tuple, make, size: int = 64):
+    """``make()`` for ``obj`` (and ``key``), kept in ``store`` by the object's identity while it is among the last
+    ``size`` (a view and its token lists are drawn many times: the overview, the table, the full view); the object
+    is held, so its id is not reused; callers read the result, never change it."""
+    k = (id(obj), *key)
+    hit = store.get(k)
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = make()
+    if len(store) >= size:
+        store.pop(next(iter(store)))
+    store[k] = (obj, value)
+    return value
+
+
+_CELLS: dict = {}
+
+
 def token_cells(tokens: Sequence[dict]) -> list[list[int]]:
     """The cells of a row's tokens (:func:`mrtpo.core.spans.cells`): by their spans ``start`` / ``end`` when every
-    token has them, else by their texts."""
-    if tokens and all("start" in t and "end" in t for t in tokens):
-        return cells([(t["start"], t["end"]) for t in tokens])
-    return text_cells([t["text"] for t in tokens])
+    token has them, else by their texts (kept for the last token lists: :func:`kept`)."""
+    def make():
+        if tokens and all("start" in t and "end" in t for t in tokens):
+            return cells([(t["start"], t["end"]) for t in tokens])
+        return text_cells([t["text"] for t in tokens])
+
+    return kept(_CELLS, tokens, (len(tokens),), make)
 
 
 def default_aggregate(kind: str) -> str:
@@ -99,13 +76,16 @@ def _cell_tip(text: str, agg: str, value: float, tips: Sequence[str]) -> str:
     return head + "".join(f"\ntoken {k}/{n}: {tip}" for k, tip in enumerate(tips, start=1))
 
 
-def token_row(label: str, tokens: Sequence[dict], values: Sequence[float], kind: str, vmax: float,
-              tooltips: Sequence[str], marks: Sequence[bool] | None = None, note: str = "",
-              agg: str | None = None) -> str:
-    """One heatmap row: a label (and a small ``note`` under it) and one ``<span class="tok">`` per cell
-    (:func:`token_cells`: the tokens of one character drawn once, with their values combined by ``agg``, default
-    :func:`default_aggregate`, and every token's tooltip in the cell's); each run of cells where ``marks`` (per token)
-    is True for some token is wrapped in ``<span class="ev">`` (the evidence underline)."""
+def token_cells_html(tokens: Sequence[dict], values: Sequence[float], kind: str, vmax: float,
+                     tooltips: Sequence[str], marks: Sequence[bool] | None = None, agg: str | None = None,
+                     first: int = 0, hot: Sequence[tuple[int, int]] = ()) -> str:
+    """The cells of a row, as :func:`token_row` draws them (without its label): one ``<span class="tok">`` per cell
+    (:func:`token_cells`: the tokens of one character drawn once, their values combined by ``agg``, default
+    :func:`default_aggregate`; every token's tooltip in the cell's ``data-tip``; ``data-i``: its first token's index
+    plus ``first``, where ``tokens`` start in their response); each run of cells where ``marks`` (per token) is True
+    for some token is wrapped in ``<span class="ev">`` (the evidence underline); the cells of each ``hot`` range
+    [first cell, end cell) get the class ``hot`` and the first of them a rank badge
+    ``<b class="rk" data-c="cell">n</b>``."""
     color = diverging_color if kind == "diverging" else sequential_color
     agg = agg or default_aggregate(kind)
     T = min(len(tokens), len(values), len(tooltips))
@@ -114,19 +94,35 @@ def token_row(label: str, tokens: Sequence[dict], values: Sequence[float], kind:
     vals = cell_values(list(values)[:T], groups, agg)
     tok_marks = [False] * T if marks is None else list(marks)[:T] + [False] * (T - len(marks))
     cm = [any(tok_marks[t] for t in g) for g in groups]
+    rank = {a: n for n, (a, _) in enumerate(hot, start=1)}
+    in_hot = np.zeros(len(groups), dtype=bool)
+    for a, b in hot:
+        in_hot[a:b] = True
     spans = []
     for n, (g, v, m) in enumerate(zip(groups, vals, cm)):
         if m and (n == 0 or not cm[n - 1]):
             spans.append('<span class="ev">')
+        if n in rank:
+            spans.append(f'<b class="rk" data-c="{n}">{rank[n]}</b>')
         text = "".join(tokens[t]["text"] for t in g)
         tip = tooltips[g[0]] if len(g) == 1 else _cell_tip(text, agg, float(v), [tooltips[t] for t in g])
         tip = tip + (" | evidence: read by the checker" if m else "")
-        spans.append(f'<span class="tok" style="background:{color(float(v), vmax)}" '
-                     f'title="{html.escape(tip, quote=True)}">{_esc_token(text)}</span>')
+        cls = "tok hot" if in_hot[n] else "tok"
+        spans.append(f'<span class="{cls}" style="background:{color(float(v), vmax)}" data-i="{g[0] + first}" '
+                     f'data-tip="{html.escape(tip, quote=True)}">{_esc_token(text)}</span>')
         if m and (n == len(cm) - 1 or not cm[n + 1]):
             spans.append("</span>")
+    return "".join(spans)
+
+
+def token_row(label: str, tokens: Sequence[dict], values: Sequence[float], kind: str, vmax: float,
+              tooltips: Sequence[str], marks: Sequence[bool] | None = None, note: str = "",
+              agg: str | None = None, hot: Sequence[tuple[int, int]] = ()) -> str:
+    """One heatmap row: a label (and a small ``note`` under it) and its cells (:func:`token_cells_html`: a character
+    drawn once, every number in the cell's tooltip, evidence underlined, ``hot`` ranges of cells outlined)."""
+    cells_ = token_cells_html(tokens, values, kind, vmax, tooltips, marks, agg, hot=hot)
     lab = html.escape(label) + (f'<span class="faith">{html.escape(note)}</span>' if note else "")
-    return f'<div class="row"><div class="lab">{lab}</div><div class="toks">{"".join(spans)}</div></div>'
+    return f'<div class="row"><div class="lab">{lab}</div><div class="toks">{cells_}</div></div>'
 
 
 def evidence_note(view: TokenView, i: int, reward: str) -> tuple[list[bool] | None, str]:
@@ -230,7 +226,7 @@ def _pair(*rows: str) -> str:
     return f'<div class="pair">{"".join(rows)}</div>'
 
 
-def _reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note: str = "") -> str:
+def reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note: str = "") -> str:
     """A reward's header: its name and value, the checker's reason (when it gave one) and, folded, its verifier
     information v_k (what P_\\k leaves out); every text escaped."""
     k = view.reward_names[j]
@@ -241,6 +237,28 @@ def _reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, not
     vk = ("" if not info else f'<details class="vk"><summary>verifier information v_k (what P_\\k leaves out)'
           f"</summary><pre>{html.escape(info)}</pre></details>")
     return f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}{why}{extra}{vk}</div>'
+
+
+def reward_tips(view: TokenView, i: int, reward: str, start: int = 0, end: int | None = None) -> list[str]:
+    """Per token of response ``i`` (tokens ``start`` … ``end`` − 1; default all), the tooltip of ``reward``'s rows:
+    its JS distance (where there is one: a log has none), ρ, the method's and the estimator's advantage, and what
+    the method moved."""
+    m = parse_method(view.method)
+    j = view.reward_names.index(reward)
+    js, rel, ta = view.js[i][reward], view.relevance[i][reward], view.token_adv_per_reward[i][reward]
+    uni = float(view.per_reward[i, j])
+    toks = view.tokens[i]
+    return [f"{toks[n]['text']!r} | reward {reward}{f' | JS {js[n]:.4f}' if np.isfinite(js[n]) else ''} | "
+            f"relevance {rel[n]:.3f} | {m.label} advantage {ta[n]:+.4f} | {m.estimator_label} advantage {uni:+.4f} | "
+            f"moved {ta[n] - uni:+.4f}" for n in range(start, len(toks) if end is None else end)]
+
+
+def combined_tips(view: TokenView, i: int) -> list[str]:
+    """Per token of response ``i``, the tooltip of the combined rows: the method's A_it and the response's A_i."""
+    m = parse_method(view.method)
+    fin, ta = float(view.final[i]), view.token_adv[i]
+    return [f"{t['text']!r} | combined | {m.label} advantage {ta[n]:+.4f} | {m.estimator_label} advantage {fin:+.4f}"
+            for n, t in enumerate(view.tokens[i])]
 
 
 def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None, combined: bool = True,
@@ -269,16 +287,14 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
         if k not in shown:
             continue
         if k in view.skipped:
-            parts.append(_reward_head(view, i, j, group, "(same for every response in the group: advantage 0, "
+            parts.append(reward_head(view, i, j, group, "(same for every response in the group: advantage 0, "
                                                          "not replayed)"))
             continue
-        rel, js, ta, mv = view.relevance[i][k], view.js[i][k], view.token_adv_per_reward[i][k], view.moved(i, k)
+        rel, ta, mv = view.relevance[i][k], view.token_adv_per_reward[i][k], view.moved(i, k)
         uni = float(view.per_reward[i, j])
-        tips = [f"{t['text']!r} | reward {k} | JS {js[n]:.4f} | relevance {rel[n]:.3f} | "
-                f"{m.label} advantage {ta[n]:+.4f} | {base} advantage {uni:+.4f} | moved {mv[n]:+.4f}"
-                for n, t in enumerate(toks)]
+        tips = reward_tips(view, i, k)
         marks, note = evidence_note(view, i, k)
-        parts.append(_reward_head(view, i, j, group))
+        parts.append(reward_head(view, i, j, group))
         parts.append(_pair(token_row(f"{base} (uniform) {uni:+.3f}", toks, [uni] * T, "diverging", va, tips),
                            token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips, marks)))
         rel_label = "relevance ρ" + ("" if view.measure == "js" else f" ({view.measure})")
@@ -288,13 +304,12 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
                                          marks), rel_row))
         else:
             parts.append(_pair(rel_row))
-        oracle = _oracle_row(view, i, k, vr, note)
+        oracle = oracle_row(view, i, k, vr, note)
         if oracle:
             parts.append(_pair("<div></div>", oracle))  # under ρ, in the right column
     if combined:
         fin, ta = float(view.final[i]), view.token_adv[i]
-        tips = [f"{t['text']!r} | combined | {m.label} advantage {ta[n]:+.4f} | {base} advantage {fin:+.4f}"
-                for n, t in enumerate(toks)]
+        tips = combined_tips(view, i)
         parts.append('<div class="reward"><b>combined</b> (sum over rewards, batch-normalized)</div>')
         parts.append(_pair(token_row(f"{base} (uniform) {fin:+.3f}", toks, [fin] * T, "diverging", va, tips),
                            token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips)))
@@ -303,18 +318,32 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
     return f'<div class="mrtpo">{key}{"".join(parts)}</div>'
 
 
-def _oracle_row(view: TokenView, i: int, reward: str, vmax: float, note: str) -> str:
-    """Under the replayed ρ, the oracle's: ρ from what the reward's checker read (Score.evidence; the ``evidence``
-    measure), so the two can be compared token by token; "" without evidence, for the whole response, or when the
-    view's measure is the oracle itself.  ``note``: the replayed ρ's AUROC against it."""
+def oracle_values(view: TokenView, i: int, reward: str) -> np.ndarray | None:
+    """(T,) the oracle's ρ of response ``i`` for ``reward``: from what its checker read (Score.evidence; the
+    ``evidence`` measure); None without evidence, for the whole response, or when the view's measure is the oracle."""
     if not view.evidence or view.measure == ORACLE or view.evidence[i].get(reward) is None:
+        return None
+    return oracle_relevance([(t["start"], t["end"]) for t in view.tokens[i]], view.texts[i], view.evidence[i][reward])
+
+
+def oracle_tips(view: TokenView, i: int, reward: str, rel: Sequence[float]) -> list[str]:
+    return [f"{t['text']!r} | reward {reward} | oracle relevance {rel[n]:.3f} (the checker read it: "
+            f"{'yes' if rel[n] > 1 else 'no'})" for n, t in enumerate(view.tokens[i])]
+
+
+def oracle_note(note: str) -> str:
+    """The oracle row's note, from the ρ row's (:func:`evidence_note`)."""
+    return "ρ above vs this: " + note if note.startswith("AUROC") else note
+
+
+def oracle_row(view: TokenView, i: int, reward: str, vmax: float, note: str, hot=()) -> str:
+    """Under the replayed ρ, the oracle's (:func:`oracle_values`), so the two can be compared token by token; ""
+    where there is none.  ``note``: the replayed ρ's AUROC against it."""
+    rel = oracle_values(view, i, reward)
+    if rel is None:
         return ""
-    toks = view.tokens[i]
-    rel = oracle_relevance([(t["start"], t["end"]) for t in toks], view.texts[i], view.evidence[i][reward])
-    tips = [f"{t['text']!r} | reward {reward} | oracle relevance {rel[n]:.3f} (the checker read it: "
-            f"{'yes' if rel[n] > 1 else 'no'})" for n, t in enumerate(toks)]
-    return token_row("evidence (oracle) ρ", toks, rel, "sequential", vmax, tips,
-                     note="ρ above vs this: " + note if note.startswith("AUROC") else note)
+    return token_row("evidence (oracle) ρ", view.tokens[i], rel, "sequential", vmax, oracle_tips(view, i, reward, rel),
+                     note=oracle_note(note), hot=hot)
 
 
 def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
@@ -342,24 +371,8 @@ def faithfulness_html(view: TokenView) -> str:
 
 def page_html(view: TokenView, group: ScoredGroup | None = None, title: str = "mrtpo explain",
               scale: str = "response") -> str:
-    """A self-contained HTML page: the settings, the rewards table, the faithfulness table, then every response's
-    heatmaps (:func:`response_html`, colors per ``scale``: "response" or "group"), each reward with its reason and
-    verifier information when ``group`` is given. Every text in it is escaped."""
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
-    body = [f"<h2>{html.escape(title)}</h2>"]
-    if group is not None:
-        body.append(f"<p><b>Example</b> {html.escape(group.example.id)}</p><pre style='white-space:pre-wrap;"
-                    f"background:#f6f6f6;padding:6px'>{html.escape(group.prompt)}</pre>")
-    body.append(f"<p>Method <b>{html.escape(view.method)}</b>, β = {view.beta:g}, relevance measure "
-                f"<b>{html.escape(view.measure)}</b>; colors {html.escape(SCALES[scale])} (limits in each legend).</p>")
-    if view.skipped:
-        body.append("<p>Constant in this group (advantage 0 for every response, not replayed): "
-                    f"<b>{html.escape(', '.join(view.skipped))}</b>.</p>")
-    body.append(rewards_table(view, group))
-    body.append(faithfulness_html(view))
-    for i in range(len(view.texts)):
-        body.append(f"<h3>Response {i} — advantage {view.final[i]:+.3f}</h3>")
-        body.append(response_html(view, i, scale=scale, group=group))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{CSS}</style></head><body class='mrtpo'>{''.join(body)}</body></html>")
+    """A self-contained HTML page of the group (:func:`mrtpo.views.page.page_html`: short responses in full, long
+    ones overview first, drawn in full on a click)."""
+    from mrtpo.views.page import page_html as page
+
+    return page(view, group, title, scale)

@@ -80,21 +80,26 @@ def test_explore_table_heatmap_spans_and_beta(sampled: AppTest):
     # oracle's row where the checker read specific characters, + 2 combined rows, one span per token; the keywords
     # reward is constant in the group (advantage 0), so it is not replayed: one line with its value and reason
     assert run.replay.rewards == ["punctuation:no_comma"] and run.replay.skipped == ["keywords:existence"]
-    T = len(run.replay.responses[0].token_ids)
+    from mrtpo.views.render import token_cells
+
+    C = len(token_cells(run.replay.responses[0].tokens()))  # cells: a character's byte tokens drawn as one
     body = at.get("html")[0].proto.body
     oracle = int(run.group.evidence[0]["punctuation:no_comma"] is not None)  # commas: a list of spans, [] if none
     assert oracle == 1 and body.count("evidence (oracle) ρ") == oracle
-    assert body.count('<span class="tok"') == T * (4 * 1 + oracle + 2)
+    assert body.count('<span class="tok"') == C * (4 * 1 + oracle + 2)
     rows = _rows(body)
-    assert len(rows) == 6 + oracle and all(len(bg) == T for _, bg in rows)
+    assert len(rows) == 6 + oracle and all(len(bg) == C for _, bg in rows)
     reason = html.escape(run.group.reasons[0]["keywords:existence"])
     assert reason and "<b>keywords:existence</b> = 0" in body and reason in body and "not replayed" in body
     assert any("keywords:existence = 0" in shown(w.value).replace("*", "") for w in at.warning)  # named above
     assert "GDPO (uniform)" in rows[0][0] and "mrtpo β=0.5" in rows[1][0] and "moved by MRTPO" in rows[2][0]
-    assert len(set(rows[0][1])) == 1  # GDPO: the whole response one color
+    cells = token_cells(run.replay.responses[0].tokens())
+    # GDPO: the same share on every token (a cell of n byte tokens: their sum, n × the share)
+    assert len({bg for bg, c in zip(rows[0][1], cells) if len(c) == 1}) == 1
+    assert len({(bg, len(c)) for bg, c in zip(rows[0][1], cells)}) == len({len(c) for c in cells})
     # side by side: GDPO | MRTPO, moved | ρ, (the oracle's ρ under ρ,) and the combined pair
     assert body.count('<div class="pair">') == 3 + oracle
-    assert 'title="' in body and "JS " in body and "relevance " in body  # hover tooltips
+    assert 'data-tip="' in body and 'title="' not in body and "JS " in body and "relevance " in body  # tooltips
     assert "legend" in body
     # β re-colors (fragment, no model call): β = 0 → MRTPO row equals GDPO's uniform row; β = 1 differs
     at.slider(key="explore_beta").set_value(0.0).run()
@@ -322,7 +327,11 @@ def test_teach_shows_the_two_distributions_behind_js(sampled: AppTest):
     bodies = [h.proto.body for h in at.get("html")]
     pos = next(b for b in bodies if f"token t = {t}" in b)  # the token highlighted in the response
     cells = BG.findall(pos)
-    assert len(cells) == len(resp.token_ids) and [c != "transparent" for c in cells].index(True) == t
+    from mrtpo.views.render import token_cells
+
+    groups = token_cells(resp.tokens())  # a character's byte tokens are one cell
+    assert len(cells) == len(groups) and [c != "transparent" for c in cells].index(True) == next(
+        n for n, g in enumerate(groups) if t in g)
     assert sum(c != "transparent" for c in cells) == 1
     diff = next(b for b in bodies if "<mark" in b)  # P_all with what P_\k lacks highlighted: v_k's item
     added = re.findall(r"<mark[^>]*>(.*?)</mark>", diff, re.S)

@@ -113,7 +113,8 @@ def test_owner_spans_of_other_forms():
 
 # ---------------------------------------------------------------------------------------------- heatmaps
 ROW = re.compile(r'<div class="row"><div class="lab">(.*?)</div><div class="toks">(.*?)</div></div>', re.S)
-TOK = re.compile(r'<span class="tok" style="background:([^"]*)" title="([^"]*)">(.*?)</span>', re.S)
+TOK = re.compile(r'<span class="tok[^"]*" style="background:([^"]*)" data-i="\d+" data-tip="([^"]*)">(.*?)</span>',
+                 re.S)
 NEG = "rgba(%d,%d,%d," % render.NEG
 
 
