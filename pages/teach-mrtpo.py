@@ -1,20 +1,42 @@
 """Teach: MRTPO step by step with the live numbers of the current group (prompts, JS distance, relevance,
-reallocation with β, aggregation)."""
+reallocation with β, aggregation).  Steps 1, 4 and 5 show the library's own numbers (:func:`mrtpo.views.group_credit`,
+the credit step the app's views use, laid out by :func:`mrtpo.core.credit.credit_steps`): this page computes none."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import streamlit as st
-import torch
 
-from mrtpo.core.advantages import compute
-from mrtpo.core.credit import BETA
+from mrtpo.core.credit import BETA, SCALE_FLOOR, credit_steps
 from mrtpo.templates import ALL
-from mrtpo.views import panels, render
+from mrtpo.views import group_credit, panels, render
 from mrtpo_app import state as S
 from mrtpo_app import topk
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import md, short
+
+# what the verifier information v_k of the group shown holds (its regime, mrtpo.core.info), and so what moves ρ
+INFO_CAPTIONS = {
+    "rule": "Its verifier information is the rule alone (regime **rule**, the default): the same text for every "
+            "reply, nothing in P_all points at those characters, so ρ lands on them only where the model itself "
+            "links the rule to them.",
+    "findings": "Its verifier information is the rule and what the checker found in this reply (regime "
+                "**findings**), not the characters it read: ρ lands on them where that finding makes the model "
+                "expect them.",
+    "quoted": "Its verifier information ends with those characters quoted (regime **quoted**: \"The checker read: "
+              "…\"), so P_all holds them and P_\\k does not: that is what moves ρ onto them.",
+    "custom": "Its verifier information is the text typed on Explore for each reward (no checker read the reply): ρ "
+              "moves onto the tokens where P_all and P_\\k make the model expect different things.",
+}
+
+
+def evidence_caption(g) -> str:
+    """The first sentence under the response: what its underlines are (only a scored group has evidence)."""
+    if not g.evidence:
+        return "No checker scored this group, so no token is underlined as evidence. "
+    return ("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; the "
+            "AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit). ")
+
 
 ch = page("Teach")
 st.title("Teach")
@@ -32,11 +54,10 @@ T = len(toks)
 st.header("1 · Rewards and GDPO's per-reward advantage")
 st.latex(r"\hat A_{ik}=\frac{R_{ik}-\operatorname{mean}_g(R_{\cdot k})}{\operatorname{std}_g(R_{\cdot k})+\epsilon},"
          r"\quad \epsilon=10^{-4},\ \text{Bessel std}")
-gd = compute("gdpo", torch.tensor(g.rewards, dtype=torch.float32), G)
-z = gd.diagnostics["zscore"].numpy()
+gd = credit_steps(group_credit(g, rep, "gdpo"), i)  # GDPO's Â_ik (MRTPO reallocates these)
 st.dataframe(pd.DataFrame([{
     "reward": k, f"R_{i}k": float(g.rewards[i, j]), "group mean": float(g.rewards[:, j].mean()),
-    "group std": float(g.rewards[:, j].std(ddof=1)) if G > 1 else 0.0, f"Â_{i}k": float(z[i, j]),
+    "group std": float(g.rewards[:, j].std(ddof=1)) if G > 1 else 0.0, f"Â_{i}k": float(gd.a_hat[j]),
     "replayed": k in rep.rewards} for j, k in enumerate(g.reward_names)]), hide_index=True, width="stretch")
 st.caption("A reward constant in the group has Â = 0 for every response, so it needs no replay (skipped: "
            f"{', '.join(rep.skipped) or 'none'}).")
@@ -84,31 +105,32 @@ st.latex(r"A_{ikt}=\hat A_{ik}\,\big((1-\beta)+\beta\,\rho_{ikt}\big),\qquad \su
          r"\quad \operatorname{sign}A_{ikt}=\operatorname{sign}\hat A_{ik}")
 beta = st.slider("β", 0.0, 1.0, BETA, 0.05, key="teach_beta")
 v = S.view(run, "mrtpo", beta)
-rows = []
-for j, k in enumerate(g.reward_names):
-    rho = v.relevance[i][k]
-    a = z[i, j] * ((1 - beta) + beta * rho)
-    rows.append({"reward": k, "Â_ik": float(z[i, j]), "ρ_ikt": float(rho[t]),
-                 "(1−β)+βρ": float((1 - beta) + beta * rho[t]), "A_ikt": float(a[t]), "Σ_t A_ikt": float(a.sum()),
-                 "T·Â_ik": float(T * z[i, j])})
-st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+cs = credit_steps(group_credit(g, rep, "mrtpo", beta), i)  # the credit step behind v, response i's rows
+st.dataframe(pd.DataFrame([{
+    "reward": k, "Â_ik": float(cs.a_hat[j]), "ρ_ikt": float(cs.rho[j, t]), "(1−β)+βρ": float(cs.share[j, t]),
+    "A_ikt": float(cs.reallocated[j, t]), "Σ_t A_ikt": float(cs.reallocated[j].sum()), "T·Â_ik": float(T * cs.a_hat[j]),
+    "Â_ik·β(ρ_ikt−1)": float(cs.deviation[j, t])} for j, k in enumerate(g.reward_names)]),
+    hide_index=True, width="stretch")
+st.caption("The last column is the part of A_ikt that β moved between tokens: A_ikt − Â_ik, with token sum 0.")
 
 # ---------------------------------------------------------------------------------------------- 5. aggregate
 st.header("5 · Sum over rewards and GDPO's batch normalization")
-st.latex(r"A_{it}=\frac{\sum_k w_kA_{ikt}-\operatorname{mean}_{batch}(a)}{\operatorname{std}_{batch}(a)+\epsilon},"
-         r"\quad a_i=\sum_k w_k\hat A_{ik}\ \Rightarrow\ \operatorname{mean}_t A_{it}=A_i^{GDPO}")
-center, scale = float(gd.center), float(gd.scale)
-summed = float(sum(r["A_ikt"] for r in rows))
-st.markdown(f"Center mean(a) = **{center:.4f}**, scale std(a)+ε = **{scale:.4f}**. At token t = {t}: "
-            f"Σ_k A_ikt = {summed:.4f} → A_it = ({summed:.4f} − {center:.4f}) / {scale:.4f} = "
-            f"**{(summed - center) / scale:.4f}** (the app's value: {float(v.token_adv[i][t]):.4f}). "
-            f"Token mean of A_i· = **{float(v.token_adv[i].mean()):.4f}** = "
-            f"GDPO's A_{i} = **{float(gd.final[i]):.4f}**.")
+st.latex(r"A_{it}=\frac{a_i-\operatorname{mean}_{batch}(a)}{s}+\frac{\sum_k w_k\hat A_{ik}\,\beta\,(\rho_{ikt}-1)}"
+         r"{\max(s,\,s_{floor})},\quad a_i=\sum_k w_k\hat A_{ik},\ s=\operatorname{std}_{batch}(a)+\epsilon,"
+         r"\ s_{floor}=" + f"{SCALE_FLOOR:g}" + r"\ \Rightarrow\ \operatorname{mean}_t A_{it}=A_i^{GDPO}")
+st.markdown(f"Center mean(a) = **{cs.center:.4f}**, scale s = std(a)+ε = **{cs.scale:.4g}**, so GDPO's A_{i} = "
+            f"(a_{i} − center) / s = **{cs.final:.4f}**. The reallocated part at token t = {t}, "
+            f"Σ_k Â_ik·β(ρ_ikt−1) = {float(cs.moved[t]):.4f}, is multiplied by f_{i} = 1 / max(s, {SCALE_FLOOR:g}) = "
+            f"**{cs.factor:.4f}**: A_it = {cs.final:.4f} + {cs.factor:.4f} × {float(cs.moved[t]):.4f} = "
+            f"**{float(cs.tokens[t]):.4f}** (the app's value: {float(v.token_adv[i][t]):.4f}). "
+            f"Token mean of A_i· = **{float(cs.tokens.mean()):.4f}** = GDPO's A_{i} = **{cs.final:.4f}**.")
+st.caption(f"The scale is below {SCALE_FLOOR:g} here (the sums a_i are nearly equal across the batch): dividing the "
+           f"reallocated part by it would multiply it by {1 / cs.scale:.4g}, so it is divided by {SCALE_FLOOR:g} "
+           "instead, the unit scale of a per-reward z-score (METHOD.md, step 5)." if cs.floored else
+           f"The scale is at least {SCALE_FLOOR:g} here, so A_it is also (Σ_k A_ikt − center) / s: the floor "
+           "(METHOD.md, step 5) only acts when the sums a_i are nearly equal across the batch.")
 st.html(f"<style>{render.CSS}</style>" + render.response_html(v, i))
-st.caption("Underlined tokens are the reward's evidence, the characters its checker read to decide the reward; "
-           "the AUROC and lift beside the relevance row say how well ρ finds them (0.5 and 1 = uniform credit). "
-           "The built-in verifier information ends with those characters quoted (\"The checker read: …\"), so "
-           "P_all holds them and P_\\k does not: that is what moves ρ onto them.")
+st.caption(evidence_caption(g) + INFO_CAPTIONS["custom" if run.mode == "custom" else g.info])
 
 
 # ---------------------------------------------------------------------------------------------- 6. distributions

@@ -41,11 +41,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 2 else parts)
 
 
-def imports(path: Path) -> list[tuple[str, bool]]:
-    """Every ``mrtpo``/``mrtpo_app`` module ``path`` imports, with whether the import runs at module import time
-    (top level, not under ``if TYPE_CHECKING``) — what makes a cycle."""
+def imports(path: Path) -> list[str]:
+    """Every ``mrtpo``/``mrtpo_app`` module (or name in one) ``path`` imports: at the top, inside a function or under
+    ``if TYPE_CHECKING`` alike.  A function-level import only hides a circle until the function runs (and a
+    ``TYPE_CHECKING`` one until a type checker reads it): both sides of a circle still need each other."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    top = {id(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))}
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -54,9 +54,7 @@ def imports(path: Path) -> list[tuple[str, bool]]:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         else:
             continue
-        for n in names:
-            if n.split(".")[0] in ("mrtpo", "mrtpo_app") and n not in ("mrtpo", "mrtpo_app"):
-                out.append((n, id(node) in top))
+        out += [n for n in names if n.split(".")[0] in ("mrtpo", "mrtpo_app") and n not in ("mrtpo", "mrtpo_app")]
     return out
 
 
@@ -71,7 +69,7 @@ def test_no_module_imports_a_higher_layer():
         me = module_name(path)
         mine = room(me)
         assert mine is not None, f"{me} is in no room of LAYERS: add it"
-        for name, _ in imports(path):
+        for name in imports(path):
             theirs = room(name)
             if theirs is not None and theirs[0] > mine[0]:
                 wrong.append(f"{me} (layer {mine[0]}, {mine[1]}) imports {name} (layer {theirs[0]}, {theirs[1]})")
@@ -83,9 +81,7 @@ def test_no_import_cycles():
     graph: dict[str, set[str]] = {}
     for m, p in mods.items():
         deps = set()
-        for name, at_import in imports(p):
-            if not at_import:
-                continue
+        for name in imports(p):  # every import: top-level, function-level and TYPE_CHECKING ones
             while name and name not in mods:  # "mrtpo.core.credit.assign_credit" -> the module mrtpo.core.credit
                 name = name.rpartition(".")[0]
             if name and name != m and not m.startswith(name + "."):  # a package's own __init__ is not a cycle

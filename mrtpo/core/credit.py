@@ -9,8 +9,9 @@ The trainer, the TRL integration, the app's views and the CLI call :func:`assign
     A'_ikt = keep_i · [ Â_ik / scale + f_i · Â_ik β_s (ρ'_ikt − 1) ]          each reward's token row
     A_it   = Σ_k A'_ikt − center / scale = keep_i · [ final_i + f_i · Σ_k Â_ik β_s (ρ'_ikt − 1) ]   the update's
 
-on valid tokens (0 elsewhere), with f_i = 1 / max(scale, s_floor) (:func:`token_advantages`).  The token mean of
+on valid tokens (0 elsewhere), with f_i = 1 / max(scale, s_floor) (:func:`reallocation`).  The token mean of
 A_i· is the estimator's response advantage final_i; β_s = 0 (or uniform ρ) gives it exactly, on every token.
+:func:`credit_steps` lays one response's pieces out, step by step (the app's Teach page shows them).
 Shapes: N responses stored group by group, K rewards, T tokens (padded).
 """
 from __future__ import annotations
@@ -68,14 +69,24 @@ class CreditConfig:
 
 @dataclass
 class TokenCredit:
-    """What :func:`assign_credit` gives: the estimator's response-level result and the token advantages."""
+    """What :func:`assign_credit` gives (:func:`reallocation`): the estimator's response-level result, the pieces of
+    the reallocation and the token advantages."""
 
     adv: Advantages  # the estimator's (per_reward (N, K), final (N,), center, scale, keep, diagnostics)
     beta: float  # β_s used (0 for a response-level method)
-    rho: torch.Tensor | None  # (N, K, T) the relevance used, capped; None: uniform
+    rho: torch.Tensor | None  # (N, K, T) the relevance used: normalized to token mean 1, capped; None: uniform
     mask: torch.Tensor  # (N, T) valid tokens
     per_reward: torch.Tensor  # (N, K, T) each reward's token row A'_ikt
     tokens: torch.Tensor  # (N, T) the combined token advantages A_it (what the update uses)
+    deviation: torch.Tensor  # (N, K, T) the reallocated part Â_ik β_s (ρ_ikt − 1) on valid tokens (token sum 0)
+    factor: torch.Tensor  # (N, 1) f_i, what the reallocated part is multiplied by (its divisor, floored)
+
+    @property
+    def reallocated(self) -> torch.Tensor:
+        """(N, K, T) METHOD.md step 4, each reward's advantage spread over the tokens before the batch normalization:
+        A_ikt = Â_ik ((1 − β_s) + β_s ρ_ikt) = Â_ik + deviation_ikt on valid tokens, 0 elsewhere; Σ_t A_ikt =
+        T_i Â_ik and sign(A_ikt) = sign(Â_ik)."""
+        return (self.adv.per_reward.unsqueeze(-1) + self.deviation) * self.mask.unsqueeze(1)
 
     @property
     def uniform(self) -> torch.Tensor:
@@ -108,9 +119,7 @@ def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.T
         rho = normalized_relevance(rho, mask)
     if rho is not None and cfg.cap is not None:
         rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cfg.cap)
-    tokens = token_advantages(adv, rho, mask, beta=b)
-    per_reward = token_advantages_per_reward(adv, rho, mask, beta=b)
-    return TokenCredit(adv, b, rho, mask, per_reward, tokens)
+    return reallocation(adv, rho, mask, beta=b)
 
 
 def reward_matrix(rows: Sequence[Mapping[str, float | None]]) -> tuple[list[str], torch.Tensor]:
@@ -149,16 +158,6 @@ def cap_second_moment(rho: torch.Tensor, mask: torch.Tensor, cap: float) -> torc
     var = (u ** 2).sum(-1, keepdim=True) / n  # mean (ρ − 1)² = mean ρ² − 1
     alpha = torch.where(1 + var > cap, ((cap - 1) / var.clamp_min(1e-30)).sqrt(), torch.ones_like(var))
     return (1 + alpha * u) * m
-
-
-def reallocate(per_reward: torch.Tensor, rho: torch.Tensor, mask: torch.Tensor, beta: float) -> torch.Tensor:
-    """Per-reward token advantages A_ikt = Â_ik · ((1 − β) + β · ρ_ikt).
-
-    per_reward: (N, K); rho: (N, K, T) relevance (mean 1 over valid tokens); mask: (N, T).  Returns (N, K, T),
-    0 on padding.  Σ_t A_ikt = T_i · Â_ik and sign(A_ikt) = sign(Â_ik).
-    """
-    share = (1 - beta) + beta * rho
-    return per_reward.unsqueeze(-1) * share * mask.unsqueeze(1).float()
 
 
 #: a (response, reward) row of ρ whose token mean is within this of 1 is taken as it is (bit for bit)
@@ -222,44 +221,97 @@ def _reallocation_factor(adv: Advantages, scale_floor: float) -> torch.Tensor:
     return f.to(adv.per_reward.dtype).expand(N).unsqueeze(-1)
 
 
-def token_advantages(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
-                     scale_floor: float = SCALE_FLOOR) -> torch.Tensor:
-    """MRTPO token advantages (N, T) over any response-level estimator's ``adv``: its response advantage plus the
-    reallocated part, which has token mean 0 and whose divisor is floored at ``scale_floor`` (s_floor):
+def reallocation(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
+                 scale_floor: float = SCALE_FLOOR) -> TokenCredit:
+    """MRTPO's reallocation (METHOD.md steps 4–5) over any response-level estimator's ``adv``: its response advantage
+    plus the reallocated part, which has token mean 0 and whose divisor is floored at ``scale_floor`` (s_floor):
 
-        A_it = keep_i · [ final_i + f_i · Σ_k Â_ik β_s (ρ_ikt − 1) ]       on valid tokens, 0 elsewhere,
-        f_i  = 1 / max(scale, s_floor)       (GRPO: divisor_i / max(divisor_i, s_floor), see ``Advantages.divisor``)
+        deviation_ikt = Â_ik β_s (ρ_ikt − 1)                                 (N, K, T)
+        f_i  = 1 / max(scale, s_floor)       (GRPO: divisor_i / max(divisor_i, s_floor) / scale, ``Advantages.divisor``)
+        A_it = keep_i · [ final_i + f_i · Σ_k deviation_ikt ]                (N, T)  the token advantages
+        A'_ikt = keep_i · [ Â_ik / scale + f_i · deviation_ikt ]             (N, K, T)  each reward's row (display)
 
-    with Â = adv.per_reward, final_i = (Σ_k Â_ik − center) / scale and β_s = ``beta`` (the effective one:
-    :meth:`CreditConfig.beta_at`).  Where scale ≥ s_floor this equals (Σ_k A_ikt − center) / scale,
-    A_ikt = Â_ik ((1 − β_s) + β_s ρ_ikt).  The floor keeps a batch whose sums are (nearly) all equal (scale → eps)
-    from amplifying the reallocation by 1/eps: |A_it − final_i| ≤ Σ_k |Â_ik| β_s |ρ_ikt − 1|.  The token mean of
-    A_i· is final_i; β_s = 0 or rho None gives final_i exactly.
-    rho: (N, K, T) relevance ≥ 0, or None; normalized to mean 1 over valid tokens here (:func:`normalized_relevance`).
-    s_floor = 0 turns the floor off.
-    """
-    mask = mask.bool()
-    rho = None if rho is None else normalized_relevance(rho, mask)
-    dev = _deviation(adv, rho, mask, beta).sum(1)  # (N, T)
-    out = adv.final.unsqueeze(-1) + dev * _reallocation_factor(adv, scale_floor)
-    return torch.where(mask & adv.keep.unsqueeze(-1), out, torch.zeros_like(out))
-
-
-def token_advantages_per_reward(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
-                                scale_floor: float = SCALE_FLOOR) -> torch.Tensor:
-    """Each reward's row of :func:`token_advantages`, (N, K, T), for display:
-
-        A'_ikt = keep_i · [ Â_ik / scale + f_i · Â_ik β_s (ρ_ikt − 1) ]       on valid tokens, 0 elsewhere,
-
-    so Σ_k A'_ikt − center / scale = A_it and the token mean of A'_ik· is Â_ik / scale (the response-level share).
-    ρ as :func:`token_advantages` takes it (normalized to mean 1 here).
+    on valid tokens, 0 elsewhere, with Â = adv.per_reward, final_i = (Σ_k Â_ik − center) / scale and β_s = ``beta``
+    (the effective one: :meth:`CreditConfig.beta_at`); Σ_k A'_ikt − center / scale = A_it.  Where scale ≥ s_floor
+    A_it equals (Σ_k A_ikt − center) / scale, A_ikt = Â_ik ((1 − β_s) + β_s ρ_ikt) (:attr:`TokenCredit.reallocated`).
+    The floor keeps a batch whose sums are (nearly) all equal (scale → eps) from amplifying the reallocation by
+    1/eps: |A_it − final_i| ≤ Σ_k |Â_ik| β_s |ρ_ikt − 1|.  The token mean of A_i· is final_i; β_s = 0 or rho None
+    gives final_i exactly.  rho: (N, K, T) relevance ≥ 0, or None; normalized to mean 1 over valid tokens here
+    (:func:`normalized_relevance`).  s_floor = 0 turns the floor off.  The one computation behind
+    :func:`assign_credit`, :func:`token_advantages` and :func:`credit_steps`.
     """
     mask = mask.bool()
     rho = None if rho is None else normalized_relevance(rho, mask)
     dev = _deviation(adv, rho, mask, beta)  # (N, K, T)
-    out = (adv.per_reward / adv.scale).unsqueeze(-1) + dev * _reallocation_factor(adv, scale_floor).unsqueeze(1)
-    valid = (mask & adv.keep.unsqueeze(-1)).unsqueeze(1)
-    return torch.where(valid, out, torch.zeros_like(out))
+    f = _reallocation_factor(adv, scale_floor)  # (N, 1)
+    valid = mask & adv.keep.unsqueeze(-1)  # (N, T)
+    tokens = adv.final.unsqueeze(-1) + dev.sum(1) * f
+    per = (adv.per_reward / adv.scale).unsqueeze(-1) + dev * f.unsqueeze(1)
+    return TokenCredit(adv, beta, rho, mask, torch.where(valid.unsqueeze(1), per, torch.zeros_like(per)),
+                       torch.where(valid, tokens, torch.zeros_like(tokens)), dev, f)
+
+
+def token_advantages(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
+                     scale_floor: float = SCALE_FLOOR) -> torch.Tensor:
+    """MRTPO token advantages A_it (N, T) over any response-level estimator's ``adv``: :func:`reallocation`'s."""
+    return reallocation(adv, rho, mask, beta, scale_floor).tokens
+
+
+def token_advantages_per_reward(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
+                                scale_floor: float = SCALE_FLOOR) -> torch.Tensor:
+    """Each reward's row of :func:`token_advantages`, A'_ikt (N, K, T), for display: :func:`reallocation`'s (so
+    Σ_k A'_ikt − center / scale = A_it and the token mean of A'_ik· is Â_ik / scale)."""
+    return reallocation(adv, rho, mask, beta, scale_floor).per_reward
+
+
+@dataclass
+class CreditSteps:
+    """One response's credit step by step (METHOD.md steps 4–5), over its T_i valid tokens (numpy; K rewards in the
+    credit's order): what :func:`reallocation` computed for it, every intermediate row."""
+
+    a_hat: np.ndarray  # (K,) Â_ik, the estimator's per-reward advantages (weighted)
+    beta: float  # β_s
+    rho: np.ndarray  # (K, T_i) ρ as the reallocation used it (token mean 1, capped; ones: uniform)
+    share: np.ndarray  # (K, T_i) (1 − β_s) + β_s ρ_ikt
+    reallocated: np.ndarray  # (K, T_i) A_ikt = Â_ik ((1 − β_s) + β_s ρ_ikt), Σ_t = T_i Â_ik (step 4)
+    deviation: np.ndarray  # (K, T_i) A_ikt − Â_ik = Â_ik β_s (ρ_ikt − 1), token sum 0
+    factor: float  # f_i = 1 / max(scale, s_floor) (GRPO: d_i / max(d_i, s_floor) / scale)
+    center: float  # mean_batch(a), a_i = Σ_k Â_ik
+    scale: float  # std_batch(a) + eps
+    final: float  # final_i = (Σ_k Â_ik − center) / scale: the response-level advantage (GDPO's A_i)
+    per_reward: np.ndarray  # (K, T_i) A'_ikt = Â_ik / scale + f_i · deviation_ikt
+    tokens: np.ndarray  # (T_i,) A_it = final_i + f_i Σ_k deviation_ikt: what the update uses and the app shows
+    kept: bool  # False: the estimator dropped the response (GD²PO), every A_it is 0
+
+    @property
+    def moved(self) -> np.ndarray:
+        """(T_i,) Σ_k deviation_ikt: the reallocated part of A_it before it is multiplied by f_i (token sum 0)."""
+        return self.deviation.sum(0)
+
+    @property
+    def floored(self) -> bool:
+        """Whether the floor is in force for this response: f_i is not 1 / scale (the scale is below s_floor)."""
+        return not np.isclose(self.factor, 1.0 / self.scale, rtol=1e-6, atol=0.0)
+
+
+def credit_steps(credit: TokenCredit, i: int) -> CreditSteps:
+    """Response ``i`` of ``credit`` (what :func:`assign_credit` gave) as :class:`CreditSteps`, cut to its valid
+    tokens: every number of the credit step, as computed, for a page or a report to show (never recompute)."""
+    m = credit.mask[i]  # (T,) its valid tokens
+
+    def cut(x: torch.Tensor) -> np.ndarray:  # (K, T) -> (K, T_i)
+        return x[i][:, m].detach().float().cpu().numpy()
+
+    adv = credit.adv
+    rho = np.ones((adv.per_reward.shape[1], int(m.sum())), dtype=np.float32) if credit.rho is None else \
+        cut(credit.rho)
+    return CreditSteps(
+        a_hat=adv.per_reward[i].detach().float().cpu().numpy(), beta=float(credit.beta), rho=rho,
+        share=(1 - credit.beta) + credit.beta * rho, reallocated=cut(credit.reallocated),
+        deviation=cut(credit.deviation),
+        factor=float(credit.factor[i, 0]), center=float(adv.center), scale=float(adv.scale), final=float(adv.final[i]),
+        per_reward=cut(credit.per_reward), tokens=credit.tokens[i][m].detach().float().cpu().numpy(),
+        kept=bool(adv.keep[i]))
 
 
 def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],

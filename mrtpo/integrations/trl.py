@@ -45,6 +45,18 @@ from mrtpo.core.info import INFO
 from mrtpo.core.measures import needs_replay
 from mrtpo.creditlog.rows import GROUPS, GROUPS_HELP, LOG_HELP
 from mrtpo.errors import MrtpoError
+from mrtpo.integrations.trl_log import (
+    CreditLogRun,
+    TrlCreditLog,
+    capture,
+    check_folder,
+    flush,
+    log_step,
+    model_name,
+    open_log,
+)
+from mrtpo.integrations.trl_text import completion_text as completion_text  # noqa: F401 - kept importable from here
+from mrtpo.integrations.trl_text import prompt_text
 from mrtpo.replay import GroupInput, ReplayConfig, replay_groups
 from mrtpo.templates import Template
 
@@ -77,31 +89,6 @@ class MRTPOConfig(CreditConfig):
         super().__post_init__()  # MrtpoError for an unknown method or measure, β outside [0, 1], ...
         if not isinstance(self.template, Template):
             self.template = Template.from_dict(self.template)
-
-
-def prompt_text(prompt: Any) -> str:
-    """The task prompt x of a TRL prompt: a plain string, or the last user message of a conversation."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, (list, tuple)) and prompt:
-        users = [m for m in prompt if isinstance(m, dict) and m.get("role") == "user"] or list(prompt)
-        return _content(users[-1].get("content", "") if isinstance(users[-1], dict) else users[-1])
-    raise MrtpoError(f"cannot read the prompt text of a {type(prompt).__name__} prompt")
-
-
-def completion_text(completion: Any) -> str:
-    """A TRL completion as text (plain string, or the assistant messages joined)."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(_content(m.get("content", "")) for m in completion if isinstance(m, dict))
-
-
-def _content(c: Any) -> str:
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list):
-        return "".join(p.get("text", "") for p in c if isinstance(p, dict) and p.get("type", "text") == "text")
-    return str(c)
 
 
 def _takes_info(fn: Callable) -> bool:
@@ -140,28 +127,28 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         self.verifier_info_fn = verifier_info_fn
         self.mrtpo_last: dict = {}
         self._mrtpo_batch: tuple | None = None
+        run = None
         if cfg.credit_log:
-            from mrtpo.integrations.trl_log import CreditLogRun, check_folder
-
             check_folder(cfg.credit_log)
-            self._credit_log_run = CreditLogRun()
-            kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), self._credit_log_run]
+            run = CreditLogRun()
+            kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), run]
         super().__init__(*args, **kwargs)
+        # the credit log's record (mrtpo.integrations.trl_log): what it needs of this trainer, and its own state
+        self.mrtpo_credit_log = None if run is None else TrlCreditLog(
+            cfg.credit_log, cfg.credit_log_groups, cfg.credit_log_logprobs, cfg, list(self.reward_func_names),
+            self._tokenizer, self.accelerator, self.args.output_dir,
+            model_name(self.accelerator.unwrap_model(self.model)), self.num_generations, run)
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's ``train``.  With a credit log, its folder is claimed for this run first, before any step — a run
         resumed from a checkpoint continues the log of the run that saved it, another run's log is refused
         (:func:`mrtpo.integrations.trl_log.open_log`) — and the log's last waiting step is written at the end
         (:func:`mrtpo.integrations.trl_log.flush`)."""
-        if self.mrtpo_config.credit_log:
-            from mrtpo.integrations.trl_log import open_log
-
-            open_log(self, resume_from_checkpoint)
+        if self.mrtpo_credit_log is not None:
+            open_log(self.mrtpo_credit_log, resume_from_checkpoint)
         result = super().train(resume_from_checkpoint, *args, **kwargs)
-        if self.mrtpo_config.credit_log:
-            from mrtpo.integrations.trl_log import flush
-
-            flush(self)
+        if self.mrtpo_credit_log is not None:
+            flush(self.mrtpo_credit_log)
         return result
 
     def _compute_loss(self, model, inputs):
@@ -174,10 +161,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         idx, self._mrtpo_capture = getattr(self, "_mrtpo_capture", None), None  # the loss' first forward only
-        if idx is not None:
-            from mrtpo.integrations.trl_log import capture
-
-            capture(self, idx, out[0], out[1])
+        if idx is not None and self.mrtpo_credit_log is not None:
+            capture(self.mrtpo_credit_log, idx, out[0], out[1])
         return out
 
     # TRL calls this once per generation batch with the local rows; it returns rewards gathered over processes.
@@ -209,10 +194,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         new = (credit.final if rho is None else credit.tokens).to(out["advantages"].dtype)
         self.mrtpo_last = {"trl_advantages": out["advantages"].detach().clone(), "advantages": new.detach(),
                            "mask": mask, **stats}
-        if cfg.credit_log and mode == "train":
-            from mrtpo.integrations.trl_log import log_step
-
-            log_step(self, out, credit, rewards, prompts, ids_list, replayed, lo, G, step)
+        if self.mrtpo_credit_log is not None and mode == "train":
+            log_step(self.mrtpo_credit_log, out, credit, rewards, prompts, ids_list, replayed, lo, G, step)
         out["advantages"] = new
         for k, v in stats.items():
             self._metrics[mode][f"mrtpo/{k}"].append(float(v))

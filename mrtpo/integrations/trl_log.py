@@ -20,6 +20,10 @@ and character offsets, and per token:
 ``step`` is the update the rows train: TRL's ``global_step`` + 1 (the step its completions parquet names).  When a
 step holds several generation batches (``steps_per_generation`` < gradient accumulation), its first is logged.
 
+The trainer hands this module a small record, :class:`TrlCreditLog` (``MRTPOGRPOTrainer.mrtpo_credit_log``: the
+settings, what it needs of the trainer — tokenizer, accelerator, output folder, reward names — the writer and the
+rows waiting), never itself: nothing here writes onto the trainer or imports it.
+
 One run per log (:mod:`mrtpo.creditlog.owner`): the folder is checked when the trainer is made (:func:`check_folder`)
 and claimed when ``train()`` starts, before any step (:func:`open_log`).  A run's id (``trl-`` and 12 random hex
 digits, with its ``output_dir``) is saved in every checkpoint's ``trainer_state.json`` (:class:`CreditLogRun`), so
@@ -31,22 +35,21 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Sequence
 
 import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import ExportableState
 
-from mrtpo.core.credit import TokenCredit
+from mrtpo.core.credit import CreditConfig, TokenCredit
 from mrtpo.creditlog import CreditLogWriter, LogOwner, credit_fields, kl_k3, series
 from mrtpo.errors import MrtpoError
+from mrtpo.integrations.trl_text import prompt_text
 from mrtpo.jsonl import output_problem
 from mrtpo.model import LoadedModel, token_offsets
 from mrtpo.model.tokens import decode
-
-if TYPE_CHECKING:
-    from mrtpo.integrations.trl import MRTPOGRPOTrainer
 
 
 class CreditLogRun(TrainerCallback, ExportableState):
@@ -62,6 +65,32 @@ class CreditLogRun(TrainerCallback, ExportableState):
     def on_train_begin(self, args, state, control, **kwargs):
         # a checkpoint saved without this callback (an earlier run): TRL's save would look for its entry
         state.stateful_callbacks.setdefault(type(self).__name__, self.state())
+
+
+@dataclass
+class TrlCreditLog:
+    """The credit log of one TRL trainer: what it is told (the settings and what it needs of the trainer) and what it
+    keeps between calls (the writer, the update logged last, the rows waiting for the loss forward)."""
+
+    folder: str  # MRTPOConfig.credit_log
+    groups: int  # MRTPOConfig.credit_log_groups: groups logged per step
+    logprobs: bool  # MRTPOConfig.credit_log_logprobs: rows wait for TRL's loss forward (log-probs, entropy)
+    credit: CreditConfig  # the run's credit settings, for meta.json (method, measure, info, β, warmup)
+    rewards: list[str]  # the reward functions' names (the trainer's reward_func_names)
+    tokenizer: Any  # the trainer's tokenizer (decode, character offsets)
+    accelerator: Any  # the trainer's (is_main_process, num_processes)
+    output_dir: str  # the trainer's output folder (the key of the log's owner)
+    model: str  # the policy's name or path, else its class name (:func:`model_name`)
+    group_size: int  # G of a training generation (the trainer's num_generations)
+    run: CreditLogRun = field(default_factory=CreditLogRun)  # the callback that saves the run id in checkpoints
+    writer: CreditLogWriter | None = None  # None until the folder is claimed
+    step: int | None = None  # the update logged last (a second generation batch of it is not logged)
+    pending: tuple | None = None  # (rows, {row index: (row, ref log-probs)}, G): a generation's rows waiting
+
+
+def model_name(model) -> str:
+    """The policy's name or path (its config's), else its class name (``model``: unwrapped from accelerate)."""
+    return str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
 
 
 def check_folder(folder: str) -> None:
@@ -97,31 +126,30 @@ def saved_run(checkpoint: str | None) -> tuple[int, str | None]:
     return (step if isinstance(step, int) else 0), (run if isinstance(run, str) and run else None)
 
 
-def open_log(tr: "MRTPOGRPOTrainer", resume) -> None:
+def open_log(log: TrlCreditLog, resume) -> None:
     """At the start of ``train(resume_from_checkpoint=resume)``, before any step: the main process claims the
     folder (a fresh run: a new id; resumed from a checkpoint that names a run: that run, whose log steps after the
     checkpoint's step are dropped) and every process learns its answer, so all stop together on a refusal."""
-    cfg = tr.mrtpo_config
-    tr._credit_log_writer, tr._credit_log_step, tr._credit_log_pending = None, None, None
-    ckpt = _checkpoint(tr.args.output_dir, resume)
+    log.writer, log.step, log.pending = None, None, None
+    ckpt = _checkpoint(log.output_dir, resume)
     if resume not in (None, False) and ckpt is None:
         return  # TRL stops next: no checkpoint to resume from
     step, run = saved_run(ckpt)
     problem = None
-    if tr.accelerator.is_main_process:
-        key = {"output_dir": str(Path(tr.args.output_dir).resolve())}
+    if log.accelerator.is_main_process:
+        key = {"output_dir": str(Path(log.output_dir).resolve())}
         owner = LogOwner(run, "trl", key, resume=True) if run else LogOwner.new("trl", key)
         try:
-            tr._credit_log_writer = CreditLogWriter(cfg.credit_log, _meta(tr, tr.num_generations), owner)
-            dropped = tr._credit_log_writer.drop_after(step) if run else []
+            log.writer = CreditLogWriter(log.folder, _meta(log, log.group_size), owner)
+            dropped = log.writer.drop_after(step) if run else []
             if dropped:
                 logging.getLogger(__name__).warning(
                     "credit log %s: steps %d..%d came after the checkpoint (step %d) this run resumes from; dropping "
-                    "them (they are logged again as recomputed)", cfg.credit_log, dropped[0], dropped[-1], step)
-            tr._credit_log_run.run = tr._credit_log_writer.meta["run"]
+                    "them (they are logged again as recomputed)", log.folder, dropped[0], dropped[-1], step)
+            log.run.run = log.writer.meta["run"]
         except MrtpoError as e:
             problem = str(e)
-    if tr.accelerator.num_processes > 1:
+    if log.accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
         problem = broadcast_object_list([problem])[0]
@@ -134,22 +162,19 @@ def logged_rows(lo: int, B: int, G: int, groups: int) -> list[int]:
     return [i for i in range(B) if (lo + i) // G < groups]
 
 
-def log_step(tr: "MRTPOGRPOTrainer", out: dict, credit: TokenCredit, rewards: torch.Tensor, prompts: Sequence,
+def log_step(log: TrlCreditLog, out: dict, credit: TokenCredit, rewards: torch.Tensor, prompts: Sequence,
              ids_list: Sequence, replayed: Sequence[set], lo: int, G: int, step: int) -> None:
     """Log this generation's first groups as step ``step`` + 1 (see the module docstring); the previous generation's
     rows are written first.  Every process calls it (the write gathers the rows over processes)."""
-    from mrtpo.integrations.trl import prompt_text
-
-    cfg = tr.mrtpo_config
-    flush(tr)
-    if getattr(tr, "_credit_log_step", None) == step + 1:
+    flush(log)
+    if log.step == step + 1:
         return  # a second generation batch of the same update: its first one is logged
-    tr._credit_log_step = step + 1
-    rows = logged_rows(lo, len(prompts), G, cfg.credit_log_groups)
+    log.step = step + 1
+    rows = logged_rows(lo, len(prompts), G, log.groups)
     logp = out.get("sampling_per_token_logps", out.get("old_per_token_logps"))  # the sampling policy's, if TRL has
     ref = out.get("ref_per_token_logps")
-    names = list(tr.reward_func_names)
-    lm = LoadedModel(model=None, tokenizer=tr._tokenizer, name="policy", device=torch.device("cpu"),
+    names = list(log.rewards)
+    lm = LoadedModel(model=None, tokenizer=log.tokenizer, name="policy", device=torch.device("cpu"),
                      dtype=torch.float32)  # what token_offsets needs: the tokenizer
     now = time.time()
     local, waiting = [], {}
@@ -168,11 +193,11 @@ def log_step(tr: "MRTPOGRPOTrainer", out: dict, credit: TokenCredit, rewards: to
         _set_logprob(row, lp, rl)
         local.append(row)
         waiting[i] = (row, rl)
-    if cfg.credit_log_logprobs:
+    if log.logprobs:
         out["mrtpo_row"] = torch.arange(len(prompts), device=out["completion_ids"].device)  # for capture()
-        tr._credit_log_pending = (local, waiting, G)
+        log.pending = (local, waiting, G)
     else:
-        _write(tr, local, G)
+        _write(log, local, G)
 
 
 def _set_logprob(row: dict, lp: torch.Tensor | None, rl: torch.Tensor | None) -> None:
@@ -184,13 +209,12 @@ def _set_logprob(row: dict, lp: torch.Tensor | None, rl: torch.Tensor | None) ->
         row["kl"] = series(kl_k3(lp.float(), rl.float()))
 
 
-def capture(tr: "MRTPOGRPOTrainer", idx: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor | None) -> None:
+def capture(log: TrlCreditLog, idx: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor | None) -> None:
     """From TRL's loss forward over the micro-batch whose rows are ``idx`` (b,) of the generation: per-token
     log-probs (b, T) and entropies (b, T) of the waiting rows that do not have them yet."""
-    pending = getattr(tr, "_credit_log_pending", None)
-    if pending is None:
+    if log.pending is None:
         return
-    _, waiting, _ = pending
+    _, waiting, _ = log.pending
     for j, i in enumerate(idx.tolist()):
         if i not in waiting:
             continue
@@ -202,38 +226,30 @@ def capture(tr: "MRTPOGRPOTrainer", idx: torch.Tensor, logps: torch.Tensor, entr
             row["entropy"] = series(entropies[j, :T].detach())
 
 
-def flush(tr: "MRTPOGRPOTrainer") -> None:
+def flush(log: TrlCreditLog) -> None:
     """Write the waiting generation's rows (those no loss forward reached keep ``logprob``/``entropy`` None).
     Every process calls it at the same point: the next training generation, the end of ``train()``."""
-    pending, tr._credit_log_pending = getattr(tr, "_credit_log_pending", None), None
+    pending, log.pending = log.pending, None
     if pending is not None:
         local, _, G = pending
-        _write(tr, local, G)
+        _write(log, local, G)
 
 
-def _write(tr: "MRTPOGRPOTrainer", local: list[dict], G: int) -> None:
+def _write(log: TrlCreditLog, local: list[dict], G: int) -> None:
     """Gather every process' rows on the main process and write them as one step of the credit log."""
-    cfg = tr.mrtpo_config
-    if tr.accelerator.num_processes > 1:
+    if log.accelerator.num_processes > 1:
         from accelerate.utils import gather_object
 
         local = gather_object(local)
-    if not tr.accelerator.is_main_process or not local:
+    if not log.accelerator.is_main_process or not local:
         return
-    if getattr(tr, "_credit_log_writer", None) is None:  # generations outside train(): a run of their own
-        key = {"output_dir": str(Path(tr.args.output_dir).resolve())}
-        tr._credit_log_writer = CreditLogWriter(cfg.credit_log, _meta(tr, G), LogOwner.new("trl", key))
-    tr._credit_log_writer.write_step(local[0]["step"], sorted(local, key=lambda r: (r["group"], r["index"])))
+    if log.writer is None:  # generations outside train(): a run of their own
+        key = {"output_dir": str(Path(log.output_dir).resolve())}
+        log.writer = CreditLogWriter(log.folder, _meta(log, G), LogOwner.new("trl", key))
+    log.writer.write_step(local[0]["step"], sorted(local, key=lambda r: (r["group"], r["index"])))
 
 
-def _meta(tr: "MRTPOGRPOTrainer", G: int) -> dict:
-    cfg = tr.mrtpo_config
-    return {"source": "trl", "model": _model_name(tr), "method": cfg.method, "measure": cfg.measure,
-            "info": cfg.info, "beta": cfg.beta, "warmup": cfg.warmup, "group_size": G,
-            "rewards": list(tr.reward_func_names)}
-
-
-def _model_name(tr: "MRTPOGRPOTrainer") -> str:
-    """The policy's name or path (its config's), else its class name."""
-    model = tr.accelerator.unwrap_model(tr.model)
-    return str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+def _meta(log: TrlCreditLog, G: int) -> dict:
+    c = log.credit
+    return {"source": "trl", "model": log.model, "method": c.method, "measure": c.measure, "info": c.info,
+            "beta": c.beta, "warmup": c.warmup, "group_size": G, "rewards": list(log.rewards)}

@@ -1,11 +1,10 @@
 """The run store: one SQLite file holding every training run (:mod:`.db`; its tables and the opening of the file in
 :mod:`.schema`), with a lock that keeps one trainer per run (:mod:`.lock`) and the runs' checkpoint files beside it
-(:mod:`.checkpoints`)."""
-from mrtpo.store.checkpoints import disk_problem
+(:mod:`.checkpoints`); what they share, a run's record and the phrase for a failed write, in :mod:`.common`."""
+from mrtpo.store.common import RunInfo, disk_problem
 from mrtpo.store.db import (
     RUN_NAME_PATTERN,
     ExperimentInfo,
-    RunInfo,
     Store,
     default_path,
     validate_run_name,

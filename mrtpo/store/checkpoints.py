@@ -8,27 +8,12 @@ there still resumes from its file, its next checkpoint is written in the new pla
 pruned (another store may own what is in it)."""
 from __future__ import annotations
 
-import errno
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from mrtpo.errors import MrtpoError
-
-if TYPE_CHECKING:
-    from mrtpo.store.db import RunInfo
-
-_DISK_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-                errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-                errno.EPERM: "permission denied"}
-
-
-
-def disk_problem(e: OSError) -> str:
-    """A short phrase for a failed write (``the disk is full`` for ENOSPC, ...)."""
-    return _DISK_ERRNOS.get(e.errno, e.strerror or str(e))
-
+from mrtpo.store.common import RunInfo, disk_problem
 
 
 class Checkpoints:

@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterator
 
 from mrtpo.errors import MrtpoError
 from mrtpo.store.checkpoints import Checkpoints
+from mrtpo.store.common import RunInfo
 from mrtpo.store.lock import RunLocks
 from mrtpo.store.schema import db_problem, open_store, read_only
 
@@ -82,18 +83,6 @@ class ExperimentInfo:
 def default_path() -> Path:
     """``$MRTPO_RUNS`` or ``runs/mrtpo.db``."""
     return Path(os.environ.get("MRTPO_RUNS") or "runs/mrtpo.db")
-
-
-@dataclass
-class RunInfo:
-    id: int
-    name: str
-    config: dict
-    created: float
-    updated: float
-    steps_done: int
-    last_checkpoint: int
-    checkpoint_path: str | None  # relative to the store's folder (older stores: as it was written)
 
 
 def _json(obj: Any) -> str:

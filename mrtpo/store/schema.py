@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from mrtpo.errors import MrtpoError
-from mrtpo.store.checkpoints import disk_problem
+from mrtpo.store.common import disk_problem
 
 SCHEMA_VERSION = 4
 

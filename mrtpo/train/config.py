@@ -15,9 +15,11 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
 from mrtpo.tasks import COMPARE_MODES, resolve_examples
 from mrtpo.templates import Template
-from mrtpo.train.policy import AGGREGATIONS
 
 MAX_STEPS = 1_000_000  # the most steps a run may be asked for (``train --steps``, an experiment's steps)
+
+#: how the clipped surrogate's token losses are averaged (:func:`mrtpo.train.policy.clipped_surrogate_loss`)
+AGGREGATIONS = ("token-mean", "seq-mean")
 
 
 @dataclass

@@ -15,14 +15,14 @@ from mrtpo.creditlog import CreditLogWriter, LogOwner, credit_fields, kl_k3, ser
 from mrtpo.model import token_offsets
 from mrtpo.model.tokens import decode
 from mrtpo.train.policy import Policy, token_logprobs_entropy
+from mrtpo.train.rollout import Rollout
 
 if TYPE_CHECKING:
     from mrtpo.store import Store
     from mrtpo.train.config import TrainConfig
-    from mrtpo.train.loop import Rollout
 
 
-def step_rows(policy: Policy, cfg: "TrainConfig", ro: "Rollout", credit: TokenCredit, relevance: Sequence[dict],
+def step_rows(policy: Policy, cfg: "TrainConfig", ro: Rollout, credit: TokenCredit, relevance: Sequence[dict],
               step: int) -> list[dict]:
     """The log rows of step ``step``'s first ``cfg.log.credit_log_groups`` groups (call before the update)."""
     lm, G = policy.lm, cfg.sampling.group_size

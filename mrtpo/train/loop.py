@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
@@ -45,7 +44,7 @@ from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, rewa
 from mrtpo.core.measures import needs_replay, oracle_relevance
 from mrtpo.creditlog import CreditLogConfig
 from mrtpo.errors import MrtpoError
-from mrtpo.groups import ScoredGroup, score_group, template_for
+from mrtpo.groups import score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
 from mrtpo.replay import replay_scored_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
@@ -56,18 +55,8 @@ from mrtpo.train.credit_log import TrainCreditLog, log_owner, run_inputs, step_r
 from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
 from mrtpo.train.recorder import Recorder, sample_rows
+from mrtpo.train.rollout import Rollout
 from mrtpo.train.timing import PhaseClock
-
-
-@dataclass
-class Rollout:
-    """One step's sampled batch: B scored groups, the (N, K) reward matrix over the union of reward names."""
-
-    groups: list[ScoredGroup]
-    names: list[str]
-    R: torch.Tensor  # (N, K), NaN where a reward does not apply to the example
-    prompt_ids: list[list[int]]  # per response
-    resp_ids: list[list[int]]  # per response: sampled tokens (+ EOS when the response ended)
 
 
 class Trainer:

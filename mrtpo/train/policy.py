@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -14,11 +14,7 @@ import torch
 from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, decoder_stack, load_model, seeded_global
 from mrtpo.model.arch import head_logits
-
-if TYPE_CHECKING:
-    from mrtpo.train.config import TrainConfig
-
-AGGREGATIONS = ("token-mean", "seq-mean")
+from mrtpo.train.config import AGGREGATIONS, TrainConfig
 
 
 def clipped_surrogate_loss(
@@ -165,7 +161,7 @@ class Policy:
     pristine: bool = True  # the initial weights and optimizer (no update or checkpoint applied yet)
 
     @classmethod
-    def build(cls, cfg: "TrainConfig", lm: LoadedModel | None = None) -> "Policy":
+    def build(cls, cfg: TrainConfig, lm: LoadedModel | None = None) -> "Policy":
         """Load ``cfg.model`` (or take ``lm``) and make it trainable: float32 master weights for full fine-tuning,
         a LoRA adapter with ``cfg.optim.lora``, a frozen copy as reference when the KL term is on.  What draws from
         torch's global generator (the LoRA initialization) runs as if it were seeded with ``cfg.seed``, and the
@@ -227,7 +223,7 @@ class Policy:
                     return token_logprobs(self.lm.model, prompts, responses, pad, temperature)[0]
             return token_logprobs(self.reference, prompts, responses, pad, temperature)[0]
 
-    def update(self, cfg: "TrainConfig", prompt_ids: Sequence[list[int]], resp_ids: Sequence[list[int]],
+    def update(self, cfg: TrainConfig, prompt_ids: Sequence[list[int]], resp_ids: Sequence[list[int]],
                tok_adv: torch.Tensor, mask: torch.Tensor, seed: int) -> dict[str, float]:
         """Clipped-surrogate AdamW updates on the token advantages ``tok_adv`` (N, T) over ``mask`` (N, T):
         ``ppo_epochs`` passes × ``minibatches`` (their order drawn from a generator seeded with ``seed``); old

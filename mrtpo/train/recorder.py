@@ -11,13 +11,13 @@ from mrtpo.core.credit import TokenCredit
 from mrtpo.model import LoadedModel, token_offsets
 from mrtpo.replay import ReplayResult
 from mrtpo.store import Store
+from mrtpo.train.rollout import Rollout
 
 if TYPE_CHECKING:
-    from mrtpo.train.loop import Rollout
     from mrtpo.train.timing import PhaseClock
 
 
-def sample_rows(lm: LoadedModel, ro: "Rollout", credit: TokenCredit, replays: Sequence[ReplayResult | None],
+def sample_rows(lm: LoadedModel, ro: Rollout, credit: TokenCredit, replays: Sequence[ReplayResult | None],
                 relevance: Sequence[dict]) -> list[dict]:
     """One stored row per sampled response: example, prompt, text, token ids and texts, whether it ended (an EOS was
     trained), rewards and reasons, the response advantage, each reward's share Â_ik / scale, the token advantages

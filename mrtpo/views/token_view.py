@@ -65,21 +65,31 @@ def _rows(rho: torch.Tensor, credit: TokenCredit, names: Sequence[str], lengths:
             [credit.tokens[i, :n].numpy() for i, n in cut])
 
 
+def group_credit(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", beta: float = BETA,
+                 weights=None, cap: float | None = None) -> TokenCredit:
+    """The credit step (:func:`mrtpo.core.credit.assign_credit`) of one group: ``method`` on its rewards (G, K), spread
+    over its tokens by the replay's relevance at ``beta`` (no warmup: the explorer's β is the effective one).  What
+    :func:`token_view` shows, and what the Teach page lays out step by step (:func:`mrtpo.core.credit.credit_steps`)."""
+    lengths = [len(r.token_ids) for r in replay.responses]
+    rho, mask = relevance_tensor([r.relevance for r in replay.responses], group.reward_names, lengths)  # (G, K, T)
+    cfg = CreditConfig(method=method, beta=beta, cap=cap)
+    return assign_credit(torch.tensor(group.rewards, dtype=torch.float32), rho, mask, cfg, group.rewards.shape[0],
+                         weights=weights)
+
+
 def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", beta: float = BETA,
                weights=None, cap: float | None = None, measure: str | None = None) -> TokenView:
     """Advantages of ``method`` for one group, spread over tokens by the replay's relevance at ``beta`` (no warmup: the
-    explorer's β is the effective one); no model calls.
+    explorer's β is the effective one; :func:`group_credit`); no model calls.
 
     measure: re-derive relevance with this measure first (:meth:`ReplayResult.with_measure`; default: the replay's;
     the oracle ``evidence`` reads the group's evidence, and is an MrtpoError for a group without it).
     """
     if measure is not None:
         replay = replay.with_measure(measure, group.evidence or None)
-    G, K = group.rewards.shape
     lengths = [len(r.token_ids) for r in replay.responses]
-    rho, mask = relevance_tensor([r.relevance for r in replay.responses], group.reward_names, lengths)  # (G, K, T)
-    cfg = CreditConfig(method=method, beta=beta, cap=cap)
-    credit = assign_credit(torch.tensor(group.rewards, dtype=torch.float32), rho, mask, cfg, G, weights=weights)
+    rho, _ = relevance_tensor([r.relevance for r in replay.responses], group.reward_names, lengths)  # (G, K, T)
+    credit = group_credit(group, replay, method, beta, weights, cap)
     rel, per_tok, tok = _rows(rho, credit, group.reward_names, lengths)  # ρ as the replay gave it
     adv = credit.adv
     return TokenView(

@@ -95,7 +95,7 @@ def test_mrtpo_properties(method):
     tok0 = C.token_advantages(adv, rho, mask, beta=0.0)
     np.testing.assert_allclose(tok0.numpy(), (adv.final[:, None] * mask).numpy(), atol=1e-6)
     # per-reward totals preserved and signs kept
-    per = C.reallocate(adv.per_reward, rho, mask, beta=0.7)
+    per = C.reallocation(adv, rho, mask, beta=0.7).reallocated  # A_ikt = Â_ik ((1 − β) + βρ_ikt)
     np.testing.assert_allclose(per.sum(-1).numpy(), (adv.per_reward * torch.tensor(lengths)[:, None]).numpy(),
                                atol=1e-4)
     sgn = torch.sign(adv.per_reward)[..., None].expand_as(per)
@@ -179,8 +179,8 @@ def test_token_view_cap_applies_to_every_row():
 
 # ---------------------------------------------------------------------------------------------- the scale floor
 def _old_token_advantages(adv, rho, mask, beta):
-    """The formula before the floor: (Σ_k A_ikt − center) / scale."""
-    out = (C.reallocate(adv.per_reward, rho, mask, beta).sum(1) - adv.center * mask) / adv.scale
+    """The formula before the floor: (Σ_k A_ikt − center) / scale, A_ikt the library's step-4 rows."""
+    out = (C.reallocation(adv, rho, mask, beta).reallocated.sum(1) - adv.center * mask) / adv.scale
     return torch.where(mask & adv.keep[:, None], out, torch.zeros_like(out))
 
 
@@ -218,6 +218,38 @@ def test_equal_sums_from_real_rewards():
     np.testing.assert_allclose(tok.numpy(), [[1.5 * z, 0, -1.5 * z], [-1.5 * z, 0, 1.5 * z]], atol=1e-5)
 
 
+def test_credit_steps_lay_out_one_responses_credit():
+    """credit_steps: every row of the credit step for one response, cut to its valid tokens, as computed.  G = 2,
+    rewards (1, 0) and (0, 1): Â = ±z, sums equal, scale = eps, so f_i = 1 (floored); response 1 has 2 tokens, its
+    relevance (3, 0) becomes (2, 0) and (0, 0) uniform (token mean 1)."""
+    R = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    rho = torch.tensor([[[3.0, 0.0, 0.0], [0.0, 0.0, 3.0]]] * 2)
+    mask = torch.tensor([[True, True, True], [True, True, False]])
+    credit = C.assign_credit(R, rho, mask, C.CreditConfig(beta=0.5, warmup=0), 2)
+    z = 0.5 / (math.sqrt(0.5) + 1e-4)
+    s = C.credit_steps(credit, 0)
+    np.testing.assert_allclose(s.a_hat, [z, -z], rtol=1e-6)
+    assert s.beta == 0.5 and s.center == 0 and s.final == 0 and s.kept
+    assert s.scale == pytest.approx(1e-4) and s.factor == 1.0 and s.floored
+    np.testing.assert_allclose(s.share, [[2, 0.5, 0.5], [0.5, 0.5, 2]])
+    np.testing.assert_allclose(s.reallocated, [[2 * z, 0.5 * z, 0.5 * z], [-0.5 * z, -0.5 * z, -2 * z]], rtol=1e-6)
+    np.testing.assert_allclose(s.deviation, [[z, -0.5 * z, -0.5 * z], [0.5 * z, 0.5 * z, -z]], rtol=1e-6)
+    np.testing.assert_allclose(s.tokens, [1.5 * z, 0, -1.5 * z], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s.tokens, s.final + s.factor * s.moved, atol=1e-6)  # A_it = final_i + f_i Σ_k dev
+    s1 = C.credit_steps(credit, 1)
+    np.testing.assert_allclose(s1.rho, [[2, 0], [1, 1]])  # normalized over its 2 valid tokens; zeros: uniform
+    np.testing.assert_allclose(s1.tokens, [-0.5 * z, 0.5 * z], rtol=1e-6)
+    np.testing.assert_array_equal(s1.tokens, credit.tokens[1, :2].numpy())  # the update's numbers, not a copy's
+    # scale ≥ 1: the floor is not in force, A_it = (Σ_k A_ikt − center) / scale
+    R8 = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 1, 1], [0, 0, 1]], dtype=torch.float32)
+    rho8, mask8 = _relevance(4, 3, 5, [5, 3, 4, 2])
+    c8 = C.assign_credit(R8, rho8, mask8, C.CreditConfig(beta=0.7, warmup=0), 4)
+    s8 = C.credit_steps(c8, 0)
+    assert s8.scale >= 1 and not s8.floored and s8.factor == pytest.approx(1 / s8.scale)
+    np.testing.assert_allclose(s8.tokens, (s8.reallocated.sum(0) - s8.center) / s8.scale, atol=1e-5)
+    np.testing.assert_allclose(s8.per_reward.sum(0) - s8.center / s8.scale, s8.tokens, atol=1e-5)
+
+
 def test_floor_changes_nothing_when_scale_is_at_least_one():
     R = torch.tensor([[1, 0, 1], [0, 1, 0], [1, 1, 1], [0, 0, 1], [1, 0, 0], [0, 1, 1], [1, 1, 0], [0, 0, 0]],
                      dtype=torch.float32)
@@ -231,7 +263,7 @@ def test_floor_changes_nothing_when_scale_is_at_least_one():
     adv = A.compute("gdpo", R, 4)
     small = A.Advantages(adv.per_reward, adv.final, adv.center, torch.tensor(0.25), adv.keep)
     tok = C.token_advantages(small, rho, mask, beta=0.7)
-    dev = (C.reallocate(adv.per_reward, rho, mask, 0.7) - adv.per_reward[..., None] * mask[:, None]).sum(1)
+    dev = (C.reallocation(adv, rho, mask, 0.7).reallocated - adv.per_reward[..., None] * mask[:, None]).sum(1)
     np.testing.assert_allclose(tok.numpy(), ((adv.final[:, None] + dev) * mask).numpy(), atol=1e-5)
 
 
@@ -336,7 +368,7 @@ def test_token_advantages_are_bounded_by_the_per_reward_scale(batch):
                                atol=1e-4 * (1 + float(adv.final.abs().max())))
     assert torch.equal(C.token_advantages(adv, rho, mask, beta=0.0), torch.where(mask, adv.final[:, None], 0.0))
     # Σ_t A_ikt = T_i · Â_ik, and signs are kept, per reward
-    per = C.reallocate(adv.per_reward, rho, mask, beta)
+    per = C.reallocation(adv, rho, mask, beta).reallocated
     np.testing.assert_allclose(per.sum(-1).numpy(), (adv.per_reward * n[:, None]).numpy(),
                                atol=1e-4 * (1 + float(per.abs().max())))
     nz = mask[:, None] & (adv.per_reward.abs()[..., None] > 1e-6) & (per != 0)

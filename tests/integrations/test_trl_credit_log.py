@@ -34,7 +34,7 @@ def test_trl_step_writes_what_the_trainer_computed(tmp_path, tiny):
     tr.current_gradient_accumulation_steps = 1  # what train() sets before a loss
     for part in split_tensor_dict(shuffle_sequence_dict(dict(out)), 2):  # as TRL does: shuffled micro-batches
         tr._compute_loss(tr.model, part)
-    flush(tr)
+    flush(tr.mrtpo_credit_log)
     log = read_credit_log(tmp_path / "log")
     assert log.meta["source"] == "trl" and log.meta["rewards"] == NAMES and log.meta["method"] == "mrtpo"
     assert log.meta["model"]  # the policy's name or path, else its class
@@ -70,7 +70,7 @@ def test_trl_step_writes_what_the_trainer_computed(tmp_path, tiny):
         torch.testing.assert_close(torch.tensor(r.entropy), -(logp.exp() * logp).sum(-1), atol=1e-4, rtol=1e-4)
     tr.state.global_step = 1
     tr._generate_and_score_completions(_inputs())  # a generation no loss reached: written without log-probs
-    flush(tr)
+    flush(tr.mrtpo_credit_log)
     last = read_credit_log(tmp_path / "log").steps[-1]
     assert all(r.logprob is None and r.entropy is None for r in last.rows) and len(last.rows) == 4
 
