@@ -15,6 +15,7 @@ os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from mrtpo.core.credit import smoothstep_beta  # noqa: E402
+from mrtpo.core.spans import text_cells  # noqa: E402
 from mrtpo.store import Store  # noqa: E402
 from mrtpo.train import TrainConfig, Trainer  # noqa: E402
 from mrtpo_app.ui import md  # noqa: E402
@@ -97,7 +98,8 @@ def test_create_step_and_views(db):
     r0 = st.samples(run.id, 1)[0]
     # every tools reward is 0 for the random model, so constant: per reward GDPO's uniform row only (with a note),
     # then the combined GDPO and MRTPO rows
-    assert body.count('<span class="tok"') == len(r0["tokens"]) * (3 + 2)
+    # one cell per character (a character split over byte tokens is one cell: mrtpo.core.spans)
+    assert body.count('<span class="tok"') == len(text_cells(r0["tokens"])) * (3 + 2)
     assert body.count("same for every response of its group") == 3 and "GDPO (uniform) +0.000" in body
     assert r0["reasons"] and all(html.escape(v) in body for v in r0["reasons"].values())  # why each is 0
     # N steps with progress; β_s follows the warmup's smoothstep
@@ -138,7 +140,10 @@ def test_stored_sample_shows_gdpo_and_each_rewards_mrtpo_row(db):
                       f"GDPO (uniform) {a['lower']:+.3f}", "mrtpo β_s=0.25", "relevance ρ",
                       f"GDPO (uniform) {r0['advantage']:+.3f}", "mrtpo β_s=0.25"]
     cells = [BG.findall(toks) for _, toks in ROW.findall(body)]
-    assert len(set(cells[0])) == 1 and len(set(cells[1])) > 1  # uniform vs reallocated
+    # uniform vs reallocated: GDPO's row colors a cell by its tokens' sum, so cells of as many tokens look alike
+    size = [len(c) for c in text_cells(r0["tokens"])]
+    assert len(cells[0]) == len(size) and len({(n, c) for n, c in zip(size, cells[0])}) == len(set(size))
+    assert len(set(cells[1])) > len(set(cells[0]))
     # the combined MRTPO row's tooltips are the trainer's stored token advantages
     tips = re.findall(r"combined \| mrtpo advantage ([-+][0-9.]+)", body)
     # (both combined rows carry them; 4 decimals shown, recomputed in float32: equal to the last shown digit)
@@ -268,7 +273,7 @@ def test_experiment_view(db):
     rel = [dict(zip(*st.probe_relevance(r.id, 0, reward))) for r in probe_runs]
     assert rel[0][0] == rel[1][0]  # step 0: the same policy, the same response
     toks = st.probe(probe_runs[0].id)[0]["tokens"]
-    assert all(b.count('<span class="tok"') == 3 * len(toks) for b in blocks)  # ρ step 0, ρ step 2, Δρ
+    assert all(b.count('<span class="tok"') == 3 * len(text_cells(toks)) for b in blocks)  # ρ 0, ρ 2, Δρ (cells)
     assert [re.findall(r"step 2: ρ ([0-9.]+)", b)[:len(toks)] for b in blocks] == \
         [[f"{x:.3f}" for x in r[2]] for r in rel]
     vmax = max(max(v) for r in rel for v in (r[0], r[2]))
