@@ -1,7 +1,7 @@
 """Cost of showing a long group (issue 34, item 4): a synthetic group of G responses × T tokens × K rewards (no
 model: random ρ and advantages over real-looking text, multi-byte characters split over several tokens), then
 
-- the HTML export (``render.page_html``, what ``mrtpo explain --html`` and the app's "Download HTML page" write;
+- the HTML export (``page_html``, what ``mrtpo explain --html`` and the app's "Download HTML page" write;
   ``mrtpo rollouts --html`` writes the same sections): its size and the seconds to build it;
 - the app's views: the group's overview (every response × reward: strip and hottest spans) and one response × one
   reward in full, their sizes and the seconds to build them; β re-coloring (a new token view, overview and full
@@ -134,13 +134,14 @@ def timed(fn, *args, **kwargs):
 def measure(G: int, T: int, K: int) -> dict:
     """The figures of the module docstring, without the app (name → value)."""
     from mrtpo.views import overview as O
-    from mrtpo.views import render, token_view
+    from mrtpo.views import token_view
+    from mrtpo.views.page import page_html
 
     group, replay = synthetic_group(G, T, K)
     out: dict = {"group": f"{G} × {T} tokens × {K} rewards"}
     view, s = timed(token_view, group, replay, "mrtpo", 0.5)
     out["token view (s)"] = s
-    page, s = timed(render.page_html, view, group)
+    page, s = timed(page_html, view, group)
     out["export size (MB)"], out["export build (s)"] = len(page.encode()) / 1e6, s
     body, s = timed(O.group_overview_html, view)
     out["overview size (MB)"], out["overview build (s)"] = len(body.encode()) / 1e6, s

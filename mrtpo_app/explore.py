@@ -15,6 +15,7 @@ from mrtpo.core.info import INFO_LABELS
 from mrtpo.core.measures import MEASURE_HELP, measure_names, needs_rewording
 from mrtpo.groups import varied_rewards
 from mrtpo.views import faithfulness_table, overview, render, token_view, view_to_json
+from mrtpo.views import page as views_page
 from mrtpo_app import long_view as LV
 from mrtpo_app import state as S
 from mrtpo_app import topk
@@ -183,7 +184,7 @@ def _downloads(run: S.SessionGroup, v, scale: str, lazy: bool) -> None:
         return json.dumps(out, ensure_ascii=False)
 
     def page() -> str:
-        return render.page_html(v, g, title=f"mrtpo — {run.label}", scale=scale)
+        return views_page.page_html(v, g, title=f"mrtpo — {run.label}", scale=scale)
 
     d1, d2 = st.columns(2)
     d1.download_button("Download JSON (everything shown)", data if lazy else data(),

@@ -110,7 +110,8 @@ def cmd_explain(a) -> int:
     from mrtpo.model import Sample, tokenize_response
     from mrtpo.replay import replay_scored
     from mrtpo.tasks import get_family
-    from mrtpo.views import render, token_view, view_to_json
+    from mrtpo.views import token_view, view_to_json
+    from mrtpo.views.page import page_html
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any model work
@@ -180,7 +181,7 @@ def cmd_explain(a) -> int:
     replay = replay_scored(lm, group, template, measure=a.measure)
     view = token_view(group, replay, method=a.method, beta=a.beta)
     prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
-    write_text(a.html, render.page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
+    write_text(a.html, page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
     if a.json:
         data = view_to_json(view, group)
         if tries:

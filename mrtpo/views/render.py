@@ -367,12 +367,3 @@ def faithfulness_html(view: TokenView) -> str:
     body = "".join("<tr>" + "".join(f"<td>{fmt(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
     return (f"<h3>Faithfulness of relevance ({html.escape(view.measure)}) to the verifiers' evidence</h3>"
             f"<table><tr>{head}</tr>{body}</table>")
-
-
-def page_html(view: TokenView, group: ScoredGroup | None = None, title: str = "mrtpo explain",
-              scale: str = "response") -> str:
-    """A self-contained HTML page of the group (:func:`mrtpo.views.page.page_html`: short responses in full, long
-    ones overview first, drawn in full on a click)."""
-    from mrtpo.views.page import page_html as page
-
-    return page(view, group, title, scale)

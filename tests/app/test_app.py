@@ -121,12 +121,12 @@ def _lim(lim) -> tuple[str, str, str]:
 
 
 def test_explore_scale_switch_sets_the_color_limits_and_the_export(sampled: AppTest, monkeypatch):
-    from mrtpo.views import render, token_view
+    from mrtpo.views import page, render, token_view
 
     at = sampled
     exported = []
-    real = render.page_html
-    monkeypatch.setattr(render, "page_html", lambda *a, **k: exported.append((k.get("scale"), real(*a, **k)))
+    real = page.page_html
+    monkeypatch.setattr(page, "page_html", lambda *a, **k: exported.append((k.get("scale"), real(*a, **k)))
                         or exported[-1][1])
     run = at.session_state["mrtpo_group"]
     v = token_view(run.group, run.replay, method="mrtpo", beta=0.5)

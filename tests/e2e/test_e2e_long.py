@@ -79,13 +79,14 @@ def _css_tip(page, cell) -> str:
 def test_exported_page_of_a_long_group_in_chromium(tmp_path):
     from bench.views import synthetic_group
     from mrtpo.views import overview as O
-    from mrtpo.views import render, token_view
+    from mrtpo.views import token_view
+    from mrtpo.views.page import page_html
 
     sync_api = pytest.importorskip("playwright.sync_api")
     group, replay = synthetic_group(8, 2000, 3)
     v = token_view(group, replay, "mrtpo", 0.5)
     page_file = tmp_path / "long.html"
-    page_file.write_text(render.page_html(v, group, title="long group"), encoding="utf-8")
+    page_file.write_text(page_html(v, group, title="long group"), encoding="utf-8")
     size = page_file.stat().st_size
     shots = _shots()
     with sync_api.sync_playwright() as p:

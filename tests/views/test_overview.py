@@ -13,6 +13,7 @@ import pytest
 from mrtpo.views import TokenView, render, token_view
 from mrtpo.views import overview as O
 from mrtpo.views import page as P
+from mrtpo.views.page import page_html
 
 STRIP = re.compile(r'<div class="strip">(.*?)</div>', re.S)
 MARK = re.compile(r'<i style="background:([^"]*)" data-tip="([^"]*)"></i>')
@@ -133,7 +134,7 @@ def _synthetic(G=8, T=2000, K=3):
 
 def test_export_of_8_x_2000_x_3_is_under_5_mb_and_holds_every_number_once():
     group, v = _synthetic()
-    page = render.page_html(v, group)
+    page = page_html(v, group)
     size = len(page.encode())
     assert size <= 5_000_000, size
     assert page.count('<h3>Response ') == 8 and page.count('class="mrtpo fullbox"') == 8  # all long: overviews
@@ -159,10 +160,10 @@ def test_export_of_8_x_2000_x_3_is_under_5_mb_and_holds_every_number_once():
 
 def test_short_responses_stay_in_full_and_the_threshold_is_per_response(monkeypatch):
     v = hand_view(bumps())
-    page = render.page_html(v)
+    page = page_html(v)
     assert 'class="mrtpo fullbox"' not in page and "<script>" not in page and len(ROW.findall(page)) == 6  # as before
     monkeypatch.setattr(O, "LONG_TOKENS", 39)  # 40 tokens is now long
-    page = render.page_html(v)
+    page = page_html(v)
     assert 'id="full-0-0"' in page and "<script>" in page and len(ROW.findall(page.split("<script")[0])) == 0
     assert O.is_long(v) and not O.is_long(hand_view(bumps(39)))
 

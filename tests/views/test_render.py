@@ -10,6 +10,7 @@ import pytest
 from mrtpo.groups import ScoredGroup
 from mrtpo.tasks.base import Example
 from mrtpo.views import TokenView, render, stored_step_view
+from mrtpo.views.page import page_html
 
 LEGEND = re.compile(r"advantage <span[^>]*></span> −([0-9.e+-]+) .*?moved <span[^>]*></span> ±([0-9.e+-]+)"
                     r".*?relevance <span[^>]*></span> 0 … ([0-9.e+-]+)", re.S)
@@ -114,14 +115,14 @@ def test_page_html_carries_reasons_and_verifier_information_escaped():
     v = _view()
     g = _group(v, [{"a": "ok", "b": "found '<script>alert(1)</script>'"}, {"a": "no & yes", "b": ""}],
                [{"a": "Rule <a>", "b": "Return `x` & <y>"}, {"a": "Rule <a>", "b": "Return `x` & <y>"}])
-    page = render.page_html(v, g, title="t <i>", scale="group")
+    page = page_html(v, g, title="t <i>", scale="group")
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert page.count("Return `x` &amp; &lt;y&gt;") == 2 and page.count("Rule &lt;a&gt;") == 2  # per response
     assert "— no &amp; yes" in page and "verifier information v_k" in page
     assert "ex&lt;1&gt;" in page and "<title>t &lt;i&gt;</title>" in page
     assert [m.groups() for m in LEGEND.finditer(page)] == [("2", "1", "2")] * 2  # shared: one scale
-    per = render.page_html(v, g, scale="response")
+    per = page_html(v, g, scale="response")
     assert [m.groups() for m in LEGEND.finditer(per)] == [("1.5", "0.5", "1.6"), ("2", "1", "2")]
     assert "colors per response" in per
     with pytest.raises(ValueError):
-        render.page_html(v, g, scale="bad")
+        page_html(v, g, scale="bad")
