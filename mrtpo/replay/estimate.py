@@ -71,6 +71,11 @@ class Estimate:
                         self.measured and other.measured, self.bound or other.bound, parts,
                         max(self.params, other.params))
 
+    def times(self, k: int) -> Estimate:
+        """The same work ``k`` times."""
+        return Estimate(self.tokens * k, self.seconds * k, self.measured, self.bound,
+                        {p: v * k for p, v in self.parts.items()}, self.params)
+
     def text(self) -> str:
         """``about 3 min 10 s (at most 290,000 forward tokens at 250 tokens/s on this machine)``."""
         where = ("on this machine" if self.measured else
@@ -164,20 +169,22 @@ def estimate_scored(lm: LoadedModel, groups: Sequence[ScoredGroup], template: Te
 def estimate_unsampled(lm: LoadedModel, prompt: str, replay_prompt: str, verifier_info: dict[str, str], n: int,
                        max_new_tokens: int, template: Template | None = None, config: ReplayConfig | None = None,
                        measure: str = "js", precision: str = "auto", rates: Rates | None = None,
-                       replay: bool = True) -> Estimate:
-    """Sampling n responses to ``prompt`` and (``replay``) replaying them under ``replay_prompt`` with
-    ``verifier_info``, before anything is sampled: an upper bound (every response ``max_new_tokens`` long — as long
-    as the model's context allows —, no two alike, every reward replayed)."""
+                       replay: bool = True, replays: int = 1, reword: bool | None = None,
+                       attention: bool | None = None) -> Estimate:
+    """Sampling n responses to ``prompt`` and (``replay``) replaying them ``replays`` times under ``replay_prompt``
+    with ``verifier_info``, before anything is sampled: an upper bound (every response ``max_new_tokens`` long — as
+    long as the model's context allows —, no two alike, every reward replayed)."""
     est = estimate_sample(lm, prompt, n, max_new_tokens, precision, rates)
-    if not replay or not verifier_info or not needs_replay(measure):
+    if not replay or not verifier_info:
         return est
+    measure = measure if needs_replay(measure) else "js"  # a replay for the tokens and d (replay_scored's)
     V = lm.model.get_output_embeddings().weight.shape[0]
     T = max_new_tokens
     for _ in range(3):
         fake = [[(i + 1) % V] * T for i in range(n)]
         try:
             return est + estimate_replay(lm, [GroupInput(replay_prompt, verifier_info, fake, None)], template, config,
-                                         measure, rates=rates, bound=True)
+                                         measure, reword, attention, rates, bound=True).times(replays)
         except TooLong as e:  # the longest variant prompt leaves less room: the responses can be no longer
             T = max(0, T - (e.n_tokens - e.limit))
     return est
@@ -185,10 +192,11 @@ def estimate_unsampled(lm: LoadedModel, prompt: str, replay_prompt: str, verifie
 
 def estimate_task_group(lm: LoadedModel, family: TaskFamily, example: Example, n: int, max_new_tokens: int,
                         template: Template | None = None, config: ReplayConfig | None = None, measure: str = "js",
-                        precision: str = "auto", rates: Rates | None = None, replay: bool = True) -> Estimate:
+                        precision: str = "auto", rates: Rates | None = None, replay: bool = True, replays: int = 1,
+                        reword: bool | None = None, attention: bool | None = None) -> Estimate:
     """:func:`estimate_unsampled` for a task example, with each reward's rule as its verifier information (the
     ``rule`` regime; the others add what the checker found, a few tokens more)."""
     rules = family.rule_info(example)
     vi = {k: rules.get(k, "") for k in family.reward_names(example)}
     return estimate_unsampled(lm, example.prompt, family.replay_prompt(example), vi, n, max_new_tokens, template,
-                              config, measure, precision, rates, replay)
+                              config, measure, precision, rates, replay, replays, reword, attention)
