@@ -141,8 +141,13 @@ def test_cancel_stops_mid_way_keeps_nothing_and_frees_the_model(monkeypatch, pha
         assert len(S.replay_cached.memo._done) == replays_before  # the replay is not
     assert W.TURNS.waiting() == 0
     got = threading.Event()
+
+    def next_job():
+        with W.TURNS.turn():
+            got.set()
+
     t0 = time.perf_counter()
-    threading.Thread(target=lambda: (W.TURNS.turn().__enter__(), got.set())).start()  # the next job's turn
+    threading.Thread(target=next_job).start()  # the next session's job gets the model at once
     assert got.wait(5) and time.perf_counter() - t0 < 1.0
     # the Cancel the user clicked: the next run says what stopped
     assert [b for b in at.button if b.key == "explore_stop"]
