@@ -18,7 +18,7 @@ import streamlit as st
 
 from mrtpo.core.info import INFO, INFO_LABELS, INFO_REGIMES
 from mrtpo.model.defaults import GROUP_SIZE, MAX_NEW_TOKENS
-from mrtpo_app import sampling
+from mrtpo_app import sampling, wait
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short
@@ -71,7 +71,11 @@ if mode == "Task example":
              "quoted, so the replay is told where the evidence is.")
 inp = sampling.Inputs(ch, mode, ex, fam, int(n), float(temperature), int(max_new), custom_prompt, custom_rewards, info)
 
-if st.button("Sample group", type="primary", key="explore_sample"):
+wait.stopped_notice("explore")  # the last Sample was cancelled
+clicked = st.button("Sample group", type="primary", key="explore_sample")
+if wait.ask_first("explore", (inp.ch, mode, inp.ex and inp.ex.id, inp.n, inp.temperature, inp.max_new, int(seed),
+                              info, custom_prompt, custom_rewards.to_dict() if len(custom_rewards) else None),
+                  clicked, lambda: sampling.estimate(inp, int(seed))):  # above the threshold: asked first
     sampling.sample_group(inp, int(seed))
 
 run = S.get_group()

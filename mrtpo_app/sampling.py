@@ -1,5 +1,7 @@
-"""Sampling a group on Explore's button: the page's inputs (:class:`Inputs`) and :func:`sample_group` (load the model,
-sample, score, replay — each cached by its inputs — with progress), for ``app.py`` and :mod:`mrtpo_app.explore`.
+"""Sampling a group on Explore's button: the page's inputs (:class:`Inputs`), what the click will cost
+(:func:`estimate`, asked about first above the threshold: :func:`mrtpo_app.wait.ask_first`) and :func:`sample_group`
+(load the model, sample, score, replay — each cached by its inputs — with progress, the time left, a Cancel, and the
+responses shown as they are ready), for ``app.py`` and :mod:`mrtpo_app.explore`.
 
 Importing this module does not import torch (the first render of Explore does not wait for it): the library's model
 side is imported inside :func:`sample_group`, after the model (preloaded in the background) is ready."""
@@ -16,6 +18,7 @@ from mrtpo.core.info import INFO
 from mrtpo.errors import MrtpoError
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo_app import state as S
+from mrtpo_app import wait
 from mrtpo_app import work as W
 from mrtpo_app.ui import md, show_error
 
@@ -62,6 +65,40 @@ def try_text(tr: SampleTry) -> str:
     return f"seed {tr.seed}: varies **{varied}** (group means: {means}; {tr.seconds:.1f} s)"
 
 
+def estimate(inp: Inputs, seed: int):
+    """What Sample costs for these inputs before anything is sampled (:mod:`mrtpo.replay.estimate`: an upper bound of
+    sampling and replaying the group), or None when the group was sampled before (the caches hold it)."""
+    custom = None if inp.mode == "Task example" else custom_inputs(inp)
+    prompt = inp.ex.prompt if custom is None else custom[0]
+    if S.sample_cached.has(inp.ch.model, inp.ch.device, prompt, inp.n, inp.max_new, inp.temperature, int(seed)):
+        return None
+    lm = S.get_model(inp.ch.model, inp.ch.device)
+    from mrtpo.replay import ReplayConfig
+    from mrtpo.replay.estimate import estimate_task_group, estimate_unsampled
+    from mrtpo.templates import Template
+
+    cfg = ReplayConfig(precision=S.PRECISION)
+    if custom is None:
+        template = Template.from_dict(S.current_template(inp.ch.family))
+        return estimate_task_group(lm, inp.fam, inp.ex, inp.n, inp.max_new, template, cfg, precision=S.PRECISION)
+    return estimate_unsampled(lm, prompt, prompt, custom[2], inp.n, inp.max_new,
+                              Template.from_dict(S.current_template(None)), cfg, precision=S.PRECISION)
+
+
+def _replay_parts(lm, group, template: dict, skip_constant: bool) -> int:
+    """How many parts the group's replay runs in (:func:`mrtpo_app.wait.parts_for` of its exact estimate)."""
+    from mrtpo.replay import ReplayConfig
+    from mrtpo.replay.estimate import estimate_scored
+    from mrtpo.templates import Template
+
+    try:
+        est = estimate_scored(lm, [group], Template.from_dict(template), skip_constant,
+                              ReplayConfig(precision=S.PRECISION))
+    except Exception:  # noqa: BLE001 - the replay reports the problem itself
+        return 1
+    return wait.parts_for(est, len(group.samples))
+
+
 class _Queue:
     """What a session sees while its job waits for the model (:mod:`mrtpo_app.work`): how many groups of other
     sessions are ahead of its own, then its own work again (``bar``: the progress bar to write on)."""
@@ -100,8 +137,9 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
     step, done = "loading the model", []
     queue = _Queue(f"sampling {inp.n} × {inp.max_new} tokens")
     with st.status("Sampling until the rewards vary…" if tries > 1 else "Sampling the group…",
-                   expanded=True) as status, W.job(queue.on_wait):  # the model's turn: at its first computation
-        try:
+                   expanded=True) as status, W.job(queue.on_wait), \
+            wait.working("explore", "the sampling" if tries > 1 else "the group's sampling and replay"):
+        try:  # (the model's turn is taken at the job's first computation)
             bar = queue.bar = st.progress(0.0, text=f"loading model {inp.ch.model} ({inp.ch.device})")
             with S.Timer(timings, "model") as tm:
                 lm = S.get_model(inp.ch.model, inp.ch.device)
@@ -112,7 +150,8 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
             step = "reading your prompt"
             prompt, cnames, info = (inp.ex.prompt, [], {}) if inp.mode == "Task example" else custom_inputs(inp)
             step = "sampling"
-            bar.progress(0.25, text=f"sampling {inp.n} × {inp.max_new} tokens")
+            bar.progress(0.05, text=f"sampling {inp.n} × {inp.max_new} tokens")
+            sampling = wait.Work(bar, f"sampling {inp.n} × {inp.max_new} tokens", 0.05, 0.55)
             if tries > 1:
                 def on_try(tr: SampleTry) -> None:
                     done.append(tr)
@@ -121,7 +160,7 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
                 with S.Timer(timings, "sample") as tm:
                     group, _ = S.sample_until_varied(inp.ch, inp.fam, inp.ex, tries, inp.n, inp.max_new,
                                                      inp.temperature, int(seed0), on_try=on_try, want=want,
-                                                     info=inp.info)
+                                                     info=inp.info, progress=sampling)
                 shown["sample + score"] = tm.text
                 kept = next(t for t in done if t.kept)
                 settings["seed"] = kept.seed
@@ -137,11 +176,12 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
             else:
                 with S.Timer(timings, "sample") as tm:
                     samples = S.sample_cached(inp.ch.model, inp.ch.device, prompt, inp.n, inp.max_new, inp.temperature,
-                                              int(seed0))
+                                              int(seed0), progress=sampling)
                 shown["sample"] = tm.text
                 st.write(f"sampled {len(samples)} responses — {tm.text}")
+                wait.show_samples(samples)  # each response at once, before its replay
                 step = "scoring"
-                bar.progress(0.6, text="scoring")
+                bar.progress(0.55, text="scoring")
                 with S.Timer(timings, "score") as tm:
                     if inp.mode == "Task example":
                         group = score_group(inp.fam, inp.ex, samples, inp.info)
@@ -152,10 +192,13 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
                         settings["rewards0"] = group.rewards.tolist()
                 shown["score"] = tm.text
             step = "replay"
-            bar.progress(0.7, text="replaying under P_all and each P_\\k")
+            bar.progress(0.6, text="replaying under P_all and each P_\\k")
+            skip = inp.mode == "Task example"  # custom mode replays every reward: typing rewards never needs the model
+            parts = _replay_parts(lm, group, template, skip)
             with S.Timer(timings, "replay") as tm:
-                # custom mode replays every reward, so typing rewards later never needs the model
-                replay = S.replay_for(inp.ch, group, template, skip_constant=(inp.mode == "Task example"))
+                replay = S.replay_for(inp.ch, group, template, skip_constant=skip, parts=parts,
+                                      progress=wait.Work(bar, "replaying under P_all and each P_\\k", 0.6, 1.0),
+                                      on_part=wait.show_part(st.container()) if parts > 1 else None)
             shown["replay"] = tm.text
             st.write(f"replayed {len(replay.rewards)} reward(s), skipped {len(replay.skipped)} constant "
                      f"({md(', '.join(replay.skipped) or 'none')}) — {tm.text}")
@@ -163,6 +206,7 @@ def sample_group(inp: Inputs, seed0: int, tries: int = 1, want: int = 1, better_
         except Exception as e:  # noqa: BLE001 - shown as st.error, never a traceback
             status.update(label=f"Failed while {step}", state="error", expanded=True)
             show_error(e, step)
+            wait.finished("explore")  # an error, not a Cancel
             st.stop()
         if queue.since is not None:
             st.write(f"waited {queue.seconds:.1f} s for the model (up to {queue.most} "

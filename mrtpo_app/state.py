@@ -220,18 +220,23 @@ _model = _counted(_load_model)  # the model loader, counted: a Timer around a lo
 
 class _Cached:
     """A model computation kept in a :class:`mrtpo_app.work.Memo` for every session, by every input; its calls are
-    counted and its computations marked (:class:`Timer`); ``.clear()`` empties it."""
+    counted and its computations marked (:class:`Timer`); ``.clear()`` empties it. Keyword arguments (a progress
+    callback, how to show partial results) are passed to a computation but are not part of its key."""
 
     def __init__(self, fn, max_entries: int):
         self.fn, self.memo = fn, W.Memo(max_entries)
         self.__doc__, self.__name__ = fn.__doc__, fn.__name__
 
-    def __call__(self, *args):
+    def __call__(self, *args, **how):
         _counts.calls = _cache_calls() + 1
-        value, computed = W.cached(self.memo, W.Memo.key(self.__name__, *args), lambda: self.fn(*args))
+        value, computed = W.cached(self.memo, W.Memo.key(self.__name__, *args), lambda: self.fn(*args, **how))
         if computed:
             _mark_ran()
         return value
+
+    def has(self, *args) -> bool:
+        """Whether the result for ``args`` is kept (asking for it costs no model time)."""
+        return self.memo.has(W.Memo.key(self.__name__, *args))
 
     def clear(self) -> None:
         self.memo.clear()
@@ -241,31 +246,35 @@ PRECISION = "auto"  # the sampler's and the replay's precision in the app (part 
 
 
 def _sample(model: str, device: str, prompt: str, n: int, max_new_tokens: int, temperature: float, seed: int,
-            top_p: float = TOP_P, precision: str = PRECISION) -> list[Sample]:
+            top_p: float = TOP_P, precision: str = PRECISION, progress=None) -> list[Sample]:
     """``n`` sampled responses to ``prompt``, kept by every input (the seed included: each call draws from a
-    generator of its own, so a key's group is the same whoever sampled it first)."""
+    generator of its own, so a key's group is the same whoever sampled it first); ``progress``: the sampler's."""
     from mrtpo.model import sample
 
     return sample(get_model(model, device), prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature,
-                  top_p=top_p, seed=seed, precision=precision)
+                  top_p=top_p, seed=seed, precision=precision, progress=progress)
 
 
 def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[str, str]],
             token_ids: Sequence[Sequence[int]], template: dict, rewards: Sequence[Sequence[float]] | None,
-            precision: str = PRECISION, reword: bool = False, attention: bool = False) -> ReplayResult:
+            precision: str = PRECISION, reword: bool = False, attention: bool = False, progress=None, parts: int = 1,
+            on_part=None) -> ReplayResult:
     """Leave-one-out replay of one group, kept by every input.
 
     verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
     or None (replay every reward); reword: also replay P_k′ (v_k reworded: the ``js-reworded`` measure's input);
-    attention: also read P_all's attention to each v_k (the ``attn-contrast`` measure's input).
+    attention: also read P_all's attention to each v_k (the ``attn-contrast`` measure's input). Not part of the key:
+    ``progress`` (the replay's callback), ``parts`` and ``on_part`` (:func:`mrtpo.replay.parts.replay_in_parts`: the
+    group in that many parts, each shown as it is ready; the same numbers up to rounding).
     """
-    from mrtpo.replay import ReplayConfig, replay_group
+    from mrtpo.replay import ReplayConfig
+    from mrtpo.replay.parts import replay_in_parts
 
     lm = get_model(model, device)
     R = None if rewards is None else np.asarray(rewards, dtype=float)
-    return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
-                        Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
-                        reword=reword, attention=attention)
+    return replay_in_parts(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
+                           Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
+                           reword=reword, attention=attention, parts=parts, progress=progress, on_part=on_part)
 
 
 def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], token_ids: Sequence[int],
@@ -283,16 +292,18 @@ next_token_topk_cached = _Cached(_topk, 256)
 
 
 def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, tries: int, n: int, max_new_tokens: int,
-                        temperature: float, seed: int, on_try=None, want: int = 1, info: str = INFO
+                        temperature: float, seed: int, on_try=None, want: int = 1, info: str = INFO, progress=None
                         ) -> tuple[ScoredGroup, list[SampleTry]]:
     """:func:`mrtpo.groups.sample_until_varied` on :func:`sample_cached` (a seed tried before is not sampled
-    again): seeds ``seed``, ``seed + 1``, … until ``want`` rewards vary in the group, at most ``tries``."""
+    again): seeds ``seed``, ``seed + 1``, … until ``want`` rewards vary in the group, at most ``tries``;
+    ``progress``: each sampling's."""
     from mrtpo.groups import sample_until_varied as until_varied
 
     return until_varied(
         None, family_, example, tries, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
         on_try=on_try, want=want, info=info,
-        sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens, temperature, s))
+        sample_fn=lambda s: sample_cached(ch.model, ch.device, example.prompt, n, max_new_tokens, temperature, s,
+                                          progress=progress))
 
 
 def replay_inputs(measure: str) -> dict[str, bool]:
@@ -312,12 +323,14 @@ def lacks_inputs(replay: ReplayResult, measure: str) -> bool:
 
 def replay_for(ch: Choices, group: ScoredGroup, template: dict, skip_constant: bool = True,
                verifier_info: Sequence[dict[str, str]] | None = None, reword: bool = False,
-               attention: bool = False) -> ReplayResult:
+               attention: bool = False, **how) -> ReplayResult:
     """:func:`replay_cached` for a scored group (optionally with edited verifier information; ``reword``: with the
-    P_k′ prompts that ``js-reworded`` reads; ``attention``: with P_all's attention that ``attn-contrast`` reads)."""
+    P_k′ prompts that ``js-reworded`` reads; ``attention``: with P_all's attention that ``attn-contrast`` reads);
+    ``how``: ``progress``, ``parts``, ``on_part`` (not part of the key; see :func:`_replay`)."""
     infos = list(verifier_info) if verifier_info is not None else group.verifier_info
     return replay_cached(ch.model, ch.device, group.prompt, infos, [list(s.token_ids) for s in group.samples],
-                         template, group.rewards.tolist() if skip_constant else None, PRECISION, reword, attention)
+                         template, group.rewards.tolist() if skip_constant else None, PRECISION, reword, attention,
+                         **how)
 
 
 @dataclass

@@ -143,6 +143,11 @@ class Memo:
             value = self._done[key]
         return True, copy.deepcopy(value)
 
+    def has(self, key: str) -> bool:
+        """Whether ``key`` is done (no copy made)."""
+        with self._lock:
+            return key in self._done
+
     def get(self, key: str, compute: Callable[[], Any]) -> tuple[Any, bool]:
         """(a copy of the result for ``key``, whether this call computed it); ``compute()`` runs on a miss, once."""
         while True:

@@ -25,7 +25,7 @@ from mrtpo.model import TooLong
 from mrtpo.views import render, token_view
 from mrtpo.views.overview import is_long
 from mrtpo_app import long_view as LV
-from mrtpo_app import run_viewer
+from mrtpo_app import run_viewer, wait
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md
@@ -112,8 +112,8 @@ with guard("replay"):
         st.warning(f"{len(sg.samples) - len(keep)} empty completion(s) left out (nothing to explain).")
         sg = sg.subset(keep)
     try:  # a completion too long for the model fails here, before any offset or forward pass
-        replay = S.replay_cached(ch.model, ch.device, sg.prompt, sg.verifier_info, [s.token_ids for s in sg.samples],
-                                 S.current_template(None), sg.rewards.tolist())
+        replay = wait.replay_page("rollouts", ch, sg, S.current_template(None),  # asks first when long; Cancel
+                                  label=lambda i: f"Row {group.rows[keep[i]].row}")
     except TooLong as e:
         raise rx.too_long_error(group, [group.rows[i] for i in keep], e) from None
     # the token view, once per input in this session (the replay object is the cached one: the same tokens, rewards)

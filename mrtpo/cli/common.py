@@ -177,11 +177,20 @@ class Progress:
     """Progress of a long command on stderr, one line per stage with the seconds since the command began::
 
         [  0.0 s] loading model default (cpu)
+        [  1.2 s] sampling 8 × 96 tokens and replaying: about 3 min (at most 41,000 forward tokens at 250 tokens/s …)
         [  1.2 s] sampling 8 × 96 tokens
+        [  6.2 s] sampling: 37 % · 8.5 s left
 
-    Nothing when ``quiet``; stdout (the JSON) is never touched.  ``stage(text)`` prints a line;
-    ``seconds`` is the time since the start.
+    Nothing when ``quiet``; stdout (the JSON) is never touched.  ``stage(text)`` prints a line; ``estimate(what,
+    est)`` the work's estimate when it is above the threshold (:func:`mrtpo.replay.estimate.ask_above`);
+    ``work(what)`` a progress callback ``(done, total)`` for the library that prints ``what: 37 % · 1 min 10 s left``
+    at most every :attr:`EVERY_S` seconds, or when the work advanced by :attr:`STEP` (but not within
+    :attr:`MIN_GAP_S` of the last line: short work prints none).  ``seconds`` is the time since the start.
     """
+
+    EVERY_S = 5.0
+    STEP = 0.1
+    MIN_GAP_S = 1.0
 
     def __init__(self, quiet: bool = False, stream=None):
         self.quiet, self.stream, self.t0 = quiet, stream, time.perf_counter()
@@ -193,6 +202,38 @@ class Progress:
     def stage(self, text: str) -> None:
         if not self.quiet:
             print(f"[{self.seconds:6.1f} s] {text}", file=self.stream or sys.stderr, flush=True)
+
+    def estimate(self, what: str, make) -> None:
+        """``what: about 3 min (…)`` when the estimate ``make()`` returns (an :class:`mrtpo.replay.estimate.Estimate`,
+        or None) is above the threshold; an estimate that fails says nothing (the work reports the problem)."""
+        if self.quiet:
+            return
+        try:
+            est = make()
+        except Exception:  # noqa: BLE001 - an estimate never stops the work
+            return
+        if est is not None and est.above():
+            self.stage(f"{what}: {est.text()}")
+
+    def work(self, what: str):
+        """A progress callback ``(done, total)`` printing ``what: 37 % · 1 min 10 s left`` (throttled; see the class);
+        None when quiet (the library then makes no calls)."""
+        if self.quiet:
+            return None
+        from mrtpo.replay.estimate import eta_text
+
+        t0 = time.perf_counter()
+        last = {"t": t0, "f": 0.0}
+
+        def progress(done: float, total: float) -> None:
+            now = time.perf_counter()
+            f = done / total if total > 0 else 1.0
+            gap = now - last["t"]
+            if f < 1.0 and (gap >= self.EVERY_S or (f - last["f"] >= self.STEP and gap >= self.MIN_GAP_S)):
+                self.stage(f"{what}: {eta_text(f, now - t0)}")
+                last.update(t=now, f=f)
+
+        return progress
 
 
 def load_model_arg(a, prog: Progress):

@@ -51,7 +51,8 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 def cmd_relevance(a) -> int:
     from mrtpo.core.measures import ORACLE, needs_attention, needs_rewording
-    from mrtpo.replay import replay_group
+    from mrtpo.replay import GroupInput, replay_group
+    from mrtpo.replay.estimate import estimate_replay
 
     if ORACLE in a.measure:  # before anything is read
         raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
@@ -71,11 +72,20 @@ def cmd_relevance(a) -> int:
     if not cases:
         raise MrtpoError(f"{a.input}: no case to run" + (f" ({bad} bad lines)" if bad else " (the file has no lines)"))
     lm = load_model_arg(a, prog)
+    reword, attention = any(map(needs_rewording, a.measure)), any(map(needs_attention, a.measure))
 
-    def run(items):
-        res = replay_group(lm, items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
-                           [c["response"] for _, c in items], template, measure=a.measure[0],
-                           reword=any(map(needs_rewording, a.measure)), attention=any(map(needs_attention, a.measure)))
+    def group_input(items):
+        return GroupInput(items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
+                          [c["response"] for _, c in items])
+
+    def estimate(items):
+        return estimate_replay(lm, [group_input(items)], template, measure=a.measure[0], reword=reword,
+                               attention=attention)
+
+    def run(items, progress=None):
+        g = group_input(items)
+        res = replay_group(lm, g.prompt, g.verifier_info, g.responses, template, measure=a.measure[0], reword=reword,
+                           attention=attention, progress=progress)
         out = {}
         for i, (n, c) in enumerate(items):
             j = res.responses[i].to_json()
@@ -97,11 +107,21 @@ def cmd_relevance(a) -> int:
             raise e
         print(f"{a.input}: line {n}: {error_text(e)}", file=sys.stderr)
 
+    def total():  # what every group costs (a group that fails its estimate fails its replay too)
+        ests = []
+        for items in groups.values():
+            try:
+                ests.append(estimate(items))
+            except MrtpoError:
+                continue
+        return sum(ests[1:], ests[0]) if ests else None
+
+    prog.estimate(f"replaying {len(cases)} cases in {len(groups)} group{'s' if len(groups) > 1 else ''}", total)
     for j, items in enumerate(groups.values(), start=1):
         prog.stage(f"replaying group {j}/{len(groups)} ({len(items)} case{'s' if len(items) > 1 else ''}, "
                    f"{len(items[0][1]['verifier_info'])} rewards)")
         try:
-            results.update(run(items))
+            results.update(run(items, prog.work(f"replaying group {j}/{len(groups)}")))
             continue
         except Exception as e:  # noqa: BLE001 - a group's failure is isolated to its bad lines
             if len(items) == 1:

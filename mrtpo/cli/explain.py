@@ -107,8 +107,9 @@ def cmd_explain(a) -> int:
     from mrtpo.core.advantages import parse_method
     from mrtpo.core.measures import get_measure
     from mrtpo.groups import sample_until_varied, score_group, varied_rewards
-    from mrtpo.model import Sample, tokenize_response
+    from mrtpo.model import Sample, sample, tokenize_response
     from mrtpo.replay import replay_scored
+    from mrtpo.replay.estimate import estimate_scored, estimate_task_group
     from mrtpo.tasks import get_family
     from mrtpo.views import token_view, view_to_json
     from mrtpo.views.page import page_html
@@ -154,11 +155,17 @@ def cmd_explain(a) -> int:
         else:
             n_tries = a.until_varied or 1
             until = f" (seeds {a.seed}.., up to {n_tries} tries until a reward varies)" if a.until_varied else ""
+            prog.estimate(f"sampling {a.group} × {a.max_new_tokens} tokens and replaying"
+                          + (" (each try)" if a.until_varied else ""),
+                          lambda: estimate_task_group(lm, fam, ex, a.group, a.max_new_tokens, template,
+                                                      measure=a.measure))
             prog.stage(f"sampling {a.group} × {a.max_new_tokens} tokens and scoring{until}")
             group, tries = sample_until_varied(
                 lm, fam, ex, n_tries, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
                 seed=a.seed, on_try=(lambda tr: prog.stage(_try_line(tr, n_tries))) if a.until_varied else None,
-                info=a.info)
+                info=a.info, sample_fn=lambda s: sample(lm, ex.prompt, n=a.group, max_new_tokens=a.max_new_tokens,
+                                                        temperature=a.temperature, seed=s,
+                                                        progress=prog.work("sampling")))
             if a.until_varied and tries[-1].varied and len(tries) > 1:
                 prog.stage(f"using try {tries[-1].index} (seed {tries[-1].seed})")
     elif a.input:
@@ -177,8 +184,9 @@ def cmd_explain(a) -> int:
                 + (", or a larger --group" if a.group < 16 else ""))
         print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
               f"heatmaps have no color{hint}", file=sys.stderr)
+    prog.estimate("replaying", lambda: estimate_scored(lm, [group], template, measure=a.measure))
     prog.stage(f"replaying {len(group.samples)} responses under P_all and each P_\\k")
-    replay = replay_scored(lm, group, template, measure=a.measure)
+    replay = replay_scored(lm, group, template, measure=a.measure, progress=prog.work("replaying"))
     view = token_view(group, replay, method=a.method, beta=a.beta)
     prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
     write_text(a.html, page_html(view, group, title=f"mrtpo explain — {group.example.id}"))

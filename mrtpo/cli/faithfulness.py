@@ -9,7 +9,6 @@ measures only re-read what the replay stored, so each extra measure costs no mod
 """
 from __future__ import annotations
 
-import sys
 import time
 
 from mrtpo import validate as V
@@ -17,6 +16,7 @@ from mrtpo.cli.common import (
     POSITIVE,
     SEED,
     TEMPERATURE,
+    Progress,
     check_output,
     compare_args,
     examples_inputs,
@@ -24,6 +24,7 @@ from mrtpo.cli.common import (
     measure_list,
     model_args,
     model_inputs,
+    quiet_arg,
     task_examples,
     write_json,
 )
@@ -33,7 +34,9 @@ from mrtpo.errors import MrtpoError
 def cmd_faithfulness(a) -> int:
     from mrtpo.core.credit import MEASURE
     from mrtpo.core.info import INFO
+    from mrtpo.core.measures import needs_attention, needs_rewording
     from mrtpo.model import load_model
+    from mrtpo.replay.estimate import estimate_task_group, eta_text
     from mrtpo.replay.faithfulness import faithfulness_report
     from mrtpo.tasks import get_family
 
@@ -47,11 +50,26 @@ def cmd_faithfulness(a) -> int:
         raise MrtpoError(f"{a.examples}: no examples in the file")
     examples = examples[: a.limit]
     template = load_template(a.template, fam)
+    prog = Progress(a.quiet)
     t0 = time.perf_counter()
     lm = load_model(a.model, a.device)
     t_load = time.perf_counter() - t0
+    reword, attention = any(map(needs_rewording, measures)), any(map(needs_attention, measures))
+    prog.estimate(f"{len(examples)} examples: sampling {a.group} × {a.max_new_tokens} tokens and {len(infos)} "
+                  f"replay{'s' if len(infos) > 1 else ''} each",
+                  lambda: sum((estimate_task_group(lm, fam, ex, a.group, a.max_new_tokens, template, replays=len(infos),
+                                                   reword=reword, attention=attention) for ex in examples[1:]),
+                              estimate_task_group(lm, fam, examples[0], a.group, a.max_new_tokens, template,
+                                                  replays=len(infos), reword=reword, attention=attention)))
+    began, done = prog.seconds, [0]
+
+    def progress(line: str) -> None:  # one line per example, with the time the rest will take at this pace
+        done[0] += 1
+        left = "" if done[0] == len(examples) else f" · {eta_text(done[0] / len(examples), prog.seconds - began)}"
+        prog.stage(line + left)
+
     report = faithfulness_report(lm, fam, examples, template, measures, a.group, a.max_new_tokens, a.temperature,
-                                 a.seed, progress=lambda s: print(s, file=sys.stderr, flush=True), infos=infos)
+                                 a.seed, progress=progress, infos=infos)
     by_info = {i: {k: v for k, v in r.items() if k != "pairs"} for i, r in report["infos"].items()}
     seconds = {**report["seconds"], "model": round(t_load, 2), "total": round(time.perf_counter() - t0, 2)}
     out = {"task": fam.name, "model": lm.name, "examples": len(examples), "group": a.group,
@@ -88,4 +106,5 @@ def register(sub) -> None:
                         + "; ".join(f"{k} = {v}" for k, v in INFO_LABELS.items()))
     p.add_argument("--output", default=None, help="write the JSON here (default: stdout)")
     model_args(p)
+    quiet_arg(p)
     p.set_defaults(fn=cmd_faithfulness)

@@ -55,12 +55,15 @@ def cmd_rollouts(a) -> int:
             vt.rewards_of(r), vt.info(r)
     lm = load_model_arg(a, prog)
     todo = groups[:a.max_groups]
+    prog.estimate(f"replaying {len(todo)} group{'s' if len(todo) > 1 else ''}",
+                  lambda: _estimate(lm, todo, vt, template))
     items, skipped = [], []
     for j, g in enumerate(todo, start=1):  # rx.explain_rollouts, one group at a time with progress
         step = f"step {g.step}, " if g.step is not None else ""
         prog.stage(f"replaying group {j}/{len(todo)} ({step}{len(g.rows)} rows)")
         try:
-            items.append(rx.explain_group(lm, g, vt, template, a.method, a.beta))
+            items.append(rx.explain_group(lm, g, vt, template, a.method, a.beta,
+                                          progress=prog.work(f"replaying group {j}/{len(todo)}")))
         except ro.RolloutFileError as e:  # this group cannot be explained: the others still can
             if a.strict:
                 raise
@@ -83,6 +86,29 @@ def cmd_rollouts(a) -> int:
     print(f"{len(items)} groups{more}{left}, {n_rows} rows explained → {a.output}" + (f", {a.html}" if a.html else ""),
           file=sys.stderr)
     return 1 if skipped else 0
+
+
+def _estimate(lm, groups, vt, template):
+    """What replaying ``groups`` costs (:func:`mrtpo.replay.estimate.estimate_replay` per group, as
+    :func:`mrtpo.integrations.rollout_explain.explain_group` replays it; a group it would skip counts nothing)."""
+    from mrtpo.errors import MrtpoError
+    from mrtpo.integrations import rollout_explain as rx
+    from mrtpo.replay import GroupInput
+    from mrtpo.replay.estimate import estimate_replay
+
+    ests = []
+    for g in groups:
+        sg = rx.scored_group(g, vt)
+        keep = [i for i, s in enumerate(sg.samples) if s.text]
+        if not keep:
+            continue
+        sg = sg.subset(keep)
+        try:
+            ests.append(estimate_replay(lm, [GroupInput(sg.prompt, sg.verifier_info, [s.text for s in sg.samples],
+                                                        sg.rewards)], template))
+        except MrtpoError:
+            continue
+    return sum(ests[1:], ests[0]) if ests else None
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -95,38 +95,81 @@ def step_line(step: int, total: int, m: dict, seconds: float, tokens: bool) -> s
             f"loss {m['loss']:+.4f}{beta}")
 
 
-def step_progress(total: int, quiet: bool, desc: str, start: int, tokens: bool = False):
+def step_progress(total: int, quiet: bool, desc: str, start: int, tokens: bool = False, estimate=None):
     """Progress of ``Trainer.train`` on stderr: ``(on_phase, on_step, close)``.
 
     On a terminal a tqdm bar over the steps whose postfix names the phase running now (sampling, scoring, replay,
     update, probe, storing) and its start time in the step; elsewhere (logs, pipes) one line per phase and one per
-    finished step (:func:`step_line`). ``quiet``: nothing."""
+    finished step (:func:`step_line`, then the time the steps left take at this command's pace so far).
+    ``estimate(step)``: the step's :class:`mrtpo.replay.estimate.Estimate`, said before the step when it is above the
+    threshold (:func:`mrtpo.replay.estimate.ask_above`). ``quiet``: nothing."""
     from mrtpo.cli.common import Progress
+    from mrtpo.replay.estimate import duration_text
 
     if quiet:
         return None, None, lambda: None
+    prog, began = Progress(), [0.0]
     if sys.stderr.isatty():
         from tqdm import tqdm
 
         bar = tqdm(total=total, initial=start, desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True)
+        said = Progress(stream=_TqdmWriter(bar))
 
         def on_phase(step, phase, secs):
+            if phase == "sampling" and estimate is not None:
+                said.estimate(f"step {step}/{total}", lambda: estimate(step))
             bar.set_postfix_str(f"step {step}: {phase} ({secs:.1f} s in)")
 
         def on_step(step, m):
             bar.set_postfix(reward=f"{m['reward/mean']:.3f}", loss=f"{m['loss']:+.4f}", s=f"{m['time/step']:.1f}")
             bar.update(1)
         return on_phase, on_step, bar.close
-    prog, began = Progress(), [0.0]
 
     def on_phase(step, phase, secs):
         if phase == "sampling":
             began[0] = prog.seconds
+            if estimate is not None:
+                prog.estimate(f"step {step}/{total}", lambda: estimate(step))
         prog.stage(f"step {step}/{total}: {phase}")
 
     def on_step(step, m):
-        prog.stage(step_line(step, total, m, prog.seconds - began[0], tokens))
+        left = ""
+        if step < total:  # the steps left, at the mean pace of this command's steps
+            pace = prog.seconds / max(step - start, 1)
+            left = f" · about {duration_text(pace * (total - step))} left"
+        prog.stage(step_line(step, total, m, prog.seconds - began[0], tokens) + left)
     return on_phase, on_step, lambda: None
+
+
+class _TqdmWriter:
+    """A stream that writes through a tqdm bar (a line above it, the bar redrawn below)."""
+
+    def __init__(self, bar):
+        self.bar = bar
+
+    def write(self, text: str) -> None:
+        if text.strip():
+            self.bar.write(text.rstrip("\n"), file=sys.stderr)
+
+    def flush(self) -> None:
+        pass
+
+
+def step_estimate(tr):
+    """``estimate(step)`` for :func:`step_progress`: sampling the step's groups and (a token method that replays)
+    replaying them, an upper bound (:func:`mrtpo.replay.estimate.estimate_task_group`)."""
+    from mrtpo.core.measures import needs_replay
+    from mrtpo.replay.estimate import estimate_task_group
+
+    s, measure = tr.config.sampling, tr.config.credit.measure
+    replay = tr.method.tokens and needs_replay(measure)
+
+    def estimate(step: int):
+        ests = [estimate_task_group(tr.lm, tr.family, ex, s.group_size, s.max_new_tokens, tr.template,
+                                    measure=measure, replay=replay) for ex in tr.examples_for_step(step)]
+        return sum(ests[1:], ests[0]) if ests else None
+
+    return estimate
 
 
 def check_credit_log(cfg, a) -> None:
@@ -185,7 +228,8 @@ def cmd_train(a) -> int:
     if stored >= a.steps:
         log(f"run '{name}' already has {stored} steps (asked for {a.steps}); nothing to do")
         return 0
-    on_phase, on_step, close = step_progress(a.steps, a.quiet, name, tr.steps_done, tr.method.tokens)
+    on_phase, on_step, close = step_progress(a.steps, a.quiet, name, tr.steps_done, tr.method.tokens,
+                                             step_estimate(tr))
     try:  # until: the steps to train are counted under the run's lock; checkpoint_last: a finished command resumes
         tr.train(until=a.steps, callback=on_step, checkpoint_last=True, on_phase=on_phase)  # without recomputing
     finally:

@@ -112,8 +112,9 @@ class ExplainedGroup:
 
 
 def explain_group(lm, group: RolloutGroup, vt: RolloutVerifierInfo, template: Template | None = None,
-                  method: str = METHOD, beta: float = BETA, config=None) -> ExplainedGroup:
-    """Replay one group with ``lm`` (constant rewards skipped) and compute its token view under ``method``."""
+                  method: str = METHOD, beta: float = BETA, config=None, progress=None) -> ExplainedGroup:
+    """Replay one group with ``lm`` (constant rewards skipped) and compute its token view under ``method``;
+    ``progress(done, total)``: the replay's (:func:`mrtpo.replay.replay_group`)."""
     from mrtpo.replay import replay_group
 
     sg = scored_group(group, vt)
@@ -125,7 +126,7 @@ def explain_group(lm, group: RolloutGroup, vt: RolloutVerifierInfo, template: Te
         group = RolloutGroup(group.step, group.prompt, [group.rows[i] for i in keep])
     try:
         replay = replay_group(lm, sg.prompt, sg.verifier_info, [s.text for s in sg.samples], template,
-                              rewards=sg.rewards, config=config)
+                              rewards=sg.rewards, config=config, progress=progress)
     except TooLong as e:
         raise too_long_error(group, group.rows, e) from None
     return ExplainedGroup(group, sg, token_view(sg, replay, method, beta), replay.seconds)

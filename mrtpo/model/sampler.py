@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -17,6 +19,7 @@ from mrtpo.model.defaults import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS, TEM
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.llama_step import llama_step
 from mrtpo.model.load import LoadedModel
+from mrtpo.model.rates import record, sample_tokens
 from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
 
@@ -52,6 +55,7 @@ def sample(
     top_p: float = TOP_P,
     seed: int | None = 0,
     precision: str = "auto",
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[Sample]:
     """Sample a group of ``n`` responses to one user ``prompt``; each stops at EOS or padding (neither is kept).
 
@@ -64,6 +68,11 @@ def sample(
 
     1 ≤ n ≤ :data:`MAX_GROUP_SIZE`, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 = greedy), top_p in (0, 1];
     else an MrtpoError.
+
+    ``progress(steps done, max_new_tokens)`` is called after each decoding step (the last call says
+    ``max_new_tokens`` when every row stopped early); an exception it raises stops the sampling there (a Cancel) and
+    is raised from here. None: no calls, the same samples. The forward tokens and seconds are recorded as this
+    machine's sampling rate (:mod:`mrtpo.model.rates`).
     """
     _check_sample_args(n, max_new_tokens, temperature, top_p)
     check_model(lm.model, lm.tokenizer, lm.name)
@@ -72,8 +81,10 @@ def sample(
     check_length(lm, len(ids) + max_new_tokens, "prompt + max_new_tokens")
     gen = generator(lm.device, seed)
     stop = {t for t in (lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id) if t is not None}
+    t0 = time.perf_counter()
     out = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop, exact_draws=precision == "model",
-                     gen=gen, few_rows=precision == "auto")
+                     gen=gen, few_rows=precision == "auto", progress=progress)
+    record(lm, dtype, "sample", sample_tokens(len(ids), n, out.shape[1]), time.perf_counter() - t0)
     samples = []
     for row in out.tolist():
         toks = []
@@ -104,7 +115,8 @@ def next_token_scores(logits: torch.Tensor, temperature: float, top_p: float) ->
 @torch.inference_mode()
 def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: int, temperature: float, top_p: float,
                dtype: torch.dtype, stop: set[int], exact_draws: bool = False,
-               gen: torch.Generator | None = None, few_rows: bool = False) -> torch.Tensor:
+               gen: torch.Generator | None = None, few_rows: bool = False,
+               progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
     """Token ids (n, T ≤ max_new_tokens) of n continuations of ``prompt_ids``, computed in ``dtype``.
 
     The prompt goes through the decoder stack once (1 row); its keys and values are copied into one buffer of n rows
@@ -123,7 +135,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     (:func:`mrtpo.model.llama_step.llama_step`: the layers' operations without their plumbing, bit-identical hidden
     states); float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`), through the model's layers with each
     product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the same products, summed in
-    another order). The LM head multiplies as (W xᵀ)ᵀ in both.
+    another order). The LM head multiplies as (W xᵀ)ᵀ in both. ``progress``: as :func:`sample` says.
     """
     from transformers import DynamicCache
 
@@ -139,7 +151,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         if len(kv_shape) != 1:
             raise MrtpoError("layers with different KV shapes")
     except MrtpoError:
-        return _generate_ids(lm, prompt_ids, n, max_new_tokens, temperature, top_p, gen)
+        return _generate_ids(lm, prompt_ids, n, max_new_tokens, temperature, top_p, gen, progress)
     P = len(prompt_ids)
     _, kv_heads, _, head_dim = layers[0][0].shape
     # (layers, 2, n, kv_heads, P + max_new_tokens − 1, d): the last token is never fed back
@@ -171,7 +183,10 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         nxt = nxt.masked_fill(done, fill)
         tokens[:, t] = nxt
         done |= torch.isin(nxt, stop_ids)
-        if t + 1 == max_new_tokens or bool(done.all()):
+        finished = t + 1 == max_new_tokens or bool(done.all())
+        if progress is not None:
+            progress(max_new_tokens if finished else t + 1, max_new_tokens)
+        if finished:
             return tokens[:, : t + 1]
         if step is not None:
             h = step(nxt, P + t, buf)
@@ -202,7 +217,8 @@ def _head_weights(lm: LoadedModel, dec: Decoder) -> tuple[torch.Tensor, torch.Te
 
 
 def _generate_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: int, temperature: float,
-                  top_p: float, gen: torch.Generator | None = None) -> torch.Tensor:
+                  top_p: float, gen: torch.Generator | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
     """``n`` continuations by transformers' ``generate`` in the model's dtype, for models whose cache the sampler's
     buffer cannot hold (state-space layers, mixed KV shapes): (n, T) new token ids.  ``generate`` draws from torch's
     global generator, so it runs seeded from ``gen`` inside :func:`mrtpo.model.rng.seeded_global` (the global state
@@ -213,10 +229,27 @@ def _generate_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens
                   pad_token_id=lm.tokenizer.pad_token_id, eos_token_id=lm.tokenizer.eos_token_id)
     if not greedy:
         kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+    if progress is not None:
+        kwargs["stopping_criteria"] = _progress_criteria(progress, len(prompt_ids), max_new_tokens)
     seed = int(torch.randint(0, 2 ** 62, (1,), generator=gen)) if gen is not None else None
     with seeded_global(seed, lm.device):
         out = lm.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
+    if progress is not None:
+        progress(max_new_tokens, max_new_tokens)
     return out[:, len(prompt_ids):].expand(n, -1)
+
+
+def _progress_criteria(progress: Callable[[int, int], None], prompt_len: int, max_new_tokens: int):
+    """``generate``'s stopping criteria that only calls ``progress(steps done, max_new_tokens)`` after each step
+    (never stops a row)."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Each(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            progress(min(input_ids.shape[1] - prompt_len, max_new_tokens - 1), max_new_tokens)
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Each()])
 
 
 def _check_sample_args(n, max_new_tokens, temperature, top_p) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -42,8 +42,10 @@ from mrtpo.model import (
 )
 from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.llama_step import llama_step
+from mrtpo.model.rates import record
 from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
+from mrtpo.replay.passes import replay_progress, sequences
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 from mrtpo.templates import ALL, REWORDINGS, Template, TemplateError, reworded_key
 
@@ -109,7 +111,7 @@ class _Plan:
         return [ALL] + self.rewards + [v for vs in self.reworded.values() for v in vs]
 
 
-def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool = False) -> _Plan:
+def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool = False, offsets: bool = True) -> _Plan:
     template = template or Template()
     G = len(responses)
     infos = list(verifier_info) if isinstance(verifier_info, (list, tuple)) else [verifier_info] * G
@@ -136,20 +138,23 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool 
             check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}", response=i)
         texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
     for i, (text, rid, off) in enumerate(zip(texts, ids, offs)):  # every length checked: the offsets now
-        texts[i], offs[i] = _text_and_offsets(lm, text, rid, off)
+        if offsets:  # (an estimate needs only the token ids)
+            texts[i], offs[i] = _text_and_offsets(lm, text, rid, off)
     reworded = {k: [reworded_key(k, j) for j in range(len(REWORDINGS))] if reword else [] for k in act}
     return _Plan(texts, ids, offs, ptexts, pids, act, skip, reworded)
 
 
 def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype, measure: str = "js",
-            attn: list[dict[str, np.ndarray]] | None = None, dec: Decoder | None = None) -> ReplayResult:
+            attn: list[dict[str, np.ndarray]] | None = None, dec: Decoder | None = None,
+            tick: Callable[[int], None] | None = None) -> ReplayResult:
     """JS + normalization from final hidden states ``hidden_of(i, variant) -> (T, H)``, in vocab-bounded chunks.
 
     Per chunk of a response's tokens, one matrix product projects every variant onto the vocabulary (in
     ``dtype``).  Below float32 it projects P_all's states and the differences h(P_\\k) − h(P_all)
     (logits_k = logits_all + W·(h_k − h_all)): both distributions then share the rounding of logits_all, and
     their difference is as exact as the hidden states allow. ``dec``: the replay's Decoder, which keeps the head's
-    cast, transposed copy where it keeps its weights (a frozen model's)."""
+    cast, transposed copy where it keeps its weights (a frozen model's). ``tick(rows)`` after each chunk: the
+    (1 + K′) · n rows of its n tokens are done (progress)."""
     head = lm.model.get_output_embeddings()
 
     def head_t() -> torch.Tensor:  # (H, V); a head tied to the embeddings transposes the decoder's cast copy
@@ -206,6 +211,8 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
                 LQ[at, a:b] = lq.gather(2, y.expand(len(todo), -1, -1))[..., 0].cpu()
             for j in set(range(len(others))) - set(todo):  # not projected: the variant's distribution is P_all's
                 LQ[j, s : s + n] = lp_all[s : s + n]
+            if tick is not None:
+                tick(n * (1 + len(others)))
         js = dict(zip(others, D))
         lp_k = {k: LQ[j] for j, k in enumerate(others) if k in plan.rewards}
         rr = ResponseRelevance(
@@ -240,6 +247,7 @@ def replay_group(
     measure: str = "js",
     reword: bool | None = None,
     attention: bool | None = None,
+    progress: Callable[[float, float], None] | None = None,
 ) -> ReplayResult:
     """Batched leave-one-out replay of one group, with KV reuse across variants.
 
@@ -252,6 +260,10 @@ def replay_group(
                    when ``measure`` needs it.
     attention:     also read P_all's attention to each v_k (:mod:`mrtpo.replay.attention`: one more pass of the
                    responses under P_all) for ``attn-contrast``; default: when ``measure`` needs it.
+    progress:      ``progress(done, total)`` after each forward pass and each chunk of the vocabulary side, in
+                   forward tokens (a vocabulary row counts :func:`mrtpo.model.rates.head_share` of one); ``done``
+                   grows to ``total``. What it raises stops the replay there (a Cancel). None: no calls, the same
+                   numbers.
     Returns per-response tokens, JS distances d (T,) and relevance ρ (T,) for every replayed reward.
 
     The (1 + K') × G sequences P_all + y_i, P_\\k + y_i go through :func:`mrtpo.replay.kvtrie.shared_hidden`: a trie of
@@ -259,7 +271,7 @@ def replay_group(
     verifier text) computed once and reused as KV cache, the rest in padded batches under the token budgets.
     """
     return replay_groups(lm, [GroupInput(prompt, verifier_info, responses, rewards)], template, config, measure,
-                         reword, attention)[0]
+                         reword, attention, progress)[0]
 
 
 @torch.no_grad()
@@ -271,12 +283,14 @@ def replay_groups(
     measure: str = "js",
     reword: bool | None = None,
     attention: bool | None = None,
+    progress: Callable[[float, float], None] | None = None,
 ) -> list[ReplayResult]:
     """:func:`replay_group` for several groups at once (a training step's): the sequences of every group go through
     one trie, so the passes are fewer and larger (on a CPU a small pass costs mostly the reading of the weights).
     Each result is what :func:`replay_group` gives for its group, up to the rounding of other batches; its
     ``forward_tokens`` / ``forward_passes`` are those of the joint replay, its ``seconds`` run from the joint replay's
-    start to this group's result."""
+    start to this group's result. The joint replay's forward tokens and seconds are recorded as this machine's replay
+    rate (:mod:`mrtpo.model.rates`; not when P_all's attention is read: its passes are not counted)."""
     cfg = config or ReplayConfig()
     if not needs_replay(measure):  # before any model work, as an unknown name
         raise MrtpoError(f"the '{measure}' measure reads each checker's evidence, not a replay: give the scored group "
@@ -288,16 +302,13 @@ def replay_groups(
     plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
                    needs_rewording(measure) if reword is None else reword) for g in groups]
     dtype = compute_dtype(lm, cfg.precision)
-    keys = [(g, i, v) for g, plan in enumerate(plans) for i in range(len(plan.resp_ids)) for v in plan.variants]
-    seqs = [plans[g].prompt_ids[i][v] + plans[g].resp_ids[i] for g, i, v in keys]
-    # the state before response token t predicts it: positions S - 1 ... S + T - 2
-    starts = [len(plans[g].prompt_ids[i][v]) - 1 for g, i, v in keys]
-    want = [(s, s + len(plans[g].resp_ids[i])) for s, (g, i, _) in zip(starts, keys)]
+    keys, seqs, want = sequences(plans)
     pad = lm.tokenizer.pad_token_id
     dec = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen)
+    on_pass, tick = replay_progress(lm, plans, progress)
     states, trie, passes = shared_hidden(
         dec, 0 if pad is None else pad, lm.device, seqs, want,
-        cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec))
+        cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec), progress=on_pass)
     hidden = dict(zip(keys, states))
     read_attention = needs_attention(measure) if attention is None else attention
     attn = [_info_attention(lm, plan, dec) if read_attention else None for plan in plans]
@@ -307,7 +318,10 @@ def replay_groups(
         paths = [trie.paths[n] for n, key in enumerate(keys) if key[0] == g]
         stats = {"prefix_tokens": _common_prefix(trie, paths), "forward_tokens": passes.forward_tokens,
                  "forward_passes": passes.forward_passes + extra, "logits_budget": cfg.logits_budget}
-        out.append(_finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], t0, stats, dtype, measure, attn[g], dec))
+        out.append(_finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], t0, stats, dtype, measure, attn[g], dec,
+                           tick))
+    if not read_attention:
+        record(lm, dtype, "replay", passes.forward_tokens, time.perf_counter() - t0)
     return out
 
 
@@ -365,19 +379,21 @@ def naive_replay_group(
 
 def replay_scored(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
                   config: ReplayConfig | None = None, measure: str = "js", reword: bool | None = None,
-                  attention: bool | None = None) -> ReplayResult:
+                  attention: bool | None = None, progress: Callable[[float, float], None] | None = None
+                  ) -> ReplayResult:
     """Replay a scored group; rewards constant in the group are skipped when ``skip_constant``; relevance from the
     measure named ``measure`` (:data:`mrtpo.core.measures.MEASURES`; the oracle reads the group's evidence, after a
-    replay that gives the tokens and the JS distances shown beside it)."""
-    return replay_scored_groups(lm, [group], template, skip_constant, config, measure, reword, attention)[0]
+    replay that gives the tokens and the JS distances shown beside it); ``progress`` as :func:`replay_group`."""
+    return replay_scored_groups(lm, [group], template, skip_constant, config, measure, reword, attention, progress)[0]
 
 
 def replay_scored_groups(lm: LoadedModel, groups: Sequence[ScoredGroup], template: Template,
                          skip_constant: bool = True, config: ReplayConfig | None = None, measure: str = "js",
-                         reword: bool | None = None, attention: bool | None = None) -> list[ReplayResult]:
+                         reword: bool | None = None, attention: bool | None = None,
+                         progress: Callable[[float, float], None] | None = None) -> list[ReplayResult]:
     """:func:`replay_scored` for several scored groups through one joint replay (:func:`replay_groups`)."""
     replay_with = measure if needs_replay(measure) else "js"
     inputs = [GroupInput(g.prompt, g.verifier_info, g.samples, g.rewards if skip_constant else None) for g in groups]
-    reps = replay_groups(lm, inputs, template, config, replay_with, reword, attention)
+    reps = replay_groups(lm, inputs, template, config, replay_with, reword, attention, progress)
     return [rep if replay_with == measure else rep.with_measure(measure, g.evidence or None)
             for rep, g in zip(reps, groups)]

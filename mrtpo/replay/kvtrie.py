@@ -17,6 +17,7 @@ be, nothing is shared and each sequence runs from position 0 in its own row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -126,6 +127,7 @@ def shared_hidden(
     kv_budget: int,
     share: bool = True,
     own=None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[torch.Tensor], Trie, PassStats]:
     """Final hidden states of positions [lo, hi) of every sequence (want[n] = (lo, hi)), each trie node run once.
 
@@ -133,29 +135,24 @@ def shared_hidden(
     ``cache_kwarg`` naming its cache argument.  ``own``: the project's own pass over the same weights
     (:class:`mrtpo.model.llama_step.LlamaStep`), which then runs every pass instead (no cache objects, masks made
     once per pass).  A pass holds at most ``token_budget`` padded new tokens and ``kv_budget`` padded (past + new)
-    tokens.  Returns per sequence (hi − lo, H), the trie and pass counts.
+    tokens.  Returns per sequence (hi − lo, H), the trie and pass counts.  ``progress(forward tokens done, of
+    total)`` is called after each pass (what it raises stops the passes: a Cancel); the passes are those of
+    :func:`plan_passes`.
     """
     if own is None and getattr(decoder, "prefix_mode", "model") == "unshared":
         share = False  # sliding windows the passes cannot mask from positions: each sequence from position 0
-    trie = build_trie(seqs, share)
+    trie, batches, levels = plan_passes(seqs, token_budget, kv_budget, share)
     segs = trie.segments
-    # Shared (branching) segments level by level; then every leaf at once, whatever its depth, so that the
-    # long leaves (the responses) batch by length.
-    depth = max((s.level for s in segs if s.has_children), default=-1)
-    stages = [[i for i, s in enumerate(segs) if s.has_children and s.level == lv] for lv in range(depth + 1)]
-    stages.append([i for i, s in enumerate(segs) if not s.has_children])
-    stats = PassStats()
-    batches = []
-    for stage in stages:
-        split = _split(sorted(stage, key=lambda i: len(segs[i].tokens)), segs, token_budget, kv_budget)
-        batches += split
-        stats.levels.append(len(split))
+    stats = PassStats(levels=levels)
+    total = sum(pass_tokens(segs, b) for b in batches) if progress is not None else 0
 
     hidden: dict[int, torch.Tensor] = {}  # segment -> (len, H)
     kv: dict[int, torch.Tensor] = {}  # branching segment -> (layers, 2, kv_heads, len, d)
     buffer = _KVBuffer(max((len(b) * _kv_len(segs, b) for b in batches if own or _past_len(segs, b) > 0), default=0))
     for batch in batches:
         _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own)
+        if progress is not None:
+            progress(stats.forward_tokens, total)
     out = []
     for path, (lo, hi) in zip(trie.paths, want):
         if hi <= lo:
@@ -166,6 +163,30 @@ def shared_hidden(
         h = parts[0] if len(parts) == 1 else torch.cat(parts)
         out.append(h[lo - segs[first].start : hi - segs[first].start])
     return out, trie, stats
+
+
+def plan_passes(seqs: list[list[int]], token_budget: int, kv_budget: int, share: bool = True
+                ) -> tuple[Trie, list[list[int]], list[int]]:
+    """The trie of ``seqs`` and the passes :func:`shared_hidden` runs over it, in order (each a list of segments):
+    shared (branching) segments level by level, then every leaf at once, whatever its depth, so that the long leaves
+    (the responses) batch by length; and the passes per stage.  A pass costs :func:`pass_tokens` forward tokens, so
+    a replay's forward tokens are known before any pass runs."""
+    trie = build_trie(seqs, share)
+    segs = trie.segments
+    depth = max((s.level for s in segs if s.has_children), default=-1)
+    stages = [[i for i, s in enumerate(segs) if s.has_children and s.level == lv] for lv in range(depth + 1)]
+    stages.append([i for i, s in enumerate(segs) if not s.has_children])
+    batches, levels = [], []
+    for stage in stages:
+        split = _split(sorted(stage, key=lambda i: len(segs[i].tokens)), segs, token_budget, kv_budget)
+        batches += split
+        levels.append(len(split))
+    return trie, batches, levels
+
+
+def pass_tokens(segs: list[Segment], batch: list[int]) -> int:
+    """The padded new tokens of one pass: rows × the longest row."""
+    return len(batch) * max(len(segs[i].tokens) for i in batch)
 
 
 def _past_len(segs, batch) -> int:

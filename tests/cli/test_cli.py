@@ -579,8 +579,9 @@ def test_train_progress_by_phase_and_quiet(tmp_path, capsys):
     phases = ["sampling", "scoring", "replay", "update", "probe", "storing"]
     assert stages[:6] == [f"step 1/2: {p}" for p in phases] and stages[7:13] == [f"step 2/2: {p}" for p in phases]
     assert __import__("re").fullmatch(r"step 1/2 done in [0-9.]+ s \(.*\): reward [0-9.]+, loss [-+][0-9.]+, "
-                                      r"β_s 0\.000 \(warmup: this update is GDPO's\)", stages[6])
-    assert "β_s 0.014" in stages[13]  # 0.5 · smoothstep(1/10)
+                                      r"β_s 0\.000 \(warmup: this update is GDPO's\) · about [0-9.]+ s left",
+                                      stages[6])  # the steps left, at this command's pace
+    assert "β_s 0.014" in stages[13] and "left" not in stages[13]  # 0.5 · smoothstep(1/10); the last step
     rc, out, err = _run(capsys, *args, "--run", "b", "--steps", "1", "--quiet")
     assert rc == 0 and out == "" and _stages(err) == []
     assert "creating run 'b'" in err and "run 'b': 1 steps" in err  # messages about the run stay
