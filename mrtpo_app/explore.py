@@ -145,6 +145,8 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
                "relevance ρ (mean 1) that decided it. Blue pushes a token up, red down; 0 is transparent. Hover a "
                "token for its numbers. Underlined: the characters the reward's checker read (its evidence).")
     _topk_view(run, i)
+    from mrtpo_app.measure_compare import show as compare_measures  # the view is that module's (issue 36)
+    compare_measures(run, i)
     _faithfulness(v, run.group.info)
     data = view_to_json(v, g)
     data.update({"template": run.template, "settings": {k: x for k, x in run.settings.items() if k != "id"},
