@@ -11,9 +11,11 @@ from mrtpo.model.decoder import decoder_stack
 
 
 def response_logits(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                    temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    temperature: float = 1.0, stack=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(logits (N, T, V) float32 at ``temperature``, sampled tokens (N, T), mask (N, T)) of every response token, one
-    right-padded forward pass; only response positions go through the LM head."""
+    right-padded forward pass; only response positions go through the LM head.  ``stack``: what runs the decoder
+    stack (default the model's own; a :class:`mrtpo.model.decoder.Decoder` runs it on cast weight copies, its states
+    then go through the head in the head's dtype)."""
     dev = next(model.parameters()).device
     N = len(prompts)
     L = max(len(p) + len(r) for p, r in zip(prompts, responses))
@@ -34,8 +36,10 @@ def response_logits(model: torch.nn.Module, prompts: list[list[int]], responses:
     # on CUDA a float32 (master-weight) model runs its forward under bf16 autocast; on a CPU it stays exact
     fp32_cuda = dev.type == "cuda" and next(model.parameters()).dtype == torch.float32
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=fp32_cuda):
-        h = decoder_stack(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
+        h = (stack or decoder_stack(model))(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state
     h = torch.gather(h, 1, pos.to(dev).unsqueeze(-1).expand(N, T, h.shape[-1]))  # (N, T, H)
+    if stack is not None:
+        h = h.to(model.get_output_embeddings().weight.dtype)
     logits = head_logits(model, h).float()  # the model's own logits (Gemma 2: soft-capped)
     if temperature and temperature > 0 and temperature != 1.0:
         logits = logits / temperature
@@ -56,11 +60,12 @@ def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: 
 
 
 def token_logprobs_entropy(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
-                           pad_id: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                           pad_id: int, temperature: float = 1.0, stack=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp, entropy), each (N, T), 0 on padding: :func:`token_logprobs` and H_t = −Σ_v π(v | x, y<t) log π(v | …)
-    of the same distribution (for the credit log; no gradient)."""
+    of the same distribution (for the credit log and the ``entropy`` relevance measure; no gradient); ``stack`` as in
+    :func:`response_logits`."""
     with torch.no_grad():
-        logits, tok, mask = response_logits(model, prompts, responses, pad_id, temperature)
+        logits, tok, mask = response_logits(model, prompts, responses, pad_id, temperature, stack)
         logq = torch.log_softmax(logits, -1)
         logp = torch.gather(logq, -1, tok.unsqueeze(-1)).squeeze(-1)
         ent = -(logq.exp() * logq).sum(-1)

@@ -268,7 +268,7 @@ def replay_groups(
         return []
     if not needs_replay(measure):  # ktae, entropy: no K + 1 passes (mrtpo.replay.noreplay)
         return [replay_free(lm, g.prompt, g.verifier_info, g.responses, g.rewards, measure, g.sampling_prompt,
-                            cfg.temperature) for g in groups]
+                            cfg.temperature, precision=cfg.precision) for g in groups]
     check_model(lm.model, lm.tokenizer, lm.name)  # a model it cannot run is refused before any work
     t0 = time.perf_counter()
     plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
@@ -374,9 +374,9 @@ def replay_scored_groups(lm: LoadedModel, groups: Sequence[ScoredGroup], templat
     """:func:`replay_scored` for several scored groups through one joint replay (:func:`replay_groups`; none for
     ``ktae`` and ``entropy``, which read the group's rewards and the sampler's entropies under the example's prompt)."""
     if measure != ORACLE and not needs_replay(measure):
-        t = (config or ReplayConfig()).temperature
-        return [replay_free(lm, g.prompt, g.verifier_info, g.samples, g.rewards, measure, g.example.prompt, t,
-                            skip_constant) for g in groups]
+        c = config or ReplayConfig()
+        return [replay_free(lm, g.prompt, g.verifier_info, g.samples, g.rewards, measure, g.example.prompt,
+                            c.temperature, skip_constant, c.precision) for g in groups]
     replay_with = "js" if measure == ORACLE else measure
     inputs = [GroupInput(g.prompt, g.verifier_info, g.samples, g.rewards if skip_constant else None) for g in groups]
     reps = [attach_context(rep, g.samples, g.reward_names, g.rewards)

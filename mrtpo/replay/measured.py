@@ -36,7 +36,8 @@ def measured_groups(lm: LoadedModel, groups: Sequence[ScoredGroup], template: Te
                                 reword=any(map(needs_rewording, measures)),
                                 attention=any(map(needs_attention, measures)))
     if any(map(needs_entropy, measures)):
-        reps = [with_entropy(lm, rep, g.example.prompt, cfg.temperature) for rep, g in zip(reps, groups)]
+        reps = [with_entropy(lm, rep, g.example.prompt, cfg.temperature, cfg.precision)
+                for rep, g in zip(reps, groups)]
     return reps
 
 
@@ -53,9 +54,9 @@ def measured_group(lm: LoadedModel, group: GroupInput, template: Template | None
                             attention=any(map(needs_attention, measures)))[0]
     else:
         rep = replay_free(lm, group.prompt, group.verifier_info, group.responses, group.rewards, base,
-                          group.sampling_prompt, cfg.temperature, skip_constant)
+                          group.sampling_prompt, cfg.temperature, skip_constant, cfg.precision)
     infos = group.verifier_info
     attach_context(rep, group.responses, list(infos if isinstance(infos, dict) else infos[0]), group.rewards)
     if any(map(needs_entropy, measures)):
-        rep = with_entropy(lm, rep, group.sampling_prompt or group.prompt, cfg.temperature)
+        rep = with_entropy(lm, rep, group.sampling_prompt or group.prompt, cfg.temperature, cfg.precision)
     return rep

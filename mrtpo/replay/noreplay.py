@@ -49,12 +49,15 @@ def recorded_entropy(r) -> np.ndarray | None:
     return None if h is None else np.asarray(h, dtype=np.float32)
 
 
-def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[int]], temperature: float = 1.0
-                     ) -> list[np.ndarray]:
+def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[int]], temperature: float = 1.0,
+                     precision: str = "auto") -> list[np.ndarray]:
     """H_t = −Σ_v π_τ(v | x, y<t) log π_τ(v | x, y<t) (T_i,) of each response under the sampling prompt
     x = ``lm.chat_prompt(prompt)`` (the prompt :func:`mrtpo.model.sample` samples under), π_τ = softmax(logits / τ)
     at the sampling temperature τ (≤ 0: 1), as the sampler records it: right-padded forward passes of at most
-    :data:`ENTROPY_LOGITS` logits each (:func:`mrtpo.model.forward.token_logprobs_entropy`)."""
+    :data:`ENTROPY_LOGITS` logits each (:func:`mrtpo.model.forward.token_logprobs_entropy`), the decoder stack in
+    ``precision`` as the replay runs it (:func:`mrtpo.model.compute_dtype`: bf16 weight copies on a CPU with fast bf16
+    products under ``"auto"``; ``"model"``: the model's dtype), the head and the entropy in float32."""
+    from mrtpo.model import Decoder, compute_dtype, decoder_stack
     from mrtpo.model.forward import token_logprobs_entropy
 
     x = lm.encode(lm.chat_prompt(prompt))
@@ -63,6 +66,8 @@ def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[
     for i in todo:
         check_length(lm, len(x) + len(responses[i]), f"the sampling prompt + response {i}", response=i)
     V = lm.model.get_output_embeddings().weight.shape[0]
+    dtype = compute_dtype(lm, precision)
+    stack = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen) if dtype != lm.dtype else None
     todo.sort(key=lambda i: len(responses[i]))
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     s = 0
@@ -72,7 +77,7 @@ def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[
         while len(batch) > 1 and len(batch) * V * len(responses[batch[-1]]) > ENTROPY_LOGITS:
             batch = batch[:-1]
         _, ent = token_logprobs_entropy(lm.model, [x] * len(batch), [list(responses[i]) for i in batch], pad,
-                                        temperature)
+                                        temperature, stack)
         for j, i in enumerate(batch):
             out[i] = ent[j, : len(responses[i])].float().cpu().numpy()
         s += len(batch)
@@ -105,14 +110,16 @@ def with_context(result: ReplayResult, responses: Sequence, names: Sequence[str]
     return attach_context(out, responses, names, rewards)
 
 
-def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature: float = 1.0) -> ReplayResult:
+def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature: float = 1.0,
+                 precision: str = "auto") -> ReplayResult:
     """``result`` with every response's entropy under the sampling prompt ``prompt``: those the sampler did not record
-    from one forward (:func:`sampling_entropy`), timed as ``entropy_seconds``; the same object when none is missing."""
+    from one forward (:func:`sampling_entropy` in ``precision``), timed as ``entropy_seconds``; the same object when
+    none is missing."""
     missing = [i for i, r in enumerate(result.responses) if r.entropy is None]
     if not missing:
         return result
     t0 = time.perf_counter()
-    ent = sampling_entropy(lm, prompt, [result.responses[i].token_ids for i in missing], temperature)
+    ent = sampling_entropy(lm, prompt, [result.responses[i].token_ids for i in missing], temperature, precision)
     responses = list(result.responses)
     for i, h in zip(missing, ent):
         responses[i] = replace(responses[i], entropy=h)
@@ -122,15 +129,15 @@ def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature
 
 
 def replay_free(lm: LoadedModel, prompt: str, verifier_info, responses: Sequence, rewards, measure: str,
-                sampling_prompt: str | None = None, temperature: float = 1.0, skip_constant: bool = True
-                ) -> ReplayResult:
+                sampling_prompt: str | None = None, temperature: float = 1.0, skip_constant: bool = True,
+                precision: str = "auto") -> ReplayResult:
     """A group's relevance under a measure that needs no replay (``ktae``, ``entropy``): a :class:`ReplayResult` of
     the same shape as the replay's, with no JS (``js`` {}, ``replayed`` False), no model pass for ``ktae`` and at most
     one forward under ``sampling_prompt`` (default ``prompt``) for ``entropy`` where the sampler recorded none.
 
     Arguments as :func:`mrtpo.replay.replay_group`'s (verifier_info gives the reward names; rewards (G, K) in its key
     order or None): the rewards constant in the group are skipped as the replay skips them (``skip_constant``);
-    ``ktae`` needs rewards."""
+    ``ktae`` needs rewards; ``precision``: the entropy forward's (:func:`sampling_entropy`)."""
     t0 = time.perf_counter()
     G = len(responses)
     infos = list(verifier_info) if isinstance(verifier_info, (list, tuple)) else [verifier_info] * G
@@ -148,7 +155,8 @@ def replay_free(lm: LoadedModel, prompt: str, verifier_info, responses: Sequence
                                      skipped=list(skip), measure=measure))
     res = attach_context(ReplayResult(out, [{} for _ in out], act, skip, replayed=False), responses, names, rewards)
     if needs_entropy(measure):
-        res = with_entropy(lm, res, sampling_prompt if sampling_prompt is not None else prompt, temperature)
+        res = with_entropy(lm, res, sampling_prompt if sampling_prompt is not None else prompt, temperature,
+                           precision)
     for i, rr in enumerate(res.responses):
         rr.relevance = {k: measure_relevance(measure, rr.measure_input(k, group=res.group_outcomes(i))) for k in act}
     res.seconds = time.perf_counter() - t0

@@ -143,3 +143,42 @@ def test_relevance_every_measure_from_one_replay_equals_the_single_calls(tmp_pat
     assert "--measure evidence (the oracle) needs what each checker read" in capsys.readouterr().err
     assert main(["relevance", *args, "--output", str(tmp_path / "x"), "--measure", "js,nope"]) == 2
     assert "unknown relevance measure 'nope'" in capsys.readouterr().err
+
+
+def test_explain_and_faithfulness_with_the_replay_free_measures(tmp_path, capsys, monkeypatch):
+    """`explain --measure ktae|entropy` and `faithfulness --measure ktae entropy` run no replay (the engine's passes
+    patched to fail): KTAE from the group's rewards, the entropy from one forward of the given responses under the
+    example's prompt."""
+    from mrtpo.core.ktae import ktae_scores
+    from mrtpo.replay import engine as E
+
+    def boom(*a, **k):
+        raise AssertionError("a replay pass ran")
+
+    monkeypatch.setattr(E, "shared_hidden", boom)
+    resp = _jsonl(tmp_path / "resp.jsonl", [{"response": '{"name": "calculate_triangle_area", "arguments": {}}'},
+                                            {"response": "no call here"}, {"response": '{"name": "f"}'}])
+    for m in ("ktae", "entropy"):
+        js = tmp_path / f"{m}.json"
+        assert main(["explain", "--task", "tools", "--example", "simple_python_0", "--responses", str(resp), "--html",
+                     str(tmp_path / f"{m}.html"), "--json", str(js), "--model", "tiny-random", "--measure", m]) == 0
+        data = json.loads(js.read_text())
+        assert data["measure"] == m
+        assert f"Faithfulness of relevance ({m})" in (tmp_path / f"{m}.html").read_text()
+    assert "(no replay)" in capsys.readouterr().err
+    data = json.loads((tmp_path / "ktae.json").read_text())
+    from mrtpo.model import load_model, tokenize_response
+
+    names = data["rewards"]
+    R = np.array([[r["reward_values"][k] for k in names] for r in data["responses"]])
+    lm = load_model("tiny-random", "cpu")
+    ids = [tokenize_response(lm, r["response"])[0] for r in data["responses"]]
+    varied = [k for k in names if k not in data["skipped"]]
+    assert varied  # the calls and the refusal differ in format and function
+    for k in varied:
+        s = ktae_scores(ids, R[:, names.index(k)], 0)
+        np.testing.assert_allclose(data["responses"][0]["relevance"][k], len(s) * s / s.sum(), atol=1e-4)
+    out = tmp_path / "f.json"
+    assert main(["faithfulness", "--task", "tools", "--limit", "2", "--group", "2", "--max-new-tokens", "8",
+                 "--model", "tiny-random", "--measure", "ktae,entropy", "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["measures"] == ["ktae", "entropy"]

@@ -65,3 +65,22 @@ def test_trl_credits_without_a_replay_or_verifier_texts(measure, no_replay, tmp_
     torch.testing.assert_close((adv * mask).sum(1) / mask.sum(1), ref, atol=1e-5, rtol=0)
     spread = [float(adv[i][mask[i]].std()) for i in range(len(adv)) if mask[i].sum() > 1 and ref[i].abs() > 1e-3]
     assert spread and max(spread) > 1e-4  # the credit is not uniform: relevance reached the tokens
+
+
+def test_the_credit_log_of_an_entropy_run(no_replay, tmp_path):
+    """The credit log of a run trained with ``entropy``: its meta names the measure, and each row's relevance is its
+    own logged entropy (the log's forward under the prompt, the sampler's at the same temperature) normalized."""
+    from mrtpo.creditlog import read_credit_log
+
+    tr = Trainer(cfg(measure="entropy", credit_log=str(tmp_path / "log"), credit_log_groups=1, probe_size=0),
+                 family=ToyFamily())
+    tr.train(1)
+    log = read_credit_log(tmp_path / "log")
+    assert log.meta["measure"] == "entropy"
+    (st,) = log.steps
+    for r in st.rows:
+        T = len(r.tokens)
+        h = np.asarray(r.entropy[:T])  # (the EOS the update trains is logged, not replayed)
+        for k in ("ascii", "lower"):
+            rho = np.asarray(r.relevance[k][:T])
+            np.testing.assert_allclose(rho, len(h) * h / h.sum(), rtol=0.02, atol=0.02)
