@@ -173,15 +173,19 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
             logits = torch.tanh(logits / cap) * cap
         logits = logits.float().expand(n, -1)  # (n, V)
         scores = next_token_scores(logits, temperature, top_p)
-        if ent is not None:  # H of softmax(logits / τ), before top-p (TRL's entropy); greedy: τ = 1
-            lsm = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
-            ent[:, t] = -(lsm.exp() * lsm).sum(-1)
+        probs = None if temperature <= 0 else scores.softmax(dim=-1)
         if temperature <= 0:
             nxt = scores.argmax(dim=-1)
         elif exact_draws:
-            nxt = torch.multinomial(scores.softmax(dim=-1), num_samples=1, generator=gen).squeeze(1)
+            nxt = torch.multinomial(probs, num_samples=1, generator=gen).squeeze(1)
         else:
-            nxt = draw(scores.softmax(dim=-1), gen)
+            nxt = draw(probs, gen)
+        if ent is not None:  # H of softmax(logits / τ), before top-p (TRL's entropy); greedy: τ = 1
+            if probs is not None and top_p >= 1.0:  # the draw's own distribution: H = logsumexp(s) − Σ_v p_v s_v
+                ent[:, t] = torch.logsumexp(scores, dim=-1) - (probs * scores).sum(-1)
+            else:
+                lsm = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+                ent[:, t] = -(lsm.exp() * lsm).sum(-1)
         nxt = nxt.masked_fill(done, fill)
         tokens[:, t] = nxt
         done |= torch.isin(nxt, stop_ids)

@@ -230,7 +230,8 @@ def replay_group(
     verifier_info: {reward: text}, shared by the group, or one such dict per response (v_k(x, y)).
     responses:     G responses, as text (tokenized with offsets) or sampled token ids / Samples.
     rewards:       optional (G, K) rewards in verifier_info's key order; constant columns are skipped.
-    measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's).
+    measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's); ``ktae`` and ``entropy``
+                   run no replay (:func:`mrtpo.replay.noreplay.replay_free`).
     reword:        also replay P_k′ (v_k reworded, R = len(REWORDINGS) per reward) for ``js-reworded``; default:
                    when ``measure`` needs it.
     attention:     also read P_all's attention to each v_k (:mod:`mrtpo.replay.attention`: one more pass of the

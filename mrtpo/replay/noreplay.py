@@ -3,12 +3,12 @@
 ``ktae`` reads the group's token ids and rewards (no model pass); ``entropy`` reads the policy's next-token entropy
 H(π(·|x, y<t)) under the *sampling* prompt x (not P_all), which the sampler records in each :class:`Sample`
 (:func:`mrtpo.model.sample`); for a response it did not sample (a given text, an uploaded rollout) one forward pass
-under x gives it (:func:`sampling_entropy`).  Neither runs the K + 1 passes of the replay:
-:func:`mrtpo.replay.replay_groups` hands a group asked for only these to :func:`replay_free`, which returns a
-:class:`ReplayResult` of the same shape with no JS (``replayed`` False).  :func:`attach_context` gives a replay's
-result what these measures read (the group's rewards, the sampler's entropies), so that
-:meth:`ReplayResult.with_measure` re-derives them with no model call; :func:`with_entropy` fills in the entropies the
-sampler did not record.
+under x gives it (:func:`sampling_entropy`: x once, shared by the group, as the replay runs P_all).  Neither runs
+the K + 1 passes of the replay: :func:`mrtpo.replay.replay_groups` hands a group asked for only these to
+:func:`replay_free`, which returns a :class:`ReplayResult` of the same shape with no JS (``replayed`` False).
+:func:`attach_context` gives a replay's result what these measures read (the group's rewards, the sampler's
+entropies), so that :meth:`ReplayResult.with_measure` re-derives them with no model call; :func:`with_entropy` fills
+in the entropies the sampler did not record.
 """
 from __future__ import annotations
 
@@ -17,15 +17,31 @@ from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
+import torch
 
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.measures import measure_relevance, needs_entropy, needs_outcomes
 from mrtpo.errors import MrtpoError
-from mrtpo.model import LoadedModel, Sample, check_length, decode, token_offsets, tokenize_response
+from mrtpo.model import (
+    Decoder,
+    LoadedModel,
+    Sample,
+    check_length,
+    compute_dtype,
+    decode,
+    decoder_stack,
+    token_offsets,
+    tokenize_response,
+)
+from mrtpo.model.arch import check_model, final_softcap
+from mrtpo.model.llama_step import llama_step
+from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 
-#: the most float32 logits (rows × tokens × vocabulary) one entropy forward holds (256 MiB)
-ENTROPY_LOGITS = 1 << 26
+#: the most logits (tokens × vocabulary) the entropy's head projects at a time (64 MiB in float32)
+ENTROPY_LOGITS = 1 << 24
+#: the entropy forward's pass budgets: the replay's defaults (mrtpo.replay.ReplayConfig)
+TOKEN_BUDGET, KV_BUDGET = 2048, 4096
 
 
 def response_tokens(lm: LoadedModel, r) -> tuple[str | None, list[int], list[tuple[int, int]] | None]:
@@ -50,37 +66,45 @@ def recorded_entropy(r) -> np.ndarray | None:
 
 
 def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[int]], temperature: float = 1.0,
-                     precision: str = "auto") -> list[np.ndarray]:
+                     precision: str = "auto", token_budget: int = TOKEN_BUDGET, kv_budget: int = KV_BUDGET
+                     ) -> list[np.ndarray]:
     """H_t = −Σ_v π_τ(v | x, y<t) log π_τ(v | x, y<t) (T_i,) of each response under the sampling prompt
     x = ``lm.chat_prompt(prompt)`` (the prompt :func:`mrtpo.model.sample` samples under), π_τ = softmax(logits / τ)
-    at the sampling temperature τ (≤ 0: 1), as the sampler records it: right-padded forward passes of at most
-    :data:`ENTROPY_LOGITS` logits each (:func:`mrtpo.model.forward.token_logprobs_entropy`), the decoder stack in
-    ``precision`` as the replay runs it (:func:`mrtpo.model.compute_dtype`: bf16 weight copies on a CPU with fast bf16
-    products under ``"auto"``; ``"model"``: the model's dtype), the head and the entropy in float32."""
-    from mrtpo.model import Decoder, compute_dtype, decoder_stack
-    from mrtpo.model.forward import token_logprobs_entropy
+    at the sampling temperature τ (≤ 0: 1), as the sampler records it.
 
+    One forward of the group as the replay runs P_all alone: x once, its KV cache serving every response
+    (:func:`mrtpo.replay.kvtrie.shared_hidden`, padded batches under ``token_budget`` / ``kv_budget``, the decoder
+    stack in ``precision`` — :func:`mrtpo.model.compute_dtype`: bf16 weight copies on a CPU with fast bf16 products
+    under ``"auto"``, ``"model"`` the model's dtype); the head in that dtype over at most :data:`ENTROPY_LOGITS`
+    logits at a time, the softmax and the entropy in float32 (the model's own logits: bias, Gemma 2's soft-cap)."""
+    check_model(lm.model, lm.tokenizer, lm.name)
     x = lm.encode(lm.chat_prompt(prompt))
     out = [np.zeros(0, np.float32) for _ in responses]
     todo = [i for i, r in enumerate(responses) if len(r)]
     for i in todo:
         check_length(lm, len(x) + len(responses[i]), f"the sampling prompt + response {i}", response=i)
-    V = lm.model.get_output_embeddings().weight.shape[0]
-    dtype = compute_dtype(lm, precision)
-    stack = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen) if dtype != lm.dtype else None
-    todo.sort(key=lambda i: len(responses[i]))
+    if not todo:
+        return out
+    dec = Decoder(decoder_stack(lm.model), compute_dtype(lm, precision), keep=lm.frozen)
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
-    s = 0
-    while s < len(todo):
-        rows = max(1, ENTROPY_LOGITS // (V * len(responses[todo[min(len(todo) - 1, s)]])))
-        batch = todo[s:s + rows]
-        while len(batch) > 1 and len(batch) * V * len(responses[batch[-1]]) > ENTROPY_LOGITS:
-            batch = batch[:-1]
-        _, ent = token_logprobs_entropy(lm.model, [x] * len(batch), [list(responses[i]) for i in batch], pad,
-                                        temperature, stack)
-        for j, i in enumerate(batch):
-            out[i] = ent[j, : len(responses[i])].float().cpu().numpy()
-        s += len(batch)
+    head = lm.model.get_output_embeddings()
+    bias = None if getattr(head, "bias", None) is None else head.bias.detach().float()
+    cap = final_softcap(lm.model.config)
+    with torch.no_grad():
+        states, _, _ = shared_hidden(dec, pad, lm.device, [x + list(responses[i]) for i in todo],
+                                     [(len(x) - 1, len(x) - 1 + len(responses[i])) for i in todo],
+                                     token_budget, kv_budget, own=llama_step(dec))
+        W = dec.weight(head.weight)  # (V, H)
+        rows = max(1, ENTROPY_LOGITS // W.shape[0])
+        for i, h in zip(todo, states):  # h: (T_i, H), the states that predict each response token
+            ent = []
+            for s in range(0, len(h), rows):
+                z = (h[s:s + rows].to(W.dtype) @ W.t()).float()  # (n, V)
+                z = z + bias if bias is not None else z
+                z = torch.tanh(z / cap) * cap if cap else z
+                lsm = torch.log_softmax(z / temperature if temperature > 0 else z, dim=-1)
+                ent.append(-(lsm.exp() * lsm).sum(-1))
+            out[i] = torch.cat(ent).cpu().numpy()
     return out
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from mrtpo.errors import MrtpoError
-from mrtpo.model import LoadedModel, load_model, seeded_global
-from mrtpo.model.forward import token_logprobs, token_logprobs_entropy  # noqa: F401 (here since the start)
+from mrtpo.model import LoadedModel, decoder_stack, load_model, seeded_global
+from mrtpo.model.arch import head_logits
 
 if TYPE_CHECKING:
     from mrtpo.train.config import TrainConfig
@@ -63,6 +63,63 @@ def clipped_surrogate_loss(
         if kl is not None:
             stats["kl"] = float((kl * m).sum() / n)
     return loss, stats
+
+
+def _response_logits(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits (N, T, V) float32 at ``temperature``, sampled tokens (N, T), mask (N, T)) of every response token, one
+    right-padded forward pass; only response positions go through the LM head."""
+    dev = next(model.parameters()).device
+    N = len(prompts)
+    L = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    T = max(len(r) for r in responses)
+    ids = torch.full((N, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((N, L), dtype=torch.long)
+    pos = torch.zeros((N, T), dtype=torch.long)
+    tok = torch.full((N, T), pad_id, dtype=torch.long)
+    mask = torch.zeros((N, T), dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        s = p + r
+        ids[i, : len(s)] = torch.tensor(s)
+        attn[i, : len(s)] = 1
+        pos[i, : len(r)] = len(p) - 1 + torch.arange(len(r))
+        pos[i, len(r):] = len(p) - 1
+        tok[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = True
+    # on CUDA a float32 (master-weight) model runs its forward under bf16 autocast; on a CPU it stays exact
+    fp32_cuda = dev.type == "cuda" and next(model.parameters()).dtype == torch.float32
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=fp32_cuda):
+        h = decoder_stack(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
+    h = torch.gather(h, 1, pos.to(dev).unsqueeze(-1).expand(N, T, h.shape[-1]))  # (N, T, H)
+    logits = head_logits(model, h).float()  # the model's own logits (Gemma 2: soft-capped)
+    if temperature and temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    return logits, tok.to(dev), mask.to(dev)
+
+
+def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
+                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(y_t | x, y<t) of every response token, one right-padded forward pass (in the model's dtype; bf16
+    autocast for a float32 model on CUDA).
+
+    prompts, responses: N token-id lists.  Returns (logp (N, T), mask (N, T)), T = longest response.
+    Only response positions go through the LM head, so no (N, L, V) logits tensor exists.
+    """
+    logits, tok, mask = _response_logits(model, prompts, responses, pad_id, temperature)
+    logp = torch.gather(logits, -1, tok.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    return logp * mask, mask
+
+
+def token_logprobs_entropy(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
+                           pad_id: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp, entropy), each (N, T), 0 on padding: :func:`token_logprobs` and H_t = −Σ_v π(v | x, y<t) log π(v | …)
+    of the same distribution (for the credit log; no gradient)."""
+    with torch.no_grad():
+        logits, tok, mask = _response_logits(model, prompts, responses, pad_id, temperature)
+        logq = torch.log_softmax(logits, -1)
+        logp = torch.gather(logq, -1, tok.unsqueeze(-1)).squeeze(-1)
+        ent = -(logq.exp() * logq).sum(-1)
+    return logp * mask, ent * mask
 
 
 def trainable_state(model: torch.nn.Module, lora: bool) -> dict[str, torch.Tensor]:

@@ -7,7 +7,6 @@ import torch
 
 from mrtpo.core.ktae import ktae_scores
 from mrtpo.groups import sample_group, template_for
-from mrtpo.model import forward as F
 from mrtpo.model import sample
 from mrtpo.replay import (
     GroupInput,
@@ -19,6 +18,7 @@ from mrtpo.replay import (
     sampling_entropy,
 )
 from mrtpo.replay import engine as E
+from mrtpo.replay import noreplay as N
 from mrtpo.tasks import get_family
 from tests.model.test_sampler import spiky  # noqa: F401 (a fixture: peaked next-token distributions)
 
@@ -51,19 +51,17 @@ def test_the_sampler_records_the_entropy_of_each_step(spiky, temperature, top_p)
 
 
 def test_the_forward_under_the_sampling_prompt(spiky):  # noqa: F811
-    """sampling_entropy (responses the sampler did not record) equals the direct computation; an empty response has
-    none; batches bounded by ENTROPY_LOGITS give the same values."""
+    """sampling_entropy (responses the sampler did not record: x once, its cache shared by the responses) equals the
+    direct computation; an empty response has none; the head in chunks bounded by ENTROPY_LOGITS gives the same."""
     rows = [[5, 9, 13, 2], [7], [], [3, 3, 3, 8, 1, 4]]
     got = sampling_entropy(spiky, PROMPT, rows, temperature=0.8, precision="model")
     for ids, h in zip(rows, got):
         assert len(h) == len(ids)
         if ids:
             np.testing.assert_allclose(h, direct_entropy(spiky, PROMPT, ids, 0.8), atol=2e-5)
-    import mrtpo.replay.noreplay as N
-
     small = N.ENTROPY_LOGITS
     try:
-        N.ENTROPY_LOGITS = 1  # one response per pass
+        N.ENTROPY_LOGITS = 1  # the head over one token at a time
         for a, b in zip(sampling_entropy(spiky, PROMPT, rows, temperature=0.8, precision="model"), got):
             np.testing.assert_allclose(a, b, atol=2e-5)
     finally:
@@ -85,15 +83,15 @@ def no_replay(monkeypatch):
 
 
 def count_forwards(monkeypatch) -> list:
-    """Every entropy forward (mrtpo.model.forward.token_logprobs_entropy), counted."""
+    """Every entropy forward (the shared-prefix pass of mrtpo.replay.noreplay), counted by its sequences."""
     calls = []
-    real = F.token_logprobs_entropy
+    real = N.shared_hidden
 
-    def spy(model, prompts, responses, *a, **k):
-        calls.append(len(prompts))
-        return real(model, prompts, responses, *a, **k)
+    def spy(dec, pad, dev, seqs, *a, **k):
+        calls.append(len(seqs))
+        return real(dec, pad, dev, seqs, *a, **k)
 
-    monkeypatch.setattr(F, "token_logprobs_entropy", spy)
+    monkeypatch.setattr(N, "shared_hidden", spy)
     return calls
 
 
