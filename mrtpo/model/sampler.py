@@ -79,13 +79,14 @@ def sample(
     out, ent = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop,
                           exact_draws=precision == "model", gen=gen, few_rows=precision == "auto", entropy=True)
     samples = []
+    ent = None if ent is None else ent.cpu().tolist()  # one copy off the device
     for i, row in enumerate(out.tolist()):
         toks = []
         for t in row:
             if t in stop:
                 break
             toks.append(t)
-        h = None if ent is None else [round(float(x), 6) for x in ent[i, : len(toks)]]
+        h = None if ent is None else [round(x, 6) for x in ent[i][: len(toks)]]
         samples.append(Sample(token_ids=toks, text=decode(lm, toks), entropy=h))
     return samples
 
