@@ -8,6 +8,7 @@ import streamlit as st
 from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
 from mrtpo.errors import MrtpoError
+from mrtpo.replay.noreplay import with_context
 from mrtpo.templates import Template
 from mrtpo.views import faithfulness_table, panels, relevance_change, render, token_view
 from mrtpo_app import state as S
@@ -112,7 +113,9 @@ if not after or after["run_id"] != run.settings.get("id"):
     st.stop()
 
 measure = st.session_state.get(S.MEASURE_KEY, MEASURE)  # the measure picked on Explore (ρ from the stored replays)
-before, new = after["before"].with_measure(measure).responses[i], after["replay"].with_measure(measure).responses[i]
+# (ktae reads the group's rewards, entropy the sampler's entropies, the oracle the evidence: none reads the template)
+before, new = (with_context(r, g.samples, g.reward_names, g.rewards).with_measure(measure, g.evidence or None)
+               .responses[i] for r in (after["before"], after["replay"]))
 shown = [k for k in g.reward_names if k in before.relevance or k in new.relevance]
 if not shown:
     st.info("Every reward is constant in this group, so none was replayed (their advantage is 0). Tick "

@@ -297,14 +297,24 @@ def credit_args(p: argparse.ArgumentParser, *fields: str) -> None:
         field_flag(p, by_name[name], default=by_name[name].default)
 
 
+class Measures(list):
+    """The measures ``--measure`` asked for; ``everything``: they came from ``all`` (every registered measure), of
+    which a command runs those its input allows (:func:`mrtpo.core.measures.allowed_measures`)."""
+
+    everything = False
+
+
 def measure_list(text: str) -> list[str]:
     """argparse type of ``--measure`` where several may be asked: a name, a comma list, or ``all`` (every registered
-    measure)."""
+    measure; the command keeps those its input allows and names the others)."""
     from mrtpo.core.measures import measure_names
 
-    names = measure_names() if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
+    every = text.strip() == "all"
+    names = measure_names() if every else [t.strip() for t in text.split(",") if t.strip()]
     unknown = [n for n in names if n not in measure_names()]
     if not names or unknown:
         raise argparse.ArgumentTypeError(f"unknown relevance measure {', '.join(map(repr, unknown)) or repr(text)}; "
                                          f"choose from {', '.join(measure_names())}, a comma list of them, or all")
-    return list(dict.fromkeys(names))
+    out = Measures(dict.fromkeys(names))
+    out.everything = every
+    return out

@@ -29,8 +29,8 @@ from mrtpo.jsonl import dumps, json_lines, load_json, write_text
 
 
 def _check_case(obj: dict, n: int) -> str | None:
-    """None for a good relevance case {"id", "prompt", "verifier_info": {reward: text}, "response"}, else the
-    problem ``line N: field 'F': ...``."""
+    """None for a good relevance case {"id", "prompt", "verifier_info": {reward: text}, "response", "rewards"?:
+    {reward: number or null}}, else the problem ``line N: field 'F': ...``."""
     from mrtpo.templates import ALL
 
     try:
@@ -44,17 +44,43 @@ def _check_case(obj: dict, n: int) -> str | None:
         V.string(obj["response"], "response", nonempty=True)
         if ALL in obj["verifier_info"]:
             raise V.BadValue(f"verifier_info.{ALL}", f"the reward name '{ALL}' is reserved; rename it")
+        if "rewards" in obj:
+            r = obj["rewards"]
+            if not isinstance(r, dict) or set(r) != set(obj["verifier_info"]):
+                raise V.BadValue("rewards", f"must be an object {{reward: number}} with verifier_info's rewards "
+                                            f"({', '.join(obj['verifier_info'])}), got {V._shown(r)}")
+            for k, v in r.items():
+                V.number(v, f"rewards.{k}", nan_ok=True)
     except V.BadValue as e:
         return f"line {n}: {e}"
     return None
 
 
+def _relevance_measures(a, cases: list) -> list[str]:
+    """The measures ``relevance`` runs: those asked for that the cases allow (``all``: every one, the others named
+    on stderr with why; one asked for by name that the cases do not allow is an error)."""
+    from mrtpo.core.measures import allowed_measures
+
+    rewarded = all("rewards" in c for _, c in cases)
+    kept, left = allowed_measures(a.measure, evidence=False, outcomes=rewarded)
+    if left and not getattr(a.measure, "everything", False):
+        m = next(iter(left))
+        hint = ": give every case a \"rewards\" field {reward: number}" if m == "ktae" else ""
+        raise MrtpoError(f"--measure {m} {left[m]}{hint}")
+    for m, why in left.items():
+        more = "; the cases hold verifier texts, not checkers" if m == "evidence" else ""
+        print(f"note: --measure all: {m} left out: {why}{more}", file=sys.stderr)
+    return kept
+
+
 def cmd_relevance(a) -> int:
-    from mrtpo.core.measures import ORACLE, needs_attention, needs_rewording
-    from mrtpo.replay import GroupInput, replay_group
+    import numpy as np
+
+    from mrtpo.core.measures import ORACLE, needs_attention, needs_replay, needs_rewording
+    from mrtpo.replay import GroupInput, measured_group
     from mrtpo.replay.estimate import estimate_replay
 
-    if ORACLE in a.measure:  # before anything is read
+    if ORACLE in a.measure and not getattr(a.measure, "everything", False):  # before anything is read
         raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
                          f"hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
     prog = Progress(a.quiet)
@@ -71,27 +97,34 @@ def cmd_relevance(a) -> int:
         cases.append((n, obj))
     if not cases:
         raise MrtpoError(f"{a.input}: no case to run" + (f" ({bad} bad lines)" if bad else " (the file has no lines)"))
+    measures = _relevance_measures(a, cases)
     lm = load_model_arg(a, prog)
-    reword, attention = any(map(needs_rewording, a.measure)), any(map(needs_attention, a.measure))
+    reword, attention = any(map(needs_rewording, measures)), any(map(needs_attention, measures))
 
     def group_input(items):
-        return GroupInput(items[0][1]["prompt"], [c["verifier_info"] for _, c in items],
-                          [c["response"] for _, c in items])
+        names = list(items[0][1]["verifier_info"])
+        R = (np.array([[np.nan if c["rewards"][k] is None else c["rewards"][k] for k in names] for _, c in items],
+                      dtype=float) if all("rewards" in c for _, c in items) else None)
+        prompt = items[0][1]["prompt"]
+        return GroupInput(prompt, [c["verifier_info"] for _, c in items], [c["response"] for _, c in items], R,
+                          prompt)
 
-    def estimate(items):
-        return estimate_replay(lm, [group_input(items)], template, measure=a.measure[0], reword=reword,
-                               attention=attention)
+    def estimate(items):  # the replay's (None where no measure reads one)
+        replayed = [m for m in measures if needs_replay(m)]
+        if not replayed:
+            return None
+        return estimate_replay(lm, [group_input(items)._replace(rewards=None)], template, measure=replayed[0],
+                               reword=reword, attention=attention)
 
     def run(items, progress=None):
-        g = group_input(items)
-        res = replay_group(lm, g.prompt, g.verifier_info, g.responses, template, measure=a.measure[0], reword=reword,
-                           attention=attention, progress=progress)
+        res = measured_group(lm, group_input(items), template, measures, skip_constant=False, progress=progress)
+        each = {m: res.with_measure(m) for m in measures}  # every measure from the one result: no model call
         out = {}
         for i, (n, c) in enumerate(items):
-            j = res.responses[i].to_json()
-            if len(a.measure) > 1:  # every measure from the one replay: {reward: {measure: [...]}}
-                by = {m: res.with_measure(m).responses[i].to_json()["relevance"] for m in a.measure}
-                j["relevance"] = {k: {m: by[m][k] for m in a.measure} for k in j["relevance"]}
+            j = each[measures[0]].responses[i].to_json()
+            if len(measures) > 1:  # {reward: {measure: [...]}}
+                by = {m: each[m].responses[i].to_json()["relevance"] for m in measures}
+                j["relevance"] = {k: {m: by[m][k] for m in measures} for k in j["relevance"]}
             out[n] = {"id": c["id"], "tokens": j["tokens"], "js": j["js"], "relevance": j["relevance"]}
         return out
 
@@ -111,15 +144,17 @@ def cmd_relevance(a) -> int:
         ests = []
         for items in groups.values():
             try:
-                ests.append(estimate(items))
+                est = estimate(items)
             except MrtpoError:
                 continue
+            if est is not None:
+                ests.append(est)
         return sum(ests[1:], ests[0]) if ests else None
 
     prog.estimate(f"replaying {len(cases)} cases in {len(groups)} group{'s' if len(groups) > 1 else ''}", total)
     for j, items in enumerate(groups.values(), start=1):
-        prog.stage(f"replaying group {j}/{len(groups)} ({len(items)} case{'s' if len(items) > 1 else ''}, "
-                   f"{len(items[0][1]['verifier_info'])} rewards)")
+        prog.stage(f"{'replaying' if any(map(needs_replay, measures)) else 'scoring'} group {j}/{len(groups)} "
+                   f"({len(items)} case{'s' if len(items) > 1 else ''}, {len(items[0][1]['verifier_info'])} rewards)")
         try:
             results.update(run(items, prog.work(f"replaying group {j}/{len(groups)}")))
             continue
@@ -261,13 +296,16 @@ def register(sub) -> None:
     p = sub.add_parser("relevance", help="per-token JS distance and relevance for cases in a JSONL file",
                        epilog=LINES_EPILOG)
     p.add_argument("--input", required=True,
-                   help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response"}')
+                   help='JSONL lines {"id", "prompt", "verifier_info": {reward: text}, "response", "rewards"?: '
+                        '{reward: number}}; cases sharing prompt and rewards form one group (ktae reads its rewards)')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
     p.add_argument("--measure", "--relevance-measure", dest="measure", type=measure_list, default=[MEASURE],
                    metavar="NAME[,NAME...]|all",
                    help=f"relevance measure (default {MEASURE}, the paper's per-token JS distance); several (a comma "
-                        "list, or all) come from one replay and are written as \"relevance\": {reward: {measure: "
-                        "[...]}}: " + "; ".join(f"{k} = {v}" for k, v in MEASURE_HELP.items()))
+                        "list, or all: every measure the cases allow, the others named on stderr) come from one "
+                        "replay (none for ktae and entropy alone: \"js\" is then {}) and are written as "
+                        "\"relevance\": {reward: {measure: [...]}}: "
+                        + "; ".join(f"{k} = {v}" for k, v in MEASURE_HELP.items()))
     model_args(p)
     quiet_arg(p)
     p.set_defaults(fn=cmd_relevance)

@@ -36,8 +36,9 @@ def register(sub) -> None:
                       help="comma-separated methods, the first is the baseline (e.g. gdpo,mrtpo)")
     arms.add_argument("--arms", nargs="+", metavar="METHOD[:FIELD=VALUE,...]",
                       help="arms that may differ in more than the method, the first is the baseline, e.g. gdpo "
-                           "mrtpo:info=rule,measure=js-contrast mrtpo:measure=evidence (any train flag's field; "
-                           "the runs are EXP.<method>.<field>-<value>....sSEED)")
+                           "mrtpo:info=rule,measure=js-contrast mrtpo:measure=evidence mrtpo:measure=ktae "
+                           "mrtpo:measure=entropy (the last three run no replay; any train flag's field; the runs "
+                           "are EXP.<method>.<field>-<value>....sSEED)")
     p.add_argument("--seeds", type=V.int_flag(1, MAX_SEEDS), required=True,
                    help=f"number of seeds (0 .. N-1; at most {MAX_SEEDS})")
     p.add_argument("--steps", type=V.int_flag(1, MAX_STEPS), required=True, help=f"steps per run (at most {MAX_STEPS})")

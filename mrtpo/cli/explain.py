@@ -105,10 +105,10 @@ def _responses_file(path: str) -> list[str]:
 
 def cmd_explain(a) -> int:
     from mrtpo.core.advantages import parse_method
-    from mrtpo.core.measures import get_measure
+    from mrtpo.core.measures import get_measure, needs_replay
     from mrtpo.groups import sample_until_varied, score_group, varied_rewards
     from mrtpo.model import Sample, sample, tokenize_response
-    from mrtpo.replay import replay_scored
+    from mrtpo.replay import ReplayConfig, replay_scored
     from mrtpo.replay.estimate import estimate_scored, estimate_task_group
     from mrtpo.tasks import get_family
     from mrtpo.views import token_view, view_to_json
@@ -184,9 +184,13 @@ def cmd_explain(a) -> int:
                 + (", or a larger --group" if a.group < 16 else ""))
         print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
               f"heatmaps have no color{hint}", file=sys.stderr)
-    prog.estimate("replaying", lambda: estimate_scored(lm, [group], template, measure=a.measure))
-    prog.stage(f"replaying {len(group.samples)} responses under P_all and each P_\\k")
-    replay = replay_scored(lm, group, template, measure=a.measure, progress=prog.work("replaying"))
+    cfg = ReplayConfig(temperature=a.temperature)  # entropy: the sampler's, else one forward under the prompt
+    if needs_replay(a.measure):
+        prog.estimate("replaying", lambda: estimate_scored(lm, [group], template, measure=a.measure))
+        prog.stage(f"replaying {len(group.samples)} responses under P_all and each P_\\k")
+    else:
+        prog.stage(f"{a.measure} for {len(group.samples)} responses (no replay)")
+    replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
     view = token_view(group, replay, method=a.method, beta=a.beta)
     prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
     write_text(a.html, page_html(view, group, title=f"mrtpo explain — {group.example.id}"))

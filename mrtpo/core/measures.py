@@ -1,6 +1,10 @@
 """Relevance measures: one registry by name (like the estimators), each a pure function of what a replay gives one
 (response, reward) pair (:class:`MeasureInput`) returning per-token scores ≥ 0, normalized to ρ (mean 1) by
 :func:`measure_relevance`.  ``js`` is the paper's; docs/METHOD.md says what each other one adds.
+
+Three need no replay (:func:`needs_replay`): the oracle ``evidence`` (what each checker read), ``ktae`` (the group's
+token ids and rewards, :mod:`mrtpo.core.ktae`) and ``entropy`` (the policy's next-token entropy under the sampling
+prompt, which the sampler records).  :func:`allowed_measures` says which measures an input allows, and why not.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import torch
 
 from mrtpo.core.faithfulness import token_labels
 from mrtpo.core.js import normalize_relevance
+from mrtpo.core.ktae import ktae_scores
 from mrtpo.errors import MrtpoError
 
 #: MeasureInput.evidence where no checker says what it read
@@ -21,9 +26,12 @@ NO_EVIDENCE = object()
 
 @dataclass
 class MeasureInput:
-    """What the replay gives a relevance measure, for one response and one reward k (arrays (T,), float32)."""
+    """What the replay gives a relevance measure, for one response and one reward k (arrays (T,), float32).
 
-    js: np.ndarray  # d_kt: the JS distance between π(·|P_all, y<t) and π(·|P_\\k, y<t)
+    The measures that need no replay read the last fields: the group (``ktae``) and the entropy (``entropy``); the
+    replay's fields are None on a result that came without a replay (:func:`needs_replay` False for its measure)."""
+
+    js: np.ndarray | None  # d_kt: the JS distance between π(·|P_all, y<t) and π(·|P_\\k, y<t); None: no replay ran
     logp_all: np.ndarray  # log π(y_t | P_all, y<t): the sampled token under P_all
     logp_without: np.ndarray  # log π(y_t | P_\\k, y<t): the sampled token under P_\\k
     offsets: Sequence[tuple[int, int]]  # each token's characters [start, end) in ``text``
@@ -40,6 +48,14 @@ class MeasureInput:
     # did not read the attention (only attn-contrast reads it)
     attn: np.ndarray | None = None
     attn_others: np.ndarray | None = None
+    # the group the response belongs to (ktae): every response's token ids (G lists, this one's at ``index``) and
+    # reward k's value for each (G,); None where no group with rewards is known (given texts without rewards)
+    group_ids: Sequence[Sequence[int]] | None = None
+    group_rewards: np.ndarray | None = None
+    index: int | None = None
+    # H_t = H(π(·|x, y<t)) (T,): the policy's next-token entropy under the sampling prompt x at the sampling
+    # temperature (the sampler records it; else one forward under x); the same for every reward; None: unknown
+    entropy: np.ndarray | None = None
 
 
 #: a relevance measure: MeasureInput -> (T,) scores ≥ 0; :func:`measure_relevance` normalizes them to ρ (mean 1)
@@ -73,7 +89,11 @@ def get_measure(name: str) -> Measure:
 
 def measure_relevance(name: str, inp: MeasureInput) -> np.ndarray:
     """ρ (T,) float32 of measure ``name``: its scores normalized by :func:`normalize_relevance` (mean 1)."""
-    scores = np.asarray(get_measure(name)(inp), dtype=np.float32)
+    fn = get_measure(name)
+    if inp.js is None and needs_replay(name) and not needs_attention(name):
+        raise MrtpoError(f"the '{name}' measure reads the replay (K + 1 passes over the response); this result came "
+                         "without one (only replay-free measures were asked for): replay the group for it")
+    scores = np.asarray(fn(inp), dtype=np.float32)
     if not np.isfinite(scores).all():  # a zero probability (log = −inf): NaN → 0, +inf → the largest finite score
         finite = scores[np.isfinite(scores)]
         scores = np.nan_to_num(scores, nan=0.0, posinf=float(finite.max()) if finite.size else 1.0, neginf=0.0)
@@ -283,6 +303,78 @@ def oracle_relevance(offsets: Sequence[tuple[int, int]], text: str, spans) -> np
     return normalize_relevance(torch.from_numpy(evidence_scores(offsets, text, spans))).numpy()
 
 
+# ---------------------------------------------------------------------------------------------- no replay either
+@register_measure("ktae", "KTAE (arXiv 2505.16826): per token id, a 2 × 2 table over the group — present or not × "
+                          "reward k above its group mean or not — scored by Fisher's exact test and information gain, "
+                          "signed by the direction (Cohen's h); s_t = 1 + sign(r_ik − mean) · kt(y_t); needs the "
+                          "group's rewards, no replay (no model pass)")
+def _ktae(inp: MeasureInput) -> np.ndarray:
+    """:func:`mrtpo.core.ktae.ktae_scores` (the formula and the paper's choices are that module's docstring)."""
+    if inp.group_ids is None or inp.group_rewards is None or inp.index is None:
+        raise MrtpoError("the 'ktae' measure needs the group's responses and each reward's values (a scored group, "
+                         "or cases with rewards); this input has no group with rewards")
+    if len(inp.group_ids[inp.index]) != len(inp.offsets):
+        raise MrtpoError(f"ktae: response {inp.index} has {len(inp.group_ids[inp.index])} token ids for "
+                         f"{len(inp.offsets)} tokens")
+    return ktae_scores(inp.group_ids, inp.group_rewards, inp.index)
+
+
+@register_measure("entropy", "the policy's next-token entropy H(π(·|x, y<t)) under the sampling prompt x at the "
+                             "sampling temperature (\"Beyond the 80/20 rule\", arXiv 2506.01939; TRL's "
+                             "top_entropy_quantile): the same for every reward; recorded by the sampler, else one "
+                             "forward under x; no replay")
+def _entropy(inp: MeasureInput) -> np.ndarray:
+    """s_t = H_t: high-entropy ("forking") tokens get the credit, whichever reward — the control for whether
+    per-reward relevance matters at all."""
+    if inp.entropy is None:
+        raise MrtpoError("the 'entropy' measure needs the policy's entropy under the sampling prompt (recorded by the "
+                         "sampler, or one forward under x: mrtpo.replay.noreplay.with_entropy); this input has none")
+    if len(inp.entropy) != len(inp.offsets):
+        raise MrtpoError(f"entropy: {len(inp.entropy)} values for {len(inp.offsets)} tokens")
+    return np.maximum(np.asarray(inp.entropy, dtype=np.float32), 0.0)
+
+
+#: the measures that need no replay (no K + 1 passes): what each reads instead
+REPLAY_FREE = {ORACLE: "what each checker read", "ktae": "the group's token ids and rewards",
+               "entropy": "the policy's entropy under the sampling prompt"}
+
+
 def needs_replay(measure: str) -> bool:
-    """Whether ``measure`` reads the replay (every one but the oracle)."""
-    return get_measure(measure) is not _evidence
+    """Whether ``measure`` reads the replay (every one but the oracle, ``ktae`` and ``entropy``)."""
+    get_measure(measure)
+    return measure not in REPLAY_FREE
+
+
+def needs_evidence(measure: str) -> bool:
+    """Whether ``measure`` reads what the checkers read (the oracle)."""
+    return get_measure(measure) is _evidence
+
+
+def needs_outcomes(measure: str) -> bool:
+    """Whether ``measure`` reads the group's rewards (``ktae``)."""
+    return get_measure(measure) is _ktae
+
+
+def needs_entropy(measure: str) -> bool:
+    """Whether ``measure`` reads the policy's entropy under the sampling prompt (``entropy``)."""
+    return get_measure(measure) is _entropy
+
+
+def allowed_measures(measures: Sequence[str], *, evidence: bool, outcomes: bool, entropy: bool = True,
+                     replay: bool = True) -> tuple[list[str], dict[str, str]]:
+    """The measures of ``measures`` an input allows, and {measure: why it was left out} for the others.
+
+    evidence: the checkers say what they read (a task family's verifiers); outcomes: the responses form a group with
+    rewards; entropy: the sampling prompt is known (or the sampler recorded the entropy); replay: the replay can run
+    (verifier information and a model).  What ``--measure all`` means."""
+    why = {}
+    for m in measures:
+        if needs_evidence(m) and not evidence:
+            why[m] = "the oracle needs what each checker read (a task family's verifiers)"
+        elif needs_outcomes(m) and not outcomes:
+            why[m] = "needs a group of responses with rewards"
+        elif needs_entropy(m) and not entropy:
+            why[m] = "needs the sampling prompt (or the sampler's recorded entropy)"
+        elif needs_replay(m) and not replay:
+            why[m] = "needs the replay (verifier information and the model)"
+    return [m for m in measures if m not in why], why

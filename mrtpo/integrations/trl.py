@@ -8,7 +8,8 @@ gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over 
    trained (:func:`mrtpo.replay.replay_groups`, every group of the batch at once, no gradient) under P_all / P_\\k
    built from a user callback ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}``,
    giving ρ (B, K, T) from the relevance measure ``MRTPOConfig.measure`` (:data:`mrtpo.core.measures.MEASURES`;
-   default ``"js"``, the paper's);
+   default ``"js"``, the paper's); ``"ktae"`` (the group's rewards) and ``"entropy"`` (one forward under the prompt
+   at TRL's temperature) need no replay and no ``verifier_info_fn``;
 2. the credit step, :func:`mrtpo.core.credit.assign_credit`: the estimator of ``method`` on TRL's gathered rewards
    (N, K) (every process' rows, as TRL does), with ``reward_weights``, and the token advantages of this process'
    rows at β_s = β · smoothstep(global_step / warmup);
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -42,7 +43,7 @@ from mrtpo.config import opt
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
 from mrtpo.core.info import INFO
-from mrtpo.core.measures import needs_replay
+from mrtpo.core.measures import ORACLE, needs_replay
 from mrtpo.creditlog.rows import GROUPS, GROUPS_HELP, LOG_HELP
 from mrtpo.errors import MrtpoError
 from mrtpo.integrations.trl_log import (
@@ -114,14 +115,15 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, verifier_info_fn: VerifierInfoFn | None = None,
                  mrtpo_config: MRTPOConfig | None = None, **kwargs):
         self.mrtpo_config = cfg = mrtpo_config or MRTPOConfig()
-        if cfg.tokens and verifier_info_fn is None:
+        if cfg.tokens and verifier_info_fn is None and needs_replay(cfg.measure):
             raise MrtpoError(f"method '{cfg.method}' reallocates over tokens and needs "
-                             "verifier_info_fn(prompt, completion, example) -> {reward: text}")
-        if cfg.tokens and not needs_replay(cfg.measure):
+                             "verifier_info_fn(prompt, completion, example) -> {reward: text} (the measures 'ktae' "
+                             "and 'entropy' need none)")
+        if cfg.tokens and cfg.measure == ORACLE:
             raise MrtpoError(f"measure '{cfg.measure}' (the oracle) needs what each checker read; TRL's reward "
-                             "functions return numbers: pick a replay measure (js, js-contrast, ...)")
+                             "functions return numbers: pick another measure (js, js-contrast, ktae, entropy, ...)")
         self._pass_info = verifier_info_fn is not None and _takes_info(verifier_info_fn)
-        if cfg.info != INFO and cfg.tokens and not self._pass_info:
+        if cfg.info != INFO and cfg.tokens and not self._pass_info and needs_replay(cfg.measure):
             raise MrtpoError(f"info='{cfg.info}': verifier_info_fn(prompt, completion, example) gives its own texts "
                              f"(the '{INFO}' regime); to build the '{cfg.info}' one, let it take a keyword 'info'")
         self.verifier_info_fn = verifier_info_fn
@@ -228,7 +230,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             try:
                 todo: list[tuple[list[int], GroupInput]] = []
                 for g, rows in by_group.items():
-                    infos = [self._verifier_info(prompts[i], completions[i], inputs[i], names) for i in rows]
+                    infos = [self._verifier_info(prompts[i], completions[i], inputs[i], names) if self.verifier_info_fn
+                             else dict.fromkeys(names, "") for i in rows]  # ktae, entropy: no texts needed
                     keys = [k for k in names if all(k in info for info in infos)]  # others: uniform credit
                     if not keys:
                         continue
@@ -240,8 +243,10 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                                                   [{k: info[k] for k in keys} for info in infos],
                                                   [list(ids_list[i]) for i in rows], R)))
                 # every group of the batch through one joint replay (fewer, larger passes)
+                # (ktae, entropy: no replay; the entropy under the prompt at TRL's sampling temperature)
                 results = replay_groups(lm, [gi for _, gi in todo], self.mrtpo_config.template,
-                                        config=self.mrtpo_config.replay, measure=self.mrtpo_config.measure)
+                                        config=replace(self.mrtpo_config.replay, temperature=self.temperature),
+                                        measure=self.mrtpo_config.measure)
                 stats["replay_forward_tokens"] += results[0].forward_tokens if results else 0
                 for (rows, _), res in zip(todo, results):
                     for i, r in zip(rows, res.responses):

@@ -39,10 +39,14 @@ class SamplingConfig:
 
 @dataclass
 class Sample:
-    """One sampled response: its token ids (no EOS, no padding) and decoded text."""
+    """One sampled response: its token ids (no EOS, no padding) and decoded text; ``entropy``: per token, the entropy
+    H(π(·|x, y<t)) of the distribution it was drawn from, at the sampling temperature before top-p (as TRL's
+    ``top_entropy_quantile`` reads it; greedy: at temperature 1), recorded by :func:`sample` (None where it was not:
+    given texts, models sampled through ``generate``)."""
 
     token_ids: list[int]
     text: str
+    entropy: list[float] | None = None
 
 
 @torch.inference_mode()
@@ -82,17 +86,20 @@ def sample(
     gen = generator(lm.device, seed)
     stop = {t for t in (lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id) if t is not None}
     t0 = time.perf_counter()
-    out = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop, exact_draws=precision == "model",
-                     gen=gen, few_rows=precision == "auto", progress=progress)
+    out, ent = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop,
+                          exact_draws=precision == "model", gen=gen, few_rows=precision == "auto", progress=progress,
+                          entropy=True)
     record(lm, dtype, "sample", sample_tokens(len(ids), n, out.shape[1]), time.perf_counter() - t0)
     samples = []
-    for row in out.tolist():
+    ent = None if ent is None else ent.cpu().tolist()  # one copy off the device
+    for i, row in enumerate(out.tolist()):
         toks = []
         for t in row:
             if t in stop:
                 break
             toks.append(t)
-        samples.append(Sample(token_ids=toks, text=decode(lm, toks)))
+        h = None if ent is None else [round(x, 6) for x in ent[i][: len(toks)]]
+        samples.append(Sample(token_ids=toks, text=decode(lm, toks), entropy=h))
     return samples
 
 
@@ -116,8 +123,12 @@ def next_token_scores(logits: torch.Tensor, temperature: float, top_p: float) ->
 def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: int, temperature: float, top_p: float,
                dtype: torch.dtype, stop: set[int], exact_draws: bool = False,
                gen: torch.Generator | None = None, few_rows: bool = False,
-               progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
-    """Token ids (n, T ≤ max_new_tokens) of n continuations of ``prompt_ids``, computed in ``dtype``.
+               progress: Callable[[int, int], None] | None = None, entropy: bool = False
+               ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | None]:
+    """Token ids (n, T ≤ max_new_tokens) of n continuations of ``prompt_ids``, computed in ``dtype``; with
+    ``entropy``, (ids, H (n, T) float32 or None): H_t = −Σ_v π_τ(v) log π_τ(v), π_τ = softmax(logits / τ) at the
+    sampling temperature τ (τ = 1 for greedy; before top-p), the entropy of each step's distribution (None where
+    ``generate`` sampled).
 
     The prompt goes through the decoder stack once (1 row); its keys and values are copied into one buffer of n rows
     sized for prompt + max_new_tokens, which every decoding step writes in place
@@ -151,7 +162,8 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         if len(kv_shape) != 1:
             raise MrtpoError("layers with different KV shapes")
     except MrtpoError:
-        return _generate_ids(lm, prompt_ids, n, max_new_tokens, temperature, top_p, gen, progress)
+        out = _generate_ids(lm, prompt_ids, n, max_new_tokens, temperature, top_p, gen, progress)
+        return (out, None) if entropy else out
     P = len(prompt_ids)
     _, kv_heads, _, head_dim = layers[0][0].shape
     # (layers, 2, n, kv_heads, P + max_new_tokens − 1, d): the last token is never fed back
@@ -167,6 +179,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
     tokens = torch.full((n, max_new_tokens), fill, dtype=torch.long, device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)
+    ent = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=dev) if entropy else None
     h = out.last_hidden_state[:, -1]  # (1, H) after the prompt, then (n, H)
     for t in range(max_new_tokens):
         logits = linear(h, weight, bias)
@@ -174,12 +187,19 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
             logits = torch.tanh(logits / cap) * cap
         logits = logits.float().expand(n, -1)  # (n, V)
         scores = next_token_scores(logits, temperature, top_p)
+        probs = None if temperature <= 0 else scores.softmax(dim=-1)
         if temperature <= 0:
             nxt = scores.argmax(dim=-1)
         elif exact_draws:
-            nxt = torch.multinomial(scores.softmax(dim=-1), num_samples=1, generator=gen).squeeze(1)
+            nxt = torch.multinomial(probs, num_samples=1, generator=gen).squeeze(1)
         else:
-            nxt = draw(scores.softmax(dim=-1), gen)
+            nxt = draw(probs, gen)
+        if ent is not None:  # H of softmax(logits / τ), before top-p (TRL's entropy); greedy: τ = 1
+            if probs is not None and top_p >= 1.0:  # the draw's own distribution: H = logsumexp(s) − Σ_v p_v s_v
+                ent[:, t] = torch.logsumexp(scores, dim=-1) - (probs * scores).sum(-1)
+            else:
+                lsm = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+                ent[:, t] = -(lsm.exp() * lsm).sum(-1)
         nxt = nxt.masked_fill(done, fill)
         tokens[:, t] = nxt
         done |= torch.isin(nxt, stop_ids)
@@ -187,14 +207,14 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         if progress is not None:
             progress(max_new_tokens if finished else t + 1, max_new_tokens)
         if finished:
-            return tokens[:, : t + 1]
+            return (tokens[:, : t + 1], ent[:, : t + 1]) if entropy else tokens[:, : t + 1]
         if step is not None:
             h = step(nxt, P + t, buf)
             continue
         pos = torch.full((n, 1), P + t, dtype=torch.long, device=dev)
         h = dec(input_ids=nxt[:, None], position_ids=pos, use_cache=True, **{dec.cache_kwarg: cache}).last_hidden_state
         h = h[:, -1]
-    return tokens
+    return (tokens, ent) if entropy else tokens
 
 
 def draw(probs: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:

@@ -27,24 +27,17 @@ import torch
 
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.js import js_distance
-from mrtpo.core.measures import measure_relevance, needs_attention, needs_replay, needs_rewording
+from mrtpo.core.measures import ORACLE, measure_relevance, needs_attention, needs_replay, needs_rewording
 from mrtpo.errors import MrtpoError
-from mrtpo.model import (
-    Decoder,
-    LoadedModel,
-    Sample,
-    check_length,
-    compute_dtype,
-    decode,
-    decoder_stack,
-    token_offsets,
-    tokenize_response,
-)
+from mrtpo.model import Decoder, LoadedModel, Sample, check_length, compute_dtype, decoder_stack
 from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.llama_step import llama_step
 from mrtpo.model.rates import record
 from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
+from mrtpo.replay.noreplay import attach_context, replay_free
+from mrtpo.replay.noreplay import response_tokens as _response_tokens
+from mrtpo.replay.noreplay import text_and_offsets as _text_and_offsets
 from mrtpo.replay.passes import replay_progress, sequences
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 from mrtpo.templates import ALL, REWORDINGS, Template, TemplateError, reworded_key
@@ -70,26 +63,15 @@ class ReplayConfig:
     # bf16 weights the vocabulary projection
     # runs in bf16 on P_all and on the difference h(P_\k) − h(P_all), which keeps the JS close to float32.
     precision: str = "auto"
+    # the sampling temperature at which the ``entropy`` measure reads the policy where the sampler did not record it
+    # (one forward under the sampling prompt; ≤ 0: 1, the greedy policy's own distribution)
+    temperature: float = 1.0
 
 
 Response = str | Sample | Sequence[int]
 # logits per step of the element-wise chain (2 MiB in float32, e.g. 2 tokens × 4 variants of a 49k vocabulary: its
 # temporaries stay in cache; measured fastest on the AMX machine against 2^17, 2^18 and 2^20)
 JS_LOGITS = 1 << 19
-
-
-def _response_tokens(lm: LoadedModel, r: Response) -> tuple[str | None, list[int], list[tuple[int, int]] | None]:
-    """(text, token ids, character offsets) of a response; for token ids the text and offsets are None (filled by
-    :func:`_text_and_offsets` once the length is checked: a response too long for the model fails fast)."""
-    if isinstance(r, str):
-        ids, offs = tokenize_response(lm, r)
-        return r, ids, offs
-    ids = list(r.token_ids) if isinstance(r, Sample) else [int(t) for t in r]
-    return None, ids, None
-
-
-def _text_and_offsets(lm: LoadedModel, text: str | None, ids: list[int], offs) -> tuple[str, list[tuple[int, int]]]:
-    return (text, offs) if text is not None else (decode(lm, ids), token_offsets(lm, ids))
 
 
 @dataclass
@@ -234,6 +216,7 @@ class GroupInput(NamedTuple):
     verifier_info: dict[str, str] | Sequence[dict[str, str]]
     responses: Sequence[Response]
     rewards: np.ndarray | torch.Tensor | None = None
+    sampling_prompt: str | None = None  # the prompt x the responses were sampled under (entropy); None: ``prompt``
 
 
 def replay_group(
@@ -255,7 +238,8 @@ def replay_group(
     verifier_info: {reward: text}, shared by the group, or one such dict per response (v_k(x, y)).
     responses:     G responses, as text (tokenized with offsets) or sampled token ids / Samples.
     rewards:       optional (G, K) rewards in verifier_info's key order; constant columns are skipped.
-    measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's).
+    measure:       the relevance measure (:data:`MEASURES`; default ``"js"``, the paper's); ``ktae`` and ``entropy``
+                   run no replay (:func:`mrtpo.replay.noreplay.replay_free`).
     reword:        also replay P_k′ (v_k reworded, R = len(REWORDINGS) per reward) for ``js-reworded``; default:
                    when ``measure`` needs it.
     attention:     also read P_all's attention to each v_k (:mod:`mrtpo.replay.attention`: one more pass of the
@@ -292,11 +276,14 @@ def replay_groups(
     start to this group's result. The joint replay's forward tokens and seconds are recorded as this machine's replay
     rate (:mod:`mrtpo.model.rates`; not when P_all's attention is read: its passes are not counted)."""
     cfg = config or ReplayConfig()
-    if not needs_replay(measure):  # before any model work, as an unknown name
+    if measure == ORACLE:  # before any model work, as an unknown name
         raise MrtpoError(f"the '{measure}' measure reads each checker's evidence, not a replay: give the scored group "
                          "(replay_scored) or its evidence (ReplayResult.with_measure)")
     if not groups:
         return []
+    if not needs_replay(measure):  # ktae, entropy: no K + 1 passes (mrtpo.replay.noreplay)
+        return [replay_free(lm, g.prompt, g.verifier_info, g.responses, g.rewards, measure, g.sampling_prompt,
+                            cfg.temperature, precision=cfg.precision) for g in groups]
     check_model(lm.model, lm.tokenizer, lm.name)  # a model it cannot run is refused before any work
     t0 = time.perf_counter()
     plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
@@ -311,18 +298,28 @@ def replay_groups(
         cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec), progress=on_pass)
     hidden = dict(zip(keys, states))
     read_attention = needs_attention(measure) if attention is None else attention
+    t_attn = time.perf_counter()
     attn = [_info_attention(lm, plan, dec) if read_attention else None for plan in plans]
+    t_attn = time.perf_counter() - t_attn if read_attention else 0.0
     extra = sum(1 + sum(len(r) > 0 for r in plan.resp_ids) for plan in plans) if read_attention else 0
     out = []
     for g, plan in enumerate(plans):
         paths = [trie.paths[n] for n, key in enumerate(keys) if key[0] == g]
         stats = {"prefix_tokens": _common_prefix(trie, paths), "forward_tokens": passes.forward_tokens,
                  "forward_passes": passes.forward_passes + extra, "logits_budget": cfg.logits_budget}
-        out.append(_finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], t0, stats, dtype, measure, attn[g], dec,
-                           tick))
+        res = _finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], t0, stats, dtype, measure, attn[g], dec,
+                      tick)
+        res.attention_seconds = t_attn
+        out.append(attach_context(res, groups[g].responses, _names(groups[g].verifier_info), groups[g].rewards))
     if not read_attention:
         record(lm, dtype, "replay", passes.forward_tokens, time.perf_counter() - t0)
     return out
+
+
+def _names(verifier_info) -> list[str]:
+    """The reward names of a group's verifier information (one dict, or one per response)."""
+    infos = list(verifier_info) if isinstance(verifier_info, (list, tuple)) else [verifier_info]
+    return list(infos[0]) if infos else []
 
 
 def _common_prefix(trie, paths: list[list[int]]) -> int:
@@ -391,9 +388,16 @@ def replay_scored_groups(lm: LoadedModel, groups: Sequence[ScoredGroup], templat
                          skip_constant: bool = True, config: ReplayConfig | None = None, measure: str = "js",
                          reword: bool | None = None, attention: bool | None = None,
                          progress: Callable[[float, float], None] | None = None) -> list[ReplayResult]:
-    """:func:`replay_scored` for several scored groups through one joint replay (:func:`replay_groups`)."""
-    replay_with = measure if needs_replay(measure) else "js"
+    """:func:`replay_scored` for several scored groups through one joint replay (:func:`replay_groups`; none for
+    ``ktae`` and ``entropy``, which read the group's rewards and the sampler's entropies under the example's prompt)."""
+    if measure != ORACLE and not needs_replay(measure):
+        c = config or ReplayConfig()
+        return [replay_free(lm, g.prompt, g.verifier_info, g.samples, g.rewards, measure, g.example.prompt,
+                            c.temperature, skip_constant, c.precision) for g in groups]
+    replay_with = "js" if measure == ORACLE else measure
     inputs = [GroupInput(g.prompt, g.verifier_info, g.samples, g.rewards if skip_constant else None) for g in groups]
-    reps = replay_groups(lm, inputs, template, config, replay_with, reword, attention, progress)
+    reps = [attach_context(rep, g.samples, g.reward_names, g.rewards)
+            for rep, g in zip(replay_groups(lm, inputs, template, config, replay_with, reword, attention, progress),
+                              groups)]
     return [rep if replay_with == measure else rep.with_measure(measure, g.evidence or None)
             for rep, g in zip(reps, groups)]

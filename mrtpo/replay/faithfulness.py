@@ -9,10 +9,9 @@ from typing import Callable, Sequence
 
 from mrtpo.core.faithfulness import response_metrics, summarize_pairs
 from mrtpo.core.info import INFO, check_info
-from mrtpo.core.measures import needs_attention, needs_rewording
 from mrtpo.groups import sample_group
 from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS, LoadedModel
-from mrtpo.replay.engine import replay_scored
+from mrtpo.replay.measured import measured_groups
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 
@@ -24,7 +23,9 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
     """Sample ``group`` responses per example and score them (with evidence) once; then, per verifier-information
     regime in ``infos``, replay every reward once and measure each relevance measure's faithfulness to the evidence,
     per reward (a repeat ``id#2`` counts under ``id``).  The measures re-read the replay (the oracle ``evidence``
-    reads the evidence itself), so each measure costs no model time; each regime is one replay.
+    reads the evidence itself, ``ktae`` the group's rewards, ``entropy`` the sampler's entropies), so each measure
+    costs no model time; each regime is one replay, and none when only replay-free measures are asked for
+    (:func:`mrtpo.replay.measured.measured_groups`).
 
     Returns {"infos": {regime: {"rewards": {reward: {measure: summary}}, "all": {measure: summary}, "pairs":
     {measure: {reward: [(example index, PairMetrics), ...]}}}}, "seconds": {...}}, a summary being
@@ -42,8 +43,7 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
         for info in infos:
             t1 = time.perf_counter()
             g = g0.with_info(family, info)
-            rep = replay_scored(lm, g, template, skip_constant=False, reword=any(map(needs_rewording, measures)),
-                                attention=any(map(needs_attention, measures)))
+            rep = measured_groups(lm, [g], template, measures, skip_constant=False)[0]
             t2 = time.perf_counter()
             for m in measures:
                 rm = rep.with_measure(m, g.evidence)

@@ -41,12 +41,12 @@ import numpy as np
 import torch
 
 from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, reward_matrix
-from mrtpo.core.measures import needs_replay, oracle_relevance
+from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.creditlog import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
-from mrtpo.replay import replay_scored_groups
+from mrtpo.replay import ReplayConfig, replay_scored_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_compare, get_family
 from mrtpo.tasks.base import TaskFamily
@@ -244,15 +244,17 @@ class Trainer:
 
     def credit_for(self, ro: Rollout, step: int, clock: PhaseClock) -> tuple[TokenCredit, list, list[dict]]:
         """The step's credit: for MRTPO methods each group replayed with the current policy (eval, no grad) — or,
-        with the oracle measure, the relevance read off the checkers' evidence, no replay — then
+        with the oracle measure, the relevance read off the checkers' evidence, and with ``ktae`` / ``entropy`` the
+        group's rewards / the sampler's entropies (:mod:`mrtpo.replay.noreplay`), no replay — then
         :func:`assign_credit` over the trained tokens (the EOS that ends a response is trained but not replayed:
         uniform credit there), at β_s = β · smoothstep((step − 1) / warmup).  Returns the credit, the replays (None
         per group without one) and the relevance used, per response {reward: ρ (T,)}."""
         replays: list = [None] * len(ro.groups)
         relevance: list[dict] = [{}] * ro.R.shape[0]
-        if self.method.tokens and needs_replay(self.credit.measure):
+        if self.method.tokens and self.credit.measure != ORACLE:
             clock.start("replay")
-            replays = replay_scored_groups(self.lm, ro.groups, self.template, measure=self.credit.measure)
+            replays = replay_scored_groups(self.lm, ro.groups, self.template, measure=self.credit.measure,
+                                           config=ReplayConfig(temperature=self.config.sampling.temperature))
             relevance = [rr.relevance for rep in replays for rr in rep.responses]
             clock.stop()
         elif self.method.tokens:  # the oracle: what each checker read, as relevance

@@ -30,8 +30,8 @@ def sample_probe(lm: LoadedModel, family: TaskFamily, example: Example, size: in
 
 def probe_rows(lm: LoadedModel, probe: list[dict], template: Template, measure: str) -> list[dict]:
     """Relevance of every probe response for every reward under the current policy (all rewards replayed), as
-    store rows {idx, reward, js, relevance}.  The oracle measure does not move with the policy, so its runs' probe
-    shows the paper's ``js``."""
+    store rows {idx, reward, js, relevance}.  The measures that need no replay (the oracle, ``ktae``, ``entropy``) are
+    not what a probe of fixed responses shows, so their runs' probe shows the paper's ``js``."""
     rep = replay_group(lm, probe[0]["prompt"], [p["verifier_info"] for p in probe], [p["token_ids"] for p in probe],
                        template, rewards=None, measure=measure if needs_replay(measure) else MEASURE)
     return [{"idx": i, "reward": k, "js": [round(float(x), 6) for x in r.js[k]],

@@ -13,6 +13,7 @@ import torch
 from mrtpo.core.credit import BETA, CreditConfig, TokenCredit, assign_credit, relevance_tensor, reward_matrix
 from mrtpo.core.faithfulness import pair_metrics
 from mrtpo.groups import ScoredGroup
+from mrtpo.replay.noreplay import with_context
 from mrtpo.replay.results import ReplayResult
 from mrtpo.tasks.base import Span
 
@@ -83,9 +84,11 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
     explorer's β is the effective one; :func:`group_credit`); no model calls.
 
     measure: re-derive relevance with this measure first (:meth:`ReplayResult.with_measure`; default: the replay's;
-    the oracle ``evidence`` reads the group's evidence, and is an MrtpoError for a group without it).
+    the oracle ``evidence`` reads the group's evidence, and is an MrtpoError for a group without it; ``ktae`` the
+    group's rewards; ``entropy`` the entropies its samples carry, an MrtpoError where they carry none).
     """
-    if measure is not None:
+    if measure is not None:  # ktae reads the group's rewards, entropy the sampler's entropies (no model call)
+        replay = with_context(replay, group.samples, group.reward_names, group.rewards)
         replay = replay.with_measure(measure, group.evidence or None)
     lengths = [len(r.token_ids) for r in replay.responses]
     rho, _ = relevance_tensor([r.relevance for r in replay.responses], group.reward_names, lengths)  # (G, K, T)
