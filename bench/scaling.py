@@ -7,8 +7,8 @@
 Default point: the default model (SmolLM2-135M), K = 3 rewards, G = 4 responses (the app's and the CLI's group
 size), T = 100 tokens a response. From there one factor moves at a time (K also through the default point's 3):
 
-- ``--quick``: T ∈ {100, 250, 500, 1,000}, K ∈ {1, 2, 4, 8}, G ∈ {1, 4, 8}, V ∈ {49,152, 151,936, 256,000} on
-  2-layer random models, best of 1
+- ``--quick``: T ∈ {100, 250, 500, 1,000, 2,000, 4,000}, K ∈ {1, 2, 4, 8}, G ∈ {1, 4, 8, 16}, V ∈ {49,152,
+  151,936, 256,000} on full-depth random models, best of 1
 - full: T ∈ {100, 250, 500, 1,000, 2,000, 4,000}, K ∈ {1, 2, 4, 8}, G ∈ {1, 4, 8, 16}, V ∈ {49,152, 151,936,
   256,000} on full-depth random models, best of 2
 
@@ -73,7 +73,8 @@ class Grid:
     repeats: int
 
 
-QUICK = Grid(T=(100, 250, 500, 1000), K=(1, 2, 4, 8), G=(1, 4, 8), V=(49_152, 151_936, 256_000), layers=2, repeats=1)
+QUICK = Grid(T=(100, 250, 500, 1000, 2000, 4000), K=(1, 2, 4, 8), G=(1, 4, 8, 16), V=(49_152, 151_936, 256_000),
+             layers=0, repeats=1)
 FULL = Grid(T=(100, 250, 500, 1000, 2000, 4000), K=(1, 2, 4, 8), G=(1, 4, 8, 16), V=(49_152, 151_936, 256_000),
             layers=0, repeats=2)
 

@@ -200,8 +200,8 @@ def test_a_point_in_its_own_process_matches_the_one_here():
 # --- the command line, the documented grid, the doc and the plot -----------------------------------------------------
 
 def test_the_quick_grid_is_the_documented_one():
-    assert S.describe(S.QUICK) == ("T ∈ {100, 250, 500, 1,000}, K ∈ {1, 2, 4, 8}, G ∈ {1, 4, 8}, V ∈ {49,152, "
-                                   "151,936, 256,000} on 2-layer random models, best of 1")
+    assert S.describe(S.QUICK) == ("T ∈ {100, 250, 500, 1,000, 2,000, 4,000}, K ∈ {1, 2, 4, 8}, G ∈ {1, 4, 8, 16}, "
+                                   "V ∈ {49,152, 151,936, 256,000} on full-depth random models, best of 1")
     doc = words((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8"))
     for g in (S.QUICK, S.FULL):
         assert S.describe(g) in words(S.__doc__) and S.describe(g) in doc
@@ -209,8 +209,8 @@ def test_the_quick_grid_is_the_documented_one():
     assert S.chosen_grid(S.parse(["--quick", "--T", "100,2_000", "--repeats", "3", "--layers", "0"])) == \
         S.Grid(T=(100, 2000), K=S.QUICK.K, G=S.QUICK.G, V=S.QUICK.V, layers=0, repeats=3)
     pts = S.grid_points(S.QUICK)
-    assert len(pts) == 15 and len({p for _, _, p in pts}) == 13  # T 4 + K 5 + G 3 + V 3; the default point thrice
-    assert {p.layers for f, _, p in pts if f == "V"} == {2} and {p.vocab for f, _, p in pts if f != "V"} == {None}
+    assert len(pts) == 18 and len({p for _, _, p in pts}) == 16  # T 6 + K 5 + G 4 + V 3; the default point thrice
+    assert {p.layers for f, _, p in pts if f == "V"} == {None} and {p.vocab for f, _, p in pts if f != "V"} == {None}
     assert all(p.repeats == 1 for _, _, p in pts)
 
 
