@@ -86,7 +86,7 @@ if run is None:
 # a group exists, so the model side is loaded: the rest of the page's imports (torch among them) cost nothing now
 from mrtpo.core.advantages import method_names  # noqa: E402
 from mrtpo.core.credit import METHOD  # noqa: E402
-from mrtpo.views import group_table  # noqa: E402
+from mrtpo.display import group_table  # noqa: E402
 from mrtpo_app import explore as E  # noqa: E402
 
 if run.mode == "task" and run.group.info != inp.info:  # the same responses, the other regime's v_k

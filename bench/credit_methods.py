@@ -6,7 +6,7 @@ the ``--start``-th, G = ``--group`` responses each sampled at temperature 1 (the
 entropy), scored with the checkers' evidence, verifier information ``rule``.  Then, once per group, what the measures
 read (:func:`mrtpo.replay.measured_groups`: one replay, which also reads P_all's attention; the group's rewards) and,
 per measure × family × reward kind (instructions: the constraint's category), the mean token AUROC against the
-evidence (:mod:`mrtpo.core.faithfulness`; pairs whose evidence is the whole response, nothing, or every token left
+evidence (:mod:`mrtpo.core.faith_metrics`; pairs whose evidence is the whole response, nothing, or every token left
 out) with a 95 % bootstrap interval over the groups (clusters: a draw's example; ``--boot`` resamples, seeded), and
 the seconds each measure adds per group on this machine:
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mrtpo.core.faithfulness import response_metrics
+from mrtpo.core.faith_metrics import response_metrics
 from mrtpo.core.measures import needs_replay
 from mrtpo.groups import sample_group, template_for
 from mrtpo.model import load_model

@@ -13,12 +13,12 @@ from mrtpo.core.advantages import parse_method
 from mrtpo.core.credit import BETA, MEASURE
 from mrtpo.core.info import INFO_LABELS
 from mrtpo.core.measures import MEASURE_HELP, measure_names, needs_rewording
+from mrtpo.display import faithfulness_table, overview, render, token_view, view_to_json
+from mrtpo.display import page as views_page
 from mrtpo.groups import varied_rewards
-from mrtpo.views import faithfulness_table, overview, render, token_view, view_to_json
-from mrtpo.views import page as views_page
 from mrtpo_app import long_view as LV
 from mrtpo_app import state as S
-from mrtpo_app import topk
+from mrtpo_app import topk_chart
 from mrtpo_app import work as W
 from mrtpo_app.sampling import Inputs, sample_group
 from mrtpo_app.ui import guard, md, short
@@ -110,7 +110,7 @@ def _topk_view(run: S.SessionGroup, i: int) -> None:
     t = (c2.slider("Token position t (starts at the largest JS distance)", 0, T - 1, t_default,
                    key=f"explore_topk_t_{run.settings['id']}_{i}_{k}") if T > 1 else 0)
     top = c3.number_input("top-k", 3, 30, 10, key="explore_topk_k", help="tokens shown from each distribution")
-    topk.show(run, i, k, int(t), int(top), key="explore_dist_chart")
+    topk_chart.show(run, i, k, int(t), int(top), key="explore_dist_chart")
     st.caption("Teach (step 6) explains this view and shows what v_k adds to the prompt.")
 
 
@@ -123,7 +123,7 @@ def _view(run: S.SessionGroup, replay, method: str, beta: float, measure: str):
 
 
 def is_long(run: S.SessionGroup) -> bool:
-    """Whether some response of the group is long (:data:`mrtpo.views.overview.LONG_TOKENS`): overview first."""
+    """Whether some response of the group is long (:data:`mrtpo.display.overview.LONG_TOKENS`): overview first."""
     return any(len(r.token_ids) > overview.LONG_TOKENS for r in run.replay.responses)
 
 

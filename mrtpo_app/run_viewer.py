@@ -4,8 +4,8 @@ trains.
 
 The follower of each (path, format) lives in the session (``rollouts_runs``), so every rerun — the Follow toggle's
 timer (a fragment with ``run_every``), the Check button, any widget — reads only the steps written since the last
-one; each new step's reward components are computed once (:func:`mrtpo.views.run_stats.add_step`).  What a step
-shows comes from :mod:`mrtpo.views.log_view` (no model).  Session keys: ``rollouts_log`` (the path),
+one; each new step's reward components are computed once (:func:`mrtpo.display.run_stats.add_step`).  What a step
+shows comes from :mod:`mrtpo.display.log_view` (no model).  Session keys: ``rollouts_log`` (the path),
 ``rollouts_log_format``, ``rollouts_follow``, ``rollouts_step``, ``rollouts_resp_<step>``, ``rollouts_table_<step>``,
 ``rollouts_log_pick_<n>`` (which of a folder's credit logs).
 
@@ -26,11 +26,9 @@ import streamlit as st
 
 from mrtpo.creditlog import CreditLogError, CreditStep
 from mrtpo.creditlog.access import check_log_path, log_roots
-from mrtpo.integrations.run_follow import QUIET_S, RunFollower
-from mrtpo.integrations.tool_logs import FORMATS, credit_logs_in
-from mrtpo.views import render
-from mrtpo.views.log_tokens import token_table
-from mrtpo.views.log_view import (
+from mrtpo.display import render
+from mrtpo.display.log_tokens import token_table
+from mrtpo.display.log_view import (
     first_informative,
     group_of,
     has_credit,
@@ -40,8 +38,10 @@ from mrtpo.views.log_view import (
     step_table,
     title,
 )
-from mrtpo.views.overview import is_long
-from mrtpo.views.run_stats import add_step
+from mrtpo.display.overview import is_long
+from mrtpo.display.run_stats import add_step
+from mrtpo.integrations.run_follow import QUIET_S, RunFollower
+from mrtpo.integrations.tool_logs import FORMATS, credit_logs_in
 from mrtpo_app import charts
 from mrtpo_app import long_view as LV
 from mrtpo_app import state as S

@@ -2,7 +2,7 @@
 the heavy work cached by its inputs (sampling, replay, top-k), the sidebar's choices and the session's current group
 in ``st.session_state``.
 
-No computation lives here (that is :mod:`mrtpo.groups`, :mod:`mrtpo.replay`, :mod:`mrtpo.views`); this module only
+No computation lives here (that is :mod:`mrtpo.groups`, :mod:`mrtpo.replay`, :mod:`mrtpo.display`); this module only
 decides *when* the library runs (on a button) and *remembers* what it returned, so that a slider never re-runs the
 model.  Cache hits are detected, not guessed from the time (:class:`Timer`).
 
@@ -32,10 +32,10 @@ from mrtpo_app import work as W
 from mrtpo_app.ui import timing_text
 
 if TYPE_CHECKING:
+    from mrtpo.display import TokenView
     from mrtpo.groups import SampleTry, ScoredGroup
     from mrtpo.model import LoadedModel, Sample
     from mrtpo.replay import ReplayResult
-    from mrtpo.views import TokenView
 
 # Nothing here imports torch at import time: the library's model side (torch, transformers) is imported inside the
 # functions that run the model, first by the preload thread (:func:`preload_model`), so a page renders before it.
@@ -98,9 +98,7 @@ def _preload(name: str, device: str) -> LoadedModel:
     """The preload thread's work: the model, then the rest of the library's model side a first group needs (imported
     here, in the background, so the click that waits for this model finds them imported)."""
     lm = load_model(name, device)
-    import mrtpo.groups
-    import mrtpo.replay
-    import mrtpo.views  # noqa: F401
+    import mrtpo.display  # noqa: F401
 
     return lm
 
@@ -386,7 +384,7 @@ def require_group() -> SessionGroup:
 def view(run: SessionGroup, method: str = "mrtpo", beta: float | None = None) -> TokenView:
     """The token view of the current group under ``method`` and ``β`` (None: the default, BETA; no model calls)."""
     from mrtpo.core.credit import BETA
-    from mrtpo.views import token_view
+    from mrtpo.display import token_view
 
     return token_view(run.group, run.replay, method=method, beta=BETA if beta is None else beta)
 

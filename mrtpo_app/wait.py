@@ -150,7 +150,7 @@ def show_part(where, label: Callable[[int], str] = lambda i: f"#{i}") -> Callabl
     """``on_part(indices, replay of those responses)`` for :func:`mrtpo.replay.parts.replay_in_parts`: each response's
     relevance ρ per replayed reward in ``where`` as soon as its part is replayed (a response longer than :data:`LONG`
     tokens: its five hottest tokens per reward)."""
-    from mrtpo.views import render
+    from mrtpo.display import render
 
     def on_part(idx: list[int], rep) -> None:
         for i, rr in zip(idx, rep.responses):

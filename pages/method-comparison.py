@@ -13,7 +13,7 @@ import torch
 
 from mrtpo.core.advantages import ESTIMATORS, compute, method_names, parse_method
 from mrtpo.core.credit import BETA
-from mrtpo.views import render
+from mrtpo.display import render
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short

@@ -1,5 +1,5 @@
 """Teach: MRTPO step by step with the live numbers of the current group (prompts, JS distance, relevance,
-reallocation with β, aggregation).  Steps 1, 4 and 5 show the library's own numbers (:func:`mrtpo.views.group_credit`,
+reallocation with β, aggregation).  Steps 1, 4 and 5 show the library's own numbers (:func:`mrtpo.display.group_credit`,
 the credit step the app's views use, laid out by :func:`mrtpo.core.credit.credit_steps`): this page computes none."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pandas as pd
 import streamlit as st
 
 from mrtpo.core.credit import BETA, SCALE_FLOOR, credit_steps
+from mrtpo.display import group_credit, panels, render
 from mrtpo.templates import ALL
-from mrtpo.views import group_credit, panels, render
 from mrtpo_app import state as S
-from mrtpo_app import topk
+from mrtpo_app import topk_chart
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import md, short
 
@@ -144,7 +144,7 @@ c1, c2 = st.columns([2, 1])
 k6 = c1.selectbox("Reward k", rep.rewards, index=rep.rewards.index(k0), key="teach_dist_reward",
                   help="the reward whose verifier information P_\\k leaves out")
 top = c2.number_input("top-k", 3, 30, 10, key="teach_dist_k", help="tokens shown from each distribution (union)")
-dist = topk.show(run, i, k6, int(t), int(top), key="teach_dist_chart")
+dist = topk_chart.show(run, i, k6, int(t), int(top), key="teach_dist_chart")
 st.subheader("What v_k adds to the prompt")
 st.caption(f"P_all as the model sees it; highlighted: the text that P_\\k lacks, i.e. v_k for reward "
            f"{md(k6)}. Everything else is the same in both prompts, so any difference between p_t and q_t comes "

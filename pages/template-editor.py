@@ -7,10 +7,10 @@ import streamlit as st
 
 from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
+from mrtpo.display import faithfulness_table, panels, relevance_change, render, token_view
 from mrtpo.errors import MrtpoError
 from mrtpo.replay.noreplay import with_context
 from mrtpo.templates import Template
-from mrtpo.views import faithfulness_table, panels, relevance_change, render, token_view
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short, show_error

@@ -1,22 +1,22 @@
 """Train: start or resume a run, step it, compare per-reward curves of runs, watch the probe's relevance shift;
 or view a paired experiment (``mrtpo experiment``): curves with bands over seeds, the paired AUC difference with
 its interval, and the probe of every method at the same step side by side.  The parts are in
-:mod:`mrtpo_app.training` and :mod:`mrtpo_app.charts`."""
+:mod:`mrtpo_app.train_page` and :mod:`mrtpo_app.charts`."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
 from mrtpo.core.advantages import parse_method
+from mrtpo.display import panels, render, stored_step_view
+from mrtpo.display.curves import TOP, by_type, metric_title, reward_keys
 from mrtpo.errors import MrtpoError
 from mrtpo.model import DEFAULT_MODEL, default_model_cached
 from mrtpo.store import default_path, validate_run_name
 from mrtpo.train import TrainConfig
-from mrtpo.views import panels, render, stored_step_view
-from mrtpo.views.curves import TOP, by_type, metric_title, reward_keys
 from mrtpo_app import charts
 from mrtpo_app import state as S
-from mrtpo_app import training as T
+from mrtpo_app import train_page as T
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short
 

@@ -18,12 +18,12 @@ import streamlit as st
 
 from mrtpo.core.advantages import method_names
 from mrtpo.core.credit import BETA
+from mrtpo.display import render, token_view
+from mrtpo.display.overview import is_long
 from mrtpo.errors import MrtpoError
 from mrtpo.integrations import rollout_explain as rx
 from mrtpo.integrations import rollouts as ro
 from mrtpo.model import TooLong
-from mrtpo.views import render, token_view
-from mrtpo.views.overview import is_long
 from mrtpo_app import long_view as LV
 from mrtpo_app import run_viewer, wait
 from mrtpo_app import state as S

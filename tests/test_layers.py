@@ -8,7 +8,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# lowest first; a module may import from its own layer's rooms and from every layer below
+# lowest first; a module may import from its own layer's rooms and from every layer below.  A module's room is the
+# longest name that it starts with: the credit log keeps every piece in mrtpo/creditlog/ (one name, one place), but
+# its two writers need their trainers — mrtpo's (mrtpo.train) and TRL's (mrtpo.integrations) — so each writer is a
+# room of its own at its trainer's layer, and the rest of the package (mrtpo.creditlog) stays below both.
 LAYERS = [
     ["mrtpo.errors", "mrtpo.config", "mrtpo.validate", "mrtpo.jsonl", "mrtpo.__init__"],
     ["mrtpo.core"],
@@ -16,22 +19,21 @@ LAYERS = [
     ["mrtpo.tasks"],
     ["mrtpo.groups"],
     ["mrtpo.replay"],
-    ["mrtpo.views", "mrtpo.store", "mrtpo.creditlog"],
-    ["mrtpo.train"],
+    ["mrtpo.display", "mrtpo.store", "mrtpo.creditlog"],
+    ["mrtpo.train", "mrtpo.creditlog.train_writer"],
     ["mrtpo.experiment"],
-    ["mrtpo.integrations"],
+    ["mrtpo.integrations", "mrtpo.creditlog.trl_writer"],
     ["mrtpo.cli", "mrtpo.__main__"],
     ["mrtpo_app"],
 ]
 
 
 def room(module: str) -> tuple[int, str] | None:
-    """(layer, room) of a module name, or None for what is not the project's (``mrtpo`` itself: the package)."""
-    for i, rooms in enumerate(LAYERS):
-        for r in rooms:
-            if module == r or module.startswith(r + "."):
-                return i, r
-    return None
+    """(layer, room) of a module name: the longest room name it is or starts with; None for what is not the
+    project's (``mrtpo`` itself: the package)."""
+    found = [(len(r), i, r) for i, rooms in enumerate(LAYERS) for r in rooms
+             if module == r or module.startswith(r + ".")]
+    return max(found)[1:] if found else None
 
 
 def module_name(path: Path) -> str:

@@ -81,7 +81,7 @@ def test_app_folder_found_in_the_wheel(installed, tmp_path):
 
 def test_import_changes_no_environment_and_never_imports_streamlit_or_test_tools():
     code = ("import os, sys; before = dict(os.environ)\n"
-            "import mrtpo, mrtpo.cli, mrtpo.model, mrtpo.replay, mrtpo.groups, mrtpo.views, mrtpo.train, "
+            "import mrtpo, mrtpo.cli, mrtpo.model, mrtpo.replay, mrtpo.groups, mrtpo.display, mrtpo.train, "
             "mrtpo.store, mrtpo.experiment, mrtpo.tasks, mrtpo.integrations.rollouts\n"
             "from mrtpo.cli import build_parser; build_parser()\n"
             "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"

@@ -106,13 +106,13 @@ def _responses_file(path: str) -> list[str]:
 def cmd_explain(a) -> int:
     from mrtpo.core.advantages import parse_method
     from mrtpo.core.measures import get_measure, needs_replay
+    from mrtpo.display import token_view, view_to_json
+    from mrtpo.display.page import page_html
     from mrtpo.groups import sample_until_varied, score_group, varied_rewards
     from mrtpo.model import Sample, sample, tokenize_response
     from mrtpo.replay import ReplayConfig, replay_scored
     from mrtpo.replay.estimate import estimate_scored, estimate_task_group
     from mrtpo.tasks import get_family
-    from mrtpo.views import token_view, view_to_json
-    from mrtpo.views.page import page_html
 
     prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any model work

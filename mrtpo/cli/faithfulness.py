@@ -1,6 +1,6 @@
 """``faithfulness``: does relevance fall on what the verifiers read? Sample a task family's examples, score them
 (every reward's evidence spans), replay every reward once and print, per reward × relevance measure, the token
-AUROC, lift and span-peak AUROC of relevance against the evidence (:mod:`mrtpo.core.faithfulness`), as JSON.
+AUROC, lift and span-peak AUROC of relevance against the evidence (:mod:`mrtpo.core.faith_metrics`), as JSON.
 
     mrtpo faithfulness --task sql [--examples FILE] [--limit 20] [--group 4] [--measure js js-word ...]
 
@@ -37,7 +37,7 @@ def cmd_faithfulness(a) -> int:
     from mrtpo.core.measures import needs_attention, needs_rewording
     from mrtpo.model import load_model
     from mrtpo.replay.estimate import estimate_task_group, eta_text
-    from mrtpo.replay.faithfulness import faithfulness_report
+    from mrtpo.replay.faith_report import faithfulness_report
     from mrtpo.tasks import get_family
 
     check_output(a.output, "--output", inputs={"--examples": examples_inputs(a.examples), "--template": a.template,

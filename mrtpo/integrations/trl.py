@@ -18,7 +18,7 @@ gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over 
    keep TRL's (B,) shape.
 
 With ``MRTPOConfig(credit_log=DIR)`` each training generation's first ``credit_log_groups`` groups are written to
-the credit log (:mod:`mrtpo.integrations.trl_log`, format :mod:`mrtpo.creditlog.format`), a folder of this run's
+the credit log (:mod:`mrtpo.creditlog.trl_writer`, format :mod:`mrtpo.creditlog.format`), a folder of this run's
 only: claimed when ``train()`` starts, continued by ``train(resume_from_checkpoint=...)``.
 
 β = 0 (or ``method="gdpo"``) reproduces TRL's ``multi_objective_aggregation="normalize_then_sum"``; the token mean
@@ -44,9 +44,7 @@ from mrtpo.core.advantages import active_rewards
 from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
 from mrtpo.core.info import INFO
 from mrtpo.core.measures import ORACLE, needs_replay
-from mrtpo.creditlog.rows import GROUPS, GROUPS_HELP, LOG_HELP
-from mrtpo.errors import MrtpoError
-from mrtpo.integrations.trl_log import (
+from mrtpo.creditlog.trl_writer import (
     CreditLogRun,
     TrlCreditLog,
     capture,
@@ -56,6 +54,8 @@ from mrtpo.integrations.trl_log import (
     model_name,
     open_log,
 )
+from mrtpo.creditlog.writer_rows import GROUPS, GROUPS_HELP, LOG_HELP
+from mrtpo.errors import MrtpoError
 from mrtpo.integrations.trl_text import completion_text as completion_text  # noqa: F401 - kept importable from here
 from mrtpo.integrations.trl_text import prompt_text
 from mrtpo.replay import GroupInput, ReplayConfig, replay_groups
@@ -76,7 +76,7 @@ class MRTPOConfig(CreditConfig):
     """How the trainer computes advantages (METHOD.md): the credit fields of :class:`mrtpo.core.credit.CreditConfig`
     (``method``, ``beta``, ``warmup``, ``cap``, ``measure``: the same names, defaults and checks as everywhere), plus
     the verifier-information ``template``, the replay's budgets and the credit log (``credit_log``: a folder;
-    ``credit_log_groups``: groups per step; :mod:`mrtpo.integrations.trl_log`)."""
+    ``credit_log_groups``: groups per step; :mod:`mrtpo.creditlog.trl_writer`)."""
 
     template: Template | dict | None = None  # verifier-information template for P_all / P_\k
     replay: ReplayConfig = field(default_factory=ReplayConfig)
@@ -135,7 +135,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             run = CreditLogRun()
             kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), run]
         super().__init__(*args, **kwargs)
-        # the credit log's record (mrtpo.integrations.trl_log): what it needs of this trainer, and its own state
+        # the credit log's record (mrtpo.creditlog.trl_writer): what it needs of this trainer, and its own state
         self.mrtpo_credit_log = None if run is None else TrlCreditLog(
             cfg.credit_log, cfg.credit_log_groups, cfg.credit_log_logprobs, cfg, list(self.reward_func_names),
             self._tokenizer, self.accelerator, self.args.output_dir,
@@ -144,8 +144,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's ``train``.  With a credit log, its folder is claimed for this run first, before any step — a run
         resumed from a checkpoint continues the log of the run that saved it, another run's log is refused
-        (:func:`mrtpo.integrations.trl_log.open_log`) — and the log's last waiting step is written at the end
-        (:func:`mrtpo.integrations.trl_log.flush`)."""
+        (:func:`mrtpo.creditlog.trl_writer.open_log`) — and the log's last waiting step is written at the end
+        (:func:`mrtpo.creditlog.trl_writer.flush`)."""
         if self.mrtpo_credit_log is not None:
             open_log(self.mrtpo_credit_log, resume_from_checkpoint)
         result = super().train(resume_from_checkpoint, *args, **kwargs)

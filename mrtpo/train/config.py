@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from mrtpo.config import check_fields, from_flat, opt, part, to_flat
 from mrtpo.core.credit import CreditConfig
-from mrtpo.creditlog.rows import CreditLogConfig
+from mrtpo.creditlog.writer_rows import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
 from mrtpo.tasks import COMPARE_MODES, resolve_examples

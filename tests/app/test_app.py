@@ -80,7 +80,7 @@ def test_explore_table_heatmap_spans_and_beta(sampled: AppTest):
     # oracle's row where the checker read specific characters, + 2 combined rows, one span per token; the keywords
     # reward is constant in the group (advantage 0), so it is not replayed: one line with its value and reason
     assert run.replay.rewards == ["punctuation:no_comma"] and run.replay.skipped == ["keywords:existence"]
-    from mrtpo.views.render import token_cells
+    from mrtpo.display.render import token_cells
 
     C = len(token_cells(run.replay.responses[0].tokens()))  # cells: a character's byte tokens drawn as one
     body = at.get("html")[0].proto.body
@@ -121,7 +121,7 @@ def _lim(lim) -> tuple[str, str, str]:
 
 
 def test_explore_scale_switch_sets_the_color_limits_and_the_export(sampled: AppTest, monkeypatch):
-    from mrtpo.views import page, render, token_view
+    from mrtpo.display import page, render, token_view
 
     at = sampled
     exported = []
@@ -327,7 +327,7 @@ def test_teach_shows_the_two_distributions_behind_js(sampled: AppTest):
     bodies = [h.proto.body for h in at.get("html")]
     pos = next(b for b in bodies if f"token t = {t}" in b)  # the token highlighted in the response
     cells = BG.findall(pos)
-    from mrtpo.views.render import token_cells
+    from mrtpo.display.render import token_cells
 
     groups = token_cells(resp.tokens())  # a character's byte tokens are one cell
     assert len(cells) == len(groups) and [c != "transparent" for c in cells].index(True) == next(

@@ -14,12 +14,12 @@ import pytest
 os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from mrtpo.core.faithfulness import pair_metrics  # noqa: E402
+from mrtpo.core.faith_metrics import pair_metrics  # noqa: E402
+from mrtpo.display import faithfulness_table, token_view  # noqa: E402
 from mrtpo.groups import score_group, template_for
 from mrtpo.model import Sample, tokenize_response  # noqa: E402
 from mrtpo.replay import replay_scored
 from mrtpo.tasks import get_family  # noqa: E402
-from mrtpo.views import faithfulness_table, token_view  # noqa: E402
 from mrtpo_app import state as S  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")

@@ -15,7 +15,7 @@ pytest.importorskip("streamlit")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-HEAVY = ("torch", "transformers", "mrtpo.groups", "mrtpo.replay", "mrtpo.views", "mrtpo.core.advantages")
+HEAVY = ("torch", "transformers", "mrtpo.groups", "mrtpo.replay", "mrtpo.display", "mrtpo.core.advantages")
 
 FIRST_RENDER = """
 import json, sys

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from mrtpo.display import stored_step_view
+from mrtpo.display.panels import prompt_diff_html, stored_sample_html
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import SampleTry, sample_group, sample_until_varied, varied_rewards
 from mrtpo.model import load_model, sample
@@ -15,8 +17,6 @@ from mrtpo.store import Store
 from mrtpo.tasks import get_family
 from mrtpo.templates import ALL, Template
 from mrtpo.train import PHASES, TrainConfig, Trainer
-from mrtpo.views import stored_step_view
-from mrtpo.views.panels import prompt_diff_html, stored_sample_html
 from tests.train.test_train import ToyFamily as TrainToyFamily
 
 

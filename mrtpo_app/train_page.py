@@ -17,10 +17,10 @@ import streamlit as st
 from mrtpo.config import field_kind, leaf_fields
 from mrtpo.core.advantages import method_names
 from mrtpo.core.info import INFO_LABELS
+from mrtpo.display import panels, render
 from mrtpo.experiment import experiment_summary, load_experiment, read_experiment
 from mrtpo.store import RunInfo, Store
 from mrtpo.train import PHASES, TrainConfig, Trainer
-from mrtpo.views import panels, render
 from mrtpo_app import charts
 from mrtpo_app.ui import guard, md, show_error
 

@@ -1,13 +1,13 @@
 """Does relevance fall on what the verifiers read, over sampled examples? Sample, score (with evidence), replay
 every reward once per verifier-information regime, and measure each relevance measure against the evidence
-(:mod:`mrtpo.core.faithfulness`).
+(:mod:`mrtpo.core.faith_metrics`).
 """
 from __future__ import annotations
 
 import time
 from typing import Callable, Sequence
 
-from mrtpo.core.faithfulness import response_metrics, summarize_pairs
+from mrtpo.core.faith_metrics import response_metrics, summarize_pairs
 from mrtpo.core.info import INFO, check_info
 from mrtpo.groups import sample_group
 from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS, LoadedModel
@@ -29,7 +29,7 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
 
     Returns {"infos": {regime: {"rewards": {reward: {measure: summary}}, "all": {measure: summary}, "pairs":
     {measure: {reward: [(example index, PairMetrics), ...]}}}}, "seconds": {...}}, a summary being
-    :func:`mrtpo.core.faithfulness.summarize_pairs`'s dict (pairs, auroc, above_chance, lift, span_auroc, left_out)."""
+    :func:`mrtpo.core.faith_metrics.summarize_pairs`'s dict (pairs, auroc, above_chance, lift, span_auroc, left_out)."""
     for info in infos:
         check_info(info)
     pairs: dict[str, dict[str, dict[str, list]]] = {i: {m: {} for m in measures} for i in infos}

@@ -12,7 +12,7 @@ import html
 import plotly.graph_objects as go
 import streamlit as st
 
-from mrtpo.views import panels, render
+from mrtpo.display import panels, render
 from mrtpo_app import state as S
 from mrtpo_app.ui import guard, md
 
