@@ -71,7 +71,7 @@ def bootstrap_ci(clusters: dict, n_boot: int, seed: int = 0) -> tuple[float, flo
 
 def one_group(lm, fam, ex, measures, template, group: int, max_new_tokens: int, seed: int) -> dict:
     """One example's group: per measure its pairs [(reward kind, AUROC)] and the seconds it adds."""
-    g = sample_group(lm, fam, ex, n=group, max_new_tokens=max_new_tokens, temperature=1.0, seed=seed, info="rule")
+    g = sample_group(lm, fam, ex, n=group, max_new_tokens=max_new_tokens, seed=seed, info="rule")
     asked = [m for m in measures if m != "uniform"]
     rep = measured_groups(lm, [g], template, asked, skip_constant=False)[0]
     replay = max(0.0, rep.seconds - rep.attention_seconds - rep.entropy_seconds) if rep.replayed else 0.0

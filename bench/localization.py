@@ -37,7 +37,7 @@ import numpy as np
 from mrtpo.core.faith_metrics import agreement, pair_metrics, summarize_pairs
 from mrtpo.core.measures import measure_names, needs_attention, needs_rewording
 from mrtpo.groups import template_for
-from mrtpo.model import load_model
+from mrtpo.model import SamplingConfig, load_model
 from mrtpo.replay import replay_group
 from mrtpo.replay.faith_report import faithfulness_report
 from mrtpo.tasks import get_family
@@ -105,7 +105,7 @@ def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, m
     examples); the responses are sampled once and replayed once per regime."""
     fam = get_family(family)
     rep = faithfulness_report(lm, fam, fam.examples()[start:start + n_examples], template or template_for(fam),
-                              measures, group=group, max_new_tokens=max_new_tokens, seed=seed,
+                              measures, SamplingConfig(group_size=group, max_new_tokens=max_new_tokens, seed=seed),
                               progress=lambda s: print(f"  {family} {s}", flush=True), infos=infos)
     return {info: _grouped(family, r["pairs"], rep["seconds"]) for info, r in rep["infos"].items()}
 

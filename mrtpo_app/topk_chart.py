@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from mrtpo.display import panels, render
+from mrtpo_app import caches as C
 from mrtpo_app import state as S
 from mrtpo_app.ui import guard, md
 
@@ -62,7 +63,7 @@ def show(run: S.SessionGroup, i: int, reward: str, t: int, top: int, key: str) -
     toks = resp.tokens()
     st.html(f"<style>{render.CSS}</style>" + panels.position_html(toks, t, f"token t = {t}"))
     with guard("next-token distributions"):
-        dist = S.next_token_topk_cached(run.choices.model, run.choices.device, g.prompt, g.verifier_info[i],
+        dist = C.next_token_topk_cached(run.choices.model, run.choices.device, g.prompt, g.verifier_info[i],
                                         list(resp.token_ids), reward, int(t), int(top), run.template)
     st.plotly_chart(chart(dist, reward), key=key)
     yt = dist["token"]

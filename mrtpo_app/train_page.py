@@ -21,6 +21,7 @@ from mrtpo.display import panels, render
 from mrtpo.experiment import experiment_summary, load_experiment, read_experiment
 from mrtpo.store import RunInfo, Store
 from mrtpo.train import PHASES, TrainConfig, Trainer
+from mrtpo.wording import plural
 from mrtpo_app import charts
 from mrtpo_app.ui import guard, md, show_error
 
@@ -46,11 +47,6 @@ def summary_for(path: str, name: str, marks: tuple) -> dict:
     change (``marks``)."""
     store = store_for(path)
     return experiment_summary(read_experiment(store, load_experiment(store, name)))
-
-
-def plural(n: int, word: str) -> str:
-    """'1 step', '3 steps'."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def fmt(v, f: str = "{:.3f}") -> str:

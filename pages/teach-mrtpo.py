@@ -7,13 +7,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from mrtpo.core.credit import BETA, SCALE_FLOOR, credit_steps
+from mrtpo.core.credit import SCALE_FLOOR, credit_steps
 from mrtpo.display import group_credit, panels, render
 from mrtpo.templates import ALL
 from mrtpo_app import state as S
 from mrtpo_app import topk_chart
 from mrtpo_app.sidebar import page
-from mrtpo_app.ui import md, short
+from mrtpo_app.ui import beta_slider, md, short
 
 # what the verifier information v_k of the group shown holds (its regime, mrtpo.core.info), and so what moves ρ
 INFO_CAPTIONS = {
@@ -103,7 +103,7 @@ st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 st.header("4 · Reallocation with β")
 st.latex(r"A_{ikt}=\hat A_{ik}\,\big((1-\beta)+\beta\,\rho_{ikt}\big),\qquad \sum_t A_{ikt}=T_i\,\hat A_{ik},"
          r"\quad \operatorname{sign}A_{ikt}=\operatorname{sign}\hat A_{ik}")
-beta = st.slider("β", 0.0, 1.0, BETA, 0.05, key="teach_beta")
+beta = beta_slider(st, "β", "teach_beta")
 v = S.view(run, "mrtpo", beta)
 cs = credit_steps(group_credit(g, rep, "mrtpo", beta), i)  # the credit step behind v, response i's rows
 st.dataframe(pd.DataFrame([{

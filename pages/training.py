@@ -14,7 +14,9 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model import DEFAULT_MODEL, default_model_cached
 from mrtpo.store import default_path, validate_run_name
 from mrtpo.train import TrainConfig
+from mrtpo.wording import plural
 from mrtpo_app import charts
+from mrtpo_app import models as M
 from mrtpo_app import state as S
 from mrtpo_app import train_page as T
 from mrtpo_app.sidebar import page
@@ -64,7 +66,7 @@ if choice == NEW:
                 raise MrtpoError(f"a run named '{name}' exists; pick it above or choose another name")
             cfg = TrainConfig.from_dict({"model": ch.model, "device": ch.device, **asked})
             first = ch.model == DEFAULT_MODEL and not default_model_cached()
-            with st.spinner(S.CONVERTING + " Then sampling the probe…" if first else
+            with st.spinner(M.CONVERTING + " Then sampling the probe…" if first else
                             "loading the model and sampling the probe…"):
                 T.trainer_for(db_path, name, cfg)
         st.session_state["train_run_pending"] = name
@@ -99,7 +101,7 @@ if one or many:
     run = store.require_run(choice)
     T.header(head, store, run)  # the header above shows the new step count
     st.session_state["train_sample_step"] = run.steps_done  # the sampled responses below: the newest step
-    st.success(f"{md(run.name)}: {T.plural(run.steps_done, 'step')} stored")
+    st.success(f"{md(run.name)}: {plural(run.steps_done, 'step')} stored")
 
 # ---------------------------------------------------------------------------------------------- curves
 st.subheader("Mean reward per step")

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # its two writers need their trainers — mrtpo's (mrtpo.train) and TRL's (mrtpo.integrations) — so each writer is a
 # room of its own at its trainer's layer, and the rest of the package (mrtpo.creditlog) stays below both.
 LAYERS = [
-    ["mrtpo.errors", "mrtpo.config", "mrtpo.validate", "mrtpo.jsonl", "mrtpo.__init__"],
+    ["mrtpo.errors", "mrtpo.config", "mrtpo.validate", "mrtpo.jsonl", "mrtpo.wording", "mrtpo.__init__"],
     ["mrtpo.core"],
     ["mrtpo.model", "mrtpo.templates"],
     ["mrtpo.tasks"],

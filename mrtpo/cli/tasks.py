@@ -14,6 +14,7 @@ from mrtpo.cli.common import (
     model_args,
     pick_example,
     sampling_args,
+    sampling_config,
     task_examples,
 )
 from mrtpo.errors import MrtpoError
@@ -30,7 +31,7 @@ def cmd_sample(a) -> int:
     for note in fam.notes(ex):
         print(f"note: {note}", file=sys.stderr)
     lm = load_model(a.model, a.device)
-    g = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed)
+    g = sample_group(lm, fam, ex, sampling_config(a))
     for i, s in enumerate(g.samples):
         print(dumps({"example_id": ex.id, "index": i, "response": s.text,
                      "rewards": dict(zip(g.reward_names, map(float, g.rewards[i]))),

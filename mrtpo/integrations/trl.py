@@ -58,6 +58,7 @@ from mrtpo.creditlog.writer_rows import GROUPS, GROUPS_HELP, LOG_HELP
 from mrtpo.errors import MrtpoError
 from mrtpo.integrations.trl_text import completion_text as completion_text  # noqa: F401 - kept importable from here
 from mrtpo.integrations.trl_text import prompt_text
+from mrtpo.model import SamplingConfig
 from mrtpo.replay import GroupInput, ReplayConfig, replay_groups
 from mrtpo.templates import Template
 
@@ -90,6 +91,17 @@ class MRTPOConfig(CreditConfig):
         super().__post_init__()  # MrtpoError for an unknown method or measure, β outside [0, 1], ...
         if not isinstance(self.template, Template):
             self.template = Template.from_dict(self.template)
+
+
+def grpo_sampling(sampling: SamplingConfig) -> dict[str, Any]:
+    """TRL's ``GRPOConfig`` sampling fields from one :class:`mrtpo.model.SamplingConfig` (the settings mrtpo's own
+    sampling, CLI and app use): ``num_generations`` = group size, ``max_completion_length`` = max new tokens,
+    ``temperature``, ``top_p``, and ``seed`` (TRL's run seed: its generation draws from the global generators it
+    seeds).  MrtpoError for a seed TRL cannot take (numpy's: 0 to 2**32 − 1)."""
+    if sampling.seed is None or not 0 <= sampling.seed < 2 ** 32:
+        raise MrtpoError(f"seed {sampling.seed}: TRL seeds numpy too, which takes 0 to {2 ** 32 - 1}")
+    return {"num_generations": sampling.group_size, "max_completion_length": sampling.max_new_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed}
 
 
 def _takes_info(fn: Callable) -> bool:

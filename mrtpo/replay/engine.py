@@ -31,6 +31,7 @@ from mrtpo.core.measures import ORACLE, measure_relevance, needs_attention, need
 from mrtpo.errors import MrtpoError
 from mrtpo.model import Decoder, LoadedModel, Sample, check_length, compute_dtype, decoder_stack
 from mrtpo.model.arch import check_model, final_softcap
+from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.model.llama_step import llama_step
 from mrtpo.model.rates import record
 from mrtpo.replay.attention import info_attention, info_span
@@ -65,7 +66,7 @@ class ReplayConfig:
     precision: str = "auto"
     # the sampling temperature at which the ``entropy`` measure reads the policy where the sampler did not record it
     # (one forward under the sampling prompt; ≤ 0: 1, the greedy policy's own distribution)
-    temperature: float = 1.0
+    temperature: float = TEMPERATURE
 
 
 Response = str | Sample | Sequence[int]

@@ -10,17 +10,17 @@ from typing import Callable, Sequence
 from mrtpo.core.faith_metrics import response_metrics, summarize_pairs
 from mrtpo.core.info import INFO, check_info
 from mrtpo.groups import sample_group
-from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS, LoadedModel
+from mrtpo.model import LoadedModel, SamplingConfig
 from mrtpo.replay.measured import measured_groups
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 
 
 def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[Example], template: Template,
-                        measures: Sequence[str], group: int = GROUP_SIZE, max_new_tokens: int = MAX_NEW_TOKENS,
-                        temperature: float = 1.0, seed: int = 0, progress: Callable[[str], None] | None = None,
-                        infos: Sequence[str] = (INFO,)) -> dict:
-    """Sample ``group`` responses per example and score them (with evidence) once; then, per verifier-information
+                        measures: Sequence[str], sampling: SamplingConfig | None = None,
+                        progress: Callable[[str], None] | None = None, infos: Sequence[str] = (INFO,)) -> dict:
+    """Sample a group per example as ``sampling`` says (:class:`mrtpo.model.SamplingConfig`, the same seed for every
+    example; default: the defaults) and score it (with evidence) once; then, per verifier-information
     regime in ``infos``, replay every reward once and measure each relevance measure's faithfulness to the evidence,
     per reward (a repeat ``id#2`` counts under ``id``).  The measures re-read the replay (the oracle ``evidence``
     reads the evidence itself, ``ktae`` the group's rewards, ``entropy`` the sampler's entropies), so each measure
@@ -36,8 +36,7 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
     secs = {"sample": 0.0, "replay": 0.0, "metrics": 0.0}
     for n, ex in enumerate(examples):
         t0 = time.perf_counter()
-        g0 = sample_group(lm, family, ex, n=group, max_new_tokens=max_new_tokens, temperature=temperature,
-                          seed=seed)
+        g0 = sample_group(lm, family, ex, sampling)
         secs["sample"] += time.perf_counter() - t0
         took = []
         for info in infos:

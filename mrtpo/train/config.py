@@ -59,7 +59,7 @@ class TrainConfig:
                                           "default: the examples' own)", choices=COMPARE_MODES["tools"])
     example_ids: list[str] | None = opt(None, "train on these example ids only")
     credit: CreditConfig = part(CreditConfig)
-    sampling: SamplingConfig = part(SamplingConfig)
+    sampling: SamplingConfig = part(SamplingConfig, omit=("seed",))  # the sampling seeds: the schedule's
     prompts_per_step: int = opt(2, "prompts per step B (N = B·G responses)", lo=1, hi=1024)
     optim: OptimConfig = part(OptimConfig)
     seed: int = opt(0, "seed of the initialization (LoRA) and minibatch order; of the schedule too unless "

@@ -227,8 +227,7 @@ class Trainer:
         clock = clock or PhaseClock(step)
         examples = self.examples_for_step(step)
         clock.start("sampling")
-        sampled = [sample(lm, ex.prompt, n=s.group_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                          top_p=s.top_p, seed=self._sample_seed(step, b)) for b, ex in enumerate(examples)]
+        sampled = [sample(lm, ex.prompt, s, seed=self._sample_seed(step, b)) for b, ex in enumerate(examples)]
         clock.start("scoring")
         groups = [score_group(self.family, ex, samples, self.credit.info) for ex, samples in zip(examples, sampled)]
         names, R = reward_matrix([dict(zip(g.reward_names, row)) for g in groups for row in g.rewards.tolist()])

@@ -18,7 +18,11 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from mrtpo.core.advantages import compute  # noqa: E402
 from mrtpo.errors import MrtpoError  # noqa: E402
+from mrtpo.model import SamplingConfig  # noqa: E402
+from mrtpo_app import caches as C  # noqa: E402
+from mrtpo_app import models as M  # noqa: E402
 from mrtpo_app import state as S  # noqa: E402
+from mrtpo_app.timer import Timer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
@@ -375,15 +379,14 @@ def test_error_messages_show_user_text_literally(sampled: AppTest):
 
 
 def test_timer_tells_a_cache_hit_from_work():
-    from mrtpo_app import state as St
 
-    St.sample_cached.clear()
+    C.sample_cached.clear()
     t = {}
-    with St.Timer(t, "sample") as first:
-        St.sample_cached("tiny-random", "cpu", "Say hi.", 2, 4, 1.0, 12345)
-    with St.Timer(t, "sample") as again:
-        St.sample_cached("tiny-random", "cpu", "Say hi.", 2, 4, 1.0, 12345)
-    with St.Timer(t, "score") as other:  # no cached function called: not "cached"
+    with Timer(t, "sample") as first:
+        C.sample_cached("tiny-random", "cpu", "Say hi.", SamplingConfig(2, 4, seed=12345))
+    with Timer(t, "sample") as again:
+        C.sample_cached("tiny-random", "cpu", "Say hi.", SamplingConfig(2, 4, seed=12345))
+    with Timer(t, "score") as other:  # no cached function called: not "cached"
         sum(range(10))
     assert (first.cached, again.cached, other.cached) == (False, True, False)
     assert again.text == "cached" and first.text.endswith(" s") and t["sample"] >= 0
@@ -397,11 +400,11 @@ def test_state_sample_until_varied_uses_the_cached_sampler():
     ex = fam.example("tea-note")
     ch = St.Choices("tiny-random", "cpu", "instructions", "tea-note")
     seen = []
-    with St.Timer({}, "sample") as first:
-        group, tries = St.sample_until_varied(ch, fam, ex, 6, 4, 16, 1.0, 0, on_try=seen.append)
+    with Timer({}, "sample") as first:
+        group, tries = C.sample_until_varied(ch, fam, ex, 6, SamplingConfig(4, 16), on_try=seen.append)
     assert [t.seed for t in tries] == [0, 1, 2, 3] and seen == tries and tries[-1].varied == ["punctuation:no_comma"]
-    with St.Timer({}, "sample") as again:  # the same seeds again: every group from the cache
-        group2, _ = St.sample_until_varied(ch, fam, ex, 6, 4, 16, 1.0, 0)
+    with Timer({}, "sample") as again:  # the same seeds again: every group from the cache
+        group2, _ = C.sample_until_varied(ch, fam, ex, 6, SamplingConfig(4, 16))
     assert not first.cached and again.cached and again.text == "cached"
     np.testing.assert_array_equal(group.rewards, group2.rewards)
 
@@ -416,7 +419,7 @@ def test_sample_until_varied_wants_more_varying_rewards():
     fam = get_family("instructions")
     ex = fam.example("tea-note")  # no comma; keywords green and cup
     texts = {0: ["tea", "tea"], 1: ["tea, hot", "tea"], 2: ["tea, hot", "green cup"], 3: ["a, b", "green cup"]}
-    fn = lambda s: [Sample([1], t) for t in texts[s]]  # noqa: E731
+    fn = lambda c: [Sample([1], t) for t in texts[c.seed]]  # noqa: E731
     group, tries = sample_until_varied(None, fam, ex, 4, n=2, seed=0, sample_fn=fn, want=2)
     assert [(t.seed, len(t.varied), t.kept) for t in tries] == [(0, 0, False), (1, 1, False), (2, 2, True)]
     assert [s.text for s in group.samples] == texts[2]
@@ -429,7 +432,6 @@ def test_sample_until_varied_wants_more_varying_rewards():
 
 
 def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
-    from mrtpo_app import state as St
 
     said = []
 
@@ -438,14 +440,14 @@ def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
         said.append(text)
         yield
 
-    monkeypatch.setattr(St.st, "spinner", spinner)
-    monkeypatch.setattr(St, "_model", lambda name, device="auto": f"model {name}")
+    monkeypatch.setattr(M.st, "spinner", spinner)
+    monkeypatch.setattr(M, "_model", lambda name, device="auto": f"model {name}")
     monkeypatch.setattr("mrtpo.model.default_model_cached", lambda: False)
-    assert St.get_model("default") == "model default" and said == [St.CONVERTING]
+    assert M.get_model("default") == "model default" and said == [M.CONVERTING]
     assert "Converting the default model" in said[0] and "20 s" in said[0]
     monkeypatch.setattr("mrtpo.model.default_model_cached", lambda: True)
-    St.get_model("default")
-    St.get_model("tiny-random")
+    M.get_model("default")
+    M.get_model("tiny-random")
     assert len(said) == 1
 
 
@@ -476,8 +478,8 @@ def test_templates_page_malformed_then_rerun(sampled: AppTest):
 
 def test_explore_says_cached_for_a_group_sampled_before(sampled: AppTest):
     at = sampled
-    S.sample_cached.clear()  # (an earlier test in this process may have sampled the same group)
-    S.replay_cached.clear()
+    C.sample_cached.clear()  # (an earlier test in this process may have sampled the same group)
+    C.replay_cached.clear()
     at.button(key="explore_sample").click().run()
     first = at.session_state["mrtpo_group"].timings
     assert first["sample"].endswith(" s") and first["replay"].endswith(" s")

@@ -1,5 +1,6 @@
 """The CLI: JSON in and out, bad lines named, other lines still processed."""
 import json
+import re
 import subprocess
 import sys
 
@@ -272,7 +273,9 @@ def test_explain_never_writes_nan(tmp_path, capsys):
 
 @pytest.mark.parametrize("flag, value, problem", [
     ("--max-new-tokens", "0", "must be an integer >= 1, got '0'"),
-    ("--group", "0", "must be an integer in [1, 1024], got '0'"),
+    ("--group-size", "0", "must be an integer in [1, 1024], got '0'"),
+    ("--group", "0", "must be an integer in [1, 1024], got '0'"),  # the older name, still accepted
+    ("--top-p", "0", "must be a finite number in (0, 1], got '0'"),
     ("--temperature", "-1", "must be a finite number >= 0, got '-1'"),
     ("--temperature", "nan", "must be a finite number >= 0, got 'nan'"),
     ("--seed", str(2 ** 70), "must be an integer in"),
@@ -283,18 +286,32 @@ def test_explain_never_writes_nan(tmp_path, capsys):
 def test_sample_flags_checked(capsys, flag, value, problem):
     for cmd in (["sample", "--task", "tools"], ["explain", "--task", "tools", "--html", "x.html"]):
         rc, out, err = _run(capsys, *cmd, "--model", "tiny-random", flag, value)
-        assert rc == 2 and out == "" and f"argument {flag}: {problem}" in err
+        named = "--group-size/--group" if flag in ("--group", "--group-size") else flag  # a field's flag and alias
+        assert rc == 2 and out == "" and f"argument {named}: {problem}" in err
 
 
 def test_library_checks_sample_and_device(tiny):
-    from mrtpo.errors import MrtpoError
-    from mrtpo.model import resolve_device, sample
+    import numpy as np
 
-    for kw, msg in (({"n": 0}, "group size"), ({"max_new_tokens": 0}, "max new tokens"),
-                    ({"temperature": float("nan")}, "temperature"), ({"temperature": -0.5}, "temperature"),
-                    ({"top_p": 0.0}, "top_p")):
-        with pytest.raises(MrtpoError, match=msg):
+    from mrtpo.errors import MrtpoError
+    from mrtpo.model import SamplingConfig, resolve_device, sample
+
+    # one check, SamplingConfig's (mrtpo.config.check_fields), whichever way the settings come
+    for kw, msg in (({"n": 0}, "group_size must be >= 1, not 0"), ({"n": 1025}, "group_size must be <= 1024"),
+                    ({"n": 2.5}, "group_size must be an integer, not 2.5"), ({"n": True}, "must be an integer"),
+                    ({"max_new_tokens": 0}, "max_new_tokens must be >= 1, not 0"),
+                    ({"temperature": float("nan")}, "temperature must be finite, not nan"),
+                    ({"temperature": -0.5}, "temperature must be >= 0, not -0.5"),
+                    ({"top_p": 0.0}, "top_p must be > 0, not 0"), ({"seed": "1"}, "seed must be an integer"),
+                    ({"topp": 0.5}, "unknown sampling setting(s) topp")):
+        with pytest.raises(MrtpoError, match=re.escape(msg)):
             sample(tiny, "hi", **{"n": 1, "max_new_tokens": 1, **kw})
+    with pytest.raises(MrtpoError, match=re.escape("bad sampling config: group_size must be >= 1, not 0")):
+        SamplingConfig(group_size=0)
+    cfg = SamplingConfig(group_size=np.int64(2), max_new_tokens=2, temperature=np.float32(1.0), seed=3)
+    assert type(cfg.group_size) is int and type(cfg.temperature) is float  # numpy's numbers are numbers
+    by_fields = sample(tiny, "hi", n=2, max_new_tokens=2, seed=3)
+    assert [s.token_ids for s in sample(tiny, "hi", cfg)] == [s.token_ids for s in by_fields]
     for bad in ("meta", "cpu:0x", "xla", ""):
         with pytest.raises(MrtpoError, match="unknown device"):
             resolve_device(bad)
@@ -453,7 +470,8 @@ def test_train_flags_checked(tmp_path, capsys):
                                  ("--device", "meta", "unknown device 'meta'"),
                                  ("--steps", "-1", "must be an integer in [0, 1000000], got '-1'")):
         rc, out, err = _run(capsys, *base, flag, value)
-        assert rc == 2 and f"argument {flag}: {problem}" in err
+        named = "--group-size/--group" if flag == "--group-size" else flag  # the field's flag and its alias
+        assert rc == 2 and f"argument {named}: {problem}" in err
     assert not (tmp_path / "r.db").exists()  # nothing created for a bad flag
 
 

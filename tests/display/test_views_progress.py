@@ -112,9 +112,8 @@ def test_sample_until_varied_stops_at_the_first_seed_where_a_reward_varies(tiny)
     # greedy sampling gives the same group for every seed: one try
     calls = []
     group, tries = sample_until_varied(None, fam, ex, 5, n=1, temperature=0.0,
-                                       sample_fn=lambda s: calls.append(s) or sample(tiny, ex.prompt, n=1,
-                                                                                     max_new_tokens=4,
-                                                                                     temperature=0.0, seed=s))
+                                       sample_fn=lambda c: calls.append(c.seed) or sample(tiny, ex.prompt, c,
+                                                                                          max_new_tokens=4))
     assert calls == [0] and len(tries) == 1
     with pytest.raises(MrtpoError, match="tries must be an integer >= 1"):
         sample_until_varied(tiny, fam, ex, 0)
