@@ -49,6 +49,21 @@ def sampling_config(a):
     return SamplingConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(SamplingConfig)})
 
 
+def task_help() -> str:
+    """``--task``'s help: the task families by name (what :func:`mrtpo.tasks.get_family` accepts)."""
+    from mrtpo.tasks import family_names
+
+    return "task family: " + " | ".join(family_names())
+
+
+def task_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """``--task FAMILY``, its choices listed in the help and the usage (an unknown family: a message naming them)."""
+    from mrtpo.tasks import family_names
+
+    p.add_argument("--task", required=required, default=None, metavar="{" + ",".join(family_names()) + "}",
+                   help=task_help())
+
+
 def model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="default | tiny-random | HF id | local folder")
     p.add_argument("--device", default="auto", type=device_flag,

@@ -26,6 +26,7 @@ from mrtpo.cli.common import (
 )
 from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, json_lines, load_json, write_text
+from mrtpo.wording import plural
 
 
 def _check_case(obj: dict, n: int) -> str | None:
@@ -151,10 +152,10 @@ def cmd_relevance(a) -> int:
                 ests.append(est)
         return sum(ests[1:], ests[0]) if ests else None
 
-    prog.estimate(f"replaying {len(cases)} cases in {len(groups)} group{'s' if len(groups) > 1 else ''}", total)
+    prog.estimate(f"replaying {plural(len(cases), 'case')} in {plural(len(groups), 'group')}", total)
     for j, items in enumerate(groups.values(), start=1):
         prog.stage(f"{'replaying' if any(map(needs_replay, measures)) else 'scoring'} group {j}/{len(groups)} "
-                   f"({len(items)} case{'s' if len(items) > 1 else ''}, {len(items[0][1]['verifier_info'])} rewards)")
+                   f"({plural(len(items), 'case')}, {plural(len(items[0][1]['verifier_info']), 'reward')})")
         try:
             results.update(run(items, prog.work(f"replaying group {j}/{len(groups)}")))
             continue
@@ -177,8 +178,8 @@ def cmd_relevance(a) -> int:
         sys.stdout.write(text)
     else:
         write_text(a.output, text)
-    skipped = f", {bad} bad lines skipped" if bad else ""
-    print(f"{len(results)} cases written to {a.output}{skipped}", file=sys.stderr)
+    skipped = f", {plural(bad, 'bad line')} skipped" if bad else ""
+    print(f"{plural(len(results), 'case')} written to {a.output}{skipped}", file=sys.stderr)
     return lines_summary(len(results), bad)
 
 

@@ -20,6 +20,7 @@ from mrtpo.cli.common import (
     quiet_arg,
     sampling_args,
     sampling_config,
+    task_arg,
 )
 from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.jsonl import dumps, json_lines, load_json, write_text
@@ -157,7 +158,8 @@ def _task_group(a, prog: Progress):
         return lm, score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts], a.info), template, []
     cfg, n_tries = sampling_config(a), a.until_varied or 1
     what = f"sampling {cfg.group_size} × {cfg.max_new_tokens} tokens"
-    until = f" (seeds {cfg.seed}.., up to {n_tries} tries until a reward varies)" if a.until_varied else ""
+    until = (f" (seeds {cfg.seed}.., up to {plural(n_tries, 'try', 'tries')} until a reward varies)"
+             if a.until_varied else "")
     prog.estimate(f"{what} and replaying" + (" (each try)" if a.until_varied else ""),
                   lambda: estimate_task_group(lm, fam, ex, cfg.group_size, cfg.max_new_tokens, template,
                                               measure=a.measure))
@@ -234,7 +236,7 @@ def cmd_explain(a) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("explain", help="self-contained HTML heatmaps for one prompt and its responses")
-    p.add_argument("--task", default=None, help="task family: sql | instructions | tools")
+    task_arg(p, required=False)
     p.add_argument("--example", default=None, help="example id or index (default 0)")
     p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
                                                      "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")

@@ -24,6 +24,7 @@ from mrtpo.cli.common import (
     quiet_arg,
     sampling_args,
     sampling_config,
+    task_arg,
     task_examples,
     write_json,
 )
@@ -87,7 +88,7 @@ def register(sub) -> None:
     from mrtpo.core.measures import measure_names
 
     p = sub.add_parser("faithfulness", help="token AUROC / lift of relevance against the verifiers' evidence spans")
-    p.add_argument("--task", required=True, help="sql | instructions | tools")
+    task_arg(p)
     p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
                                                      "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")
     compare_args(p)

@@ -53,7 +53,8 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
             secs["metrics"] += time.perf_counter() - t2
             took.append(f"replay ({info}) {t2 - t1:.1f} s")
         if progress:
-            progress(f"{n + 1}/{len(examples)} {ex.id}: {time.perf_counter() - t0:.1f} s (" + ", ".join(took) + ")")
+            took = f" ({', '.join(took)})" if took else ""  # no empty "()"
+            progress(f"{n + 1}/{len(examples)} {ex.id}: {time.perf_counter() - t0:.1f} s{took}")
     return {"infos": {i: _summary(pairs[i], measures) for i in infos},
             "seconds": {k: round(v, 2) for k, v in secs.items()}}
 

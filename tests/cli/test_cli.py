@@ -228,7 +228,7 @@ def test_outputs_missing_folder_and_full_disk(tmp_path, capsys):
     (b'{"prompt": "x",\n "responses": [}', "not valid JSON (Expecting value at line 2, column 16)"),
     (b'[1, 2]', 'expected a JSON object'),
     (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["y", "z"], "rewards": [[1]]}',
-     "field 'rewards': has 1 rows, expected 2"),
+     "field 'rewards': has 1 row, expected 2"),
     (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["y"], "rewards": [[1, 0]]}',
      "field 'rewards[0]': has 2 numbers, expected 1"),
     (b'{"prompt": "x", "verifier_info": [{"a": "t"}], "responses": ["y", "z"], "rewards": [[1], [0]]}',
@@ -582,7 +582,7 @@ def test_relevance_progress_and_stdout(tmp_path, capsys):
     rc, out, err = _run(capsys, "relevance", "--input", inp, "--output", "-", "--model", "tiny-random")
     assert rc == 0 and [json.loads(x)["id"] for x in out.splitlines()] == ["a", "b"]
     assert _stages(err) == ["loading model tiny-random (auto)",
-                            "replaying group 1/1 (2 cases, 1 rewards)", "writing -"]
+                            "replaying group 1/1 (2 cases, 1 reward)", "writing -"]
     rc, out_q, err = _run(capsys, "relevance", "--input", inp, "--output", "-", "--model", "tiny-random", "--quiet")
     assert rc == 0 and out_q == out and _stages(err) == []
 
@@ -602,7 +602,7 @@ def test_train_progress_by_phase_and_quiet(tmp_path, capsys):
     assert "β_s 0.014" in stages[13] and "left" not in stages[13]  # 0.5 · smoothstep(1/10); the last step
     rc, out, err = _run(capsys, *args, "--run", "b", "--steps", "1", "--quiet")
     assert rc == 0 and out == "" and _stages(err) == []
-    assert "creating run 'b'" in err and "run 'b': 1 steps" in err  # messages about the run stay
+    assert "creating run 'b'" in err and "run 'b': 1 step," in err  # messages about the run stay
 
 
 def test_rollouts_progress_per_group(tmp_path, capsys):
@@ -615,7 +615,7 @@ def test_rollouts_progress_per_group(tmp_path, capsys):
                         "--model", "tiny-random", "--device", "cpu")
     assert rc == 0 and len(out.splitlines()) == 2
     assert _stages(err) == ["loading model tiny-random (cpu)", "replaying group 1/2 (step 1, 2 rows)",
-                            "replaying group 2/2 (step 2, 1 rows)", "writing -"]
+                            "replaying group 2/2 (step 2, 1 row)", "writing -"]
     rc, out_q, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-",
                           "--model", "tiny-random", "--device", "cpu", "--quiet")
     assert out_q == out and _stages(err) == []
