@@ -127,6 +127,9 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     states); float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`), through the model's layers with each
     product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the same products, summed in
     another order). The LM head multiplies as (W xᵀ)ᵀ in both. ``progress``: as :func:`sample` says.
+
+    Long: the decoding loop is the sampler's hot kernel (``bench/generate.py`` times it against ``generate``); its
+    buffers, the stop mask and the step function live across the loop, and one piece reads it step by step.
     """
     from transformers import DynamicCache
 

@@ -137,7 +137,11 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
     (logits_k = logits_all + W·(h_k − h_all)): both distributions then share the rounding of logits_all, and
     their difference is as exact as the hidden states allow. ``dec``: the replay's Decoder, which keeps the head's
     cast, transposed copy where it keeps its weights (a frozen model's). ``tick(rows)`` after each chunk: the
-    (1 + K′) · n rows of its n tokens are done (progress)."""
+    (1 + K′) · n rows of its n tokens are done (progress).
+
+    Long: the replay's hot kernel (``bench/replay.py``: the vocabulary products and the element-wise JS chain are
+    most of a replay); the reused logits buffer, the chunk sizes and the per-response accumulators are shared by its
+    nested loops, kept together so that what stays in cache is visible in one place."""
     head = lm.model.get_output_embeddings()
 
     def head_t() -> torch.Tensor:  # (H, V); a head tied to the embeddings transposes the decoder's cast copy
