@@ -7,7 +7,7 @@ Sample a group, score it with every verifier, replay it under P_all and each P_\
 reward's advantage goes to; the parts are in :mod:`mrtpo_app.sampling` (the button) and :mod:`mrtpo_app.explore`.
 
 Until there is a group the page imports nothing that imports torch: it renders while the sidebar's model (torch and
-transformers with it) loads in the background (:func:`mrtpo_app.state.preload_model`); the rest of the page's imports
+transformers with it) loads in the background (:func:`mrtpo_app.models.preload_model`); the rest of the page's imports
 come after the first group exists.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The Streamlit app's helpers (the app itself is ``app.py`` and ``pages/`` at the top of the repository): page set-up
-and sidebar (:mod:`.sidebar`), the model and the caches (:mod:`.models`, :mod:`.caches`), the session
+and sidebar (:mod:`.sidebar`), the model and the caches (:mod:`.models`, :mod:`.caches`, :mod:`.timer`), the session
 (:mod:`.state`), messages and shared widgets (:mod:`.ui`), and the parts of the larger pages (:mod:`.explore`,
 :mod:`.sampling`, :mod:`.train_page`, :mod:`.run_viewer`, :mod:`.charts`, :mod:`.topk_chart`).  The library
 (``mrtpo``) never imports Streamlit; this package is where the app's glue lives.

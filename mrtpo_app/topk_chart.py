@@ -2,7 +2,7 @@
 under p_t = π(·|P_all, y<t) and q_t = π(·|P_\\k, y<t) side by side as bars (the response's own token y_t outlined),
 the JS distance built from the two full distributions, and the token highlighted in the response.
 
-The numbers come from :func:`mrtpo.replay.next_token_topk` (cached: :func:`mrtpo_app.state.next_token_topk_cached`);
+The numbers come from :func:`mrtpo.replay.next_token_topk` (cached: :func:`mrtpo_app.caches.next_token_topk_cached`);
 this module only draws them (Plotly is an app dependency, so the chart lives with the app, not in ``mrtpo``).
 """
 from __future__ import annotations

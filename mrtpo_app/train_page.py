@@ -23,7 +23,7 @@ from mrtpo.store import RunInfo, Store
 from mrtpo.train import PHASES, TrainConfig, Trainer
 from mrtpo.wording import plural
 from mrtpo_app import charts
-from mrtpo_app.ui import guard, md, show_error
+from mrtpo_app.ui import guard, md, number_field, show_error
 
 # the fields of a new run that the form asks for (the rest keep TrainConfig's defaults); a field's label is its name
 FORM_FIELDS = ("group_size", "prompts_per_step", "max_new_tokens", "seed", "lr", "beta", "warmup", "kl_coef", "lora",
@@ -67,19 +67,12 @@ def config_form(families: list[str], key: str = "train") -> dict:
     cols = st.columns(4)
     for j, name in enumerate(FORM_FIELDS):
         f, col = fields[name], cols[j % 4]
-        label, meta, kind = name.replace("_", " ").capitalize(), f.metadata, field_kind(f)
-        lo, hi = meta.get("lo"), meta.get("hi")
-        if kind == "bool":
-            out[name] = col.checkbox(label, value=defaults[name], help=meta["help"], key=f"{key}_{name}")
-        elif kind == "int":
-            out[name] = int(col.number_input(label, int(lo) if lo is not None else None,
-                                             int(hi) if hi is not None else None, int(defaults[name]),
-                                             help=meta["help"], key=f"{key}_{name}"))
-        else:
-            low = None if lo is None else (math.nextafter(lo, math.inf) if meta.get("lo_open") else float(lo))
-            out[name] = float(col.number_input(label, low, None if hi is None else float(hi), float(defaults[name]),
-                                               format="%.2e" if name == "lr" else "%.3f", help=meta["help"],
-                                               key=f"{key}_{name}"))
+        label = name.replace("_", " ").capitalize()
+        if field_kind(f) == "bool":
+            out[name] = col.checkbox(label, value=defaults[name], help=f.metadata["help"], key=f"{key}_{name}")
+        else:  # the field's bounds, default and help (ui.number_field, as Explore's sampling settings)
+            out[name] = number_field(col, f, label, f"{key}_{name}", value=defaults[name],
+                                     format=None if field_kind(f) == "int" else "%.2e" if name == "lr" else "%.3f")
     return out
 
 

@@ -176,7 +176,7 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
     """A page's replay of a scored group (Your rollouts' upload; constant rewards skipped): at once when the caches
     hold it; else its exact estimate and, above the threshold or after a Cancel, the question (the page stops until
     Continue); then the replay with the time left, a Cancel and each response as it is ready (``label(i)`` names
-    response i).  What :func:`mrtpo_app.state.replay_cached` returns for the group."""
+    response i).  What :func:`mrtpo_app.caches.replay_cached` returns for the group."""
     from mrtpo_app import caches as C
     from mrtpo_app import models as M
 

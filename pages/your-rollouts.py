@@ -3,7 +3,7 @@
 
 Upload: the uploaded file is parsed by :mod:`mrtpo.integrations.rollouts`, grouped by (step, prompt); the verifier
 template (JSON {reward column: text over the row's fields}) says which columns are rewards and what each checker
-reads. The replay of the chosen group runs once (cached by :func:`mrtpo_app.state.replay_cached`); the β slider and
+reads. The replay of the chosen group runs once (cached by :func:`mrtpo_app.caches.replay_cached`); the β slider and
 the method only re-color. A group with a row of more than 300 tokens shows its overview first (every row's strips
 and hottest spans) and one row × one reward in full (:mod:`mrtpo_app.long_view`). Session keys: ``rollouts_file``
 ((name, bytes), set by the uploader), ``rollouts_vt``, ``rollouts_format``, ``rollouts_group``, ``rollouts_method``,

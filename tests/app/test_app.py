@@ -550,3 +550,29 @@ def test_custom_empty_prompt_is_a_clear_error():
     assert not at.exception
     assert any("the prompt is empty" in shown(e.value) for e in at.error)
     assert "mrtpo_group" not in at.session_state
+
+
+def test_explore_sampling_is_one_sampling_config_with_the_fields_bounds(sampled: AppTest):
+    """Issue 35, item 2: Explore's group size, temperature, tokens and seed are the SamplingConfig fields' widgets
+    (their bounds and defaults: the CLI's and the library's), the group keeps the config's flat form (the seed in it),
+    and every β slider has CreditConfig's bounds and default."""
+    import dataclasses
+
+    from mrtpo.config import to_flat
+    from mrtpo.core.credit import CreditConfig
+    from mrtpo.model import MAX_GROUP_SIZE
+
+    at = sampled
+    g, tokens, temp, seed = (at.number_input(key=k) for k in ("explore_g", "explore_max", "explore_temp",
+                                                                "explore_seed"))
+    assert (g.min, g.max, g.value) == (1, MAX_GROUP_SIZE, 4)  # was 2–32
+    assert (tokens.min, tokens.max, tokens.value) == (1, None, 96)  # was 4–1024
+    assert (temp.min, temp.max, temp.value) == (0.0, None, 1.0)
+    assert (seed.min, seed.max, seed.value) == (-(2 ** 53 - 1), 2 ** 53 - 1, 1)  # the fixture's seed
+    run = at.session_state["mrtpo_group"]
+    assert {k: v for k, v in run.settings.items() if k != "id"} == to_flat(SamplingConfig(seed=1))
+    beta = next(f for f in dataclasses.fields(CreditConfig) if f.name == "beta")
+    s = at.slider(key="explore_beta")
+    assert (s.min, s.max, s.value) == (beta.metadata["lo"], beta.metadata["hi"], beta.default) == (0.0, 1.0, 0.5)
+    at.number_input(key="explore_g").set_value(1).run()  # a group of one: allowed, as the CLI allows it
+    assert not at.exception and at.number_input(key="explore_g").value == 1

@@ -87,3 +87,17 @@ def test_sampling_flags_are_generated_from_sampling_config(capsys):
         a = build_parser().parse_args([cmd, *base, "--group", "3", "--top-p", "0.9", "--seed", "7"])
         assert sampling_config(a) == SamplingConfig(group_size=3, top_p=0.9, seed=7)
         assert sampling_config(build_parser().parse_args([cmd, *base])) == SamplingConfig()
+
+
+def test_train_config_takes_sampling_config_but_its_seed():
+    """TrainConfig's sampling part is SamplingConfig without its seed (a run's sampling streams come from the
+    schedule seed): one ``seed`` field and flag, the run's; ``group`` is accepted for ``group_size``."""
+    from mrtpo.train import TrainConfig
+
+    names = [f.name for f, _ in leaf_fields(TrainConfig)]
+    assert names.count("seed") == 1 and {"group_size", "max_new_tokens", "temperature", "top_p"} <= set(names)
+    cfg = TrainConfig.from_dict({"group": 3, "seed": 5})
+    assert (cfg.sampling.group_size, cfg.seed, cfg.sampling.seed) == (3, 5, SamplingConfig().seed)
+    flat = cfg.to_dict()
+    assert flat["seed"] == 5 and flat["group_size"] == 3 and "group" not in flat
+    assert TrainConfig.from_dict(flat).to_dict() == flat
