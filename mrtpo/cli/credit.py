@@ -230,7 +230,7 @@ def _relevance_input(rel, names: list[str], N: int):
     if not isinstance(rel, list):
         raise V.BadValue("relevance", f"must be a list of {N} objects {{reward: [numbers]}}, got {V._shown(rel)}")
     if len(rel) != N:
-        raise V.BadValue("relevance", f"has {len(rel)} entries for {N} responses")
+        raise V.BadValue("relevance", f"has {plural(len(rel), 'entry', 'entries')} for {plural(N, 'response')}")
     rows = []
     for i, r in enumerate(rel):
         f = f"relevance[{i}]"
@@ -284,7 +284,7 @@ def cmd_advantages(a) -> int:
         N, K = len(rows), len(rows[0])
         names = data.get("reward_names") or [f"r{k}" for k in range(K)]
         if isinstance(names, list) and len(names) != K:
-            raise V.BadValue("reward_names", f"has {len(names)} names for {K} rewards")
+            raise V.BadValue("reward_names", f"has {plural(len(names), 'name')} for {plural(K, 'reward')}")
         names = V.string_list(names, "reward_names", distinct=True)
         weights = data.get("weights")
         if weights is not None:
@@ -296,7 +296,7 @@ def cmd_advantages(a) -> int:
     except V.BadValue as e:
         raise e.at(a.input) from None
     if N % a.group_size:
-        raise MrtpoError(f"{a.input}: {N} responses do not split into groups of --group-size {a.group_size}")
+        raise MrtpoError(f"{a.input}: {plural(N, 'response')} do not split into groups of --group-size {a.group_size}")
     if notes and method.tokens:  # the credit step normalizes ρ to token mean 1 (METHOD.md step 3): say so
         more = f" (and {len(notes) - 5} more)" if len(notes) > 5 else ""
         print(f"warning: {a.input}: relevance is normalized to token mean 1 over each response (METHOD.md, MRTPO "

@@ -54,7 +54,8 @@ def _explain_input(path: str):
         vi = d["verifier_info"]
         if isinstance(vi, list):
             if len(vi) != G:
-                raise V.BadValue("verifier_info", f"has {len(vi)} entries for {G} responses")
+                raise V.BadValue("verifier_info",
+                                 f"has {plural(len(vi), 'entry', 'entries')} for {plural(G, 'response')}")
             infos = [V.text_map(x, f"verifier_info[{i}]") for i, x in enumerate(vi)]
             for i, x in enumerate(infos[1:], start=1):
                 if set(x) != set(infos[0]):

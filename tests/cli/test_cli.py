@@ -153,7 +153,7 @@ def _adv(capsys, tmp_path, data, *extra, raw=None):
 
 @pytest.mark.parametrize("data, field, problem", [
     ({"rewards": [[1], [0]], "relevance": [[0.5, 1.5], [1, 1]]}, "relevance[0]", "must be a non-empty object"),
-    ({"rewards": [[1], [0]], "relevance": [{"r0": [1, 1]}]}, "relevance", "has 1 entries for 2 responses"),
+    ({"rewards": [[1], [0]], "relevance": [{"r0": [1, 1]}]}, "relevance", "has 1 entry for 2 responses"),
     ({"rewards": [[1], [0]], "relevance": [{"r0": [1, "x"]}, {"r0": [1]}]}, "relevance[0].r0[1]", "must be a number"),
     ({"rewards": [[1], [0]], "relevance": [{"r0": [1, -2]}, {"r0": [1]}]}, "relevance[0].r0[1]", "must be >= 0"),
     ({"rewards": [[1, 0], [0, 1]], "relevance": [{"r0": [1, 1], "r1": [1]}, {"r0": [1]}]}, "relevance[0]",
@@ -232,7 +232,7 @@ def test_outputs_missing_folder_and_full_disk(tmp_path, capsys):
     (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["y"], "rewards": [[1, 0]]}',
      "field 'rewards[0]': has 2 numbers, expected 1"),
     (b'{"prompt": "x", "verifier_info": [{"a": "t"}], "responses": ["y", "z"], "rewards": [[1], [0]]}',
-     "field 'verifier_info': has 1 entries for 2 responses"),
+     "field 'verifier_info': has 1 entry for 2 responses"),
     (b'{"prompt": "x", "verifier_info": [{"a": "t"}, {"b": "t"}], "responses": ["y", "z"], "rewards": [[1], [0]]}',
      "field 'verifier_info[1]': has rewards ['b'], verifier_info[0] has ['a']"),
     (b'{"prompt": "x", "verifier_info": {"a": 3}, "responses": ["y"], "rewards": [[1]]}',
