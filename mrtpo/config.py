@@ -1,7 +1,9 @@
 """Configuration dataclasses described once: each field's default, help text and allowed values live in its
 metadata (:func:`opt`), and everything else is generated from it — the checks (:func:`check_fields`), the flat
-JSON form a run stores (:func:`to_flat` / :func:`from_flat`), the CLI's flags (``mrtpo.cli.train``), the Train
-page's form (``mrtpo_app``) and TRL's ``MRTPOConfig`` (a subclass of :class:`mrtpo.core.credit.CreditConfig`).
+JSON form a run stores (:func:`to_flat` / :func:`from_flat`), the CLI's flags (``train``'s from ``TrainConfig``, the
+sampling flags from :class:`mrtpo.model.SamplingConfig`: ``mrtpo.cli.common.field_flag``), the app's widgets (the
+Train page's form, Explore's sampling settings: ``mrtpo_app.ui.number_field``) and TRL's ``MRTPOConfig`` (a subclass
+of :class:`mrtpo.core.credit.CreditConfig`).
 
 A configuration may be *composed* of parts (a field whose value is itself such a dataclass, e.g.
 ``TrainConfig.credit``): the flat form and the flags list the parts' fields by their own names, which are unique

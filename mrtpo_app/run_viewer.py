@@ -1,6 +1,8 @@
 """The run viewer of the Your rollouts page: follow a training run's log (mrtpo's credit log, OpenRLHF's board JSONL,
 prime-rl's token export, TRL's completions parquet, verl's dumps; :mod:`mrtpo.integrations.run_follow`) while it
-trains.
+trains.  Only its Streamlit glue is here, not in ``mrtpo/creditlog/`` with the log's other pieces: the library never
+imports Streamlit, and what the viewer shows is the library's (:mod:`mrtpo.display.log_view`,
+:mod:`mrtpo.display.run_stats`, :mod:`mrtpo.creditlog`).
 
 The follower of each (path, format) lives in the session (``rollouts_runs``), so every rerun — the Follow toggle's
 timer (a fragment with ``run_every``), the Check button, any widget — reads only the steps written since the last

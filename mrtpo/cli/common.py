@@ -49,19 +49,14 @@ def sampling_config(a):
     return SamplingConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(SamplingConfig)})
 
 
-def task_help() -> str:
-    """``--task``'s help: the task families by name (what :func:`mrtpo.tasks.get_family` accepts)."""
-    from mrtpo.tasks import family_names
-
-    return "task family: " + " | ".join(family_names())
-
-
 def task_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
-    """``--task FAMILY``, its choices listed in the help and the usage (an unknown family: a message naming them)."""
+    """``--task FAMILY``, the families listed in its help and the usage (an unknown one: :func:`mrtpo.tasks.
+    get_family`'s message naming them, after the aliases it also accepts)."""
     from mrtpo.tasks import family_names
 
-    p.add_argument("--task", required=required, default=None, metavar="{" + ",".join(family_names()) + "}",
-                   help=task_help())
+    names = family_names()
+    p.add_argument("--task", required=required, default=None, metavar="{" + ",".join(names) + "}",
+                   help="task family: " + " | ".join(names))
 
 
 def model_args(p: argparse.ArgumentParser) -> None:
