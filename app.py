@@ -7,7 +7,7 @@ Sample a group, score it with every verifier, replay it under P_all and each P_\
 reward's advantage goes to; the parts are in :mod:`mrtpo_app.sampling` (the button) and :mod:`mrtpo_app.explore`.
 
 Until there is a group the page imports nothing that imports torch: it renders while the sidebar's model (torch and
-transformers with it) loads in the background (:func:`mrtpo_app.state.preload_model`); the rest of the page's imports
+transformers with it) loads in the background (:func:`mrtpo_app.models.preload_model`); the rest of the page's imports
 come after the first group exists.
 """
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pandas as pd
 import streamlit as st
 
 from mrtpo.core.info import INFO, INFO_LABELS, INFO_REGIMES
-from mrtpo.model.defaults import GROUP_SIZE, MAX_NEW_TOKENS
 from mrtpo_app import sampling, wait
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
@@ -53,13 +52,7 @@ else:
                                         "Include the keyword 'green' in the response."]}),
         num_rows="dynamic", key="explore_reward_rows", width="stretch")
 
-c1, c2, c3, c4 = st.columns(4)
-n = c1.number_input("Group size G", 2, 32, GROUP_SIZE, key="explore_g")
-temperature = c2.slider("Temperature", 0.0, 2.0, 1.0, 0.05, key="explore_temp")
-max_new = c3.number_input("Max new tokens", 4, 1024, MAX_NEW_TOKENS, step=8, key="explore_max")
-if "explore_seed_next" in st.session_state:  # the seed "Sample until the rewards vary" kept (set before the widget)
-    st.session_state["explore_seed"] = st.session_state.pop("explore_seed_next")
-seed = c4.number_input("Seed", 0, 2**31 - 1, key="explore_seed")  # starts at 0 (the minimum)
+settings = sampling.widgets(st.columns(4))  # one SamplingConfig: group size, temperature, tokens, seed
 info = INFO
 if mode == "Task example":
     info = st.segmented_control(
@@ -69,14 +62,14 @@ if mode == "Task example":
              "every reply (what a reward function's user has). + findings: what the checker found in this reply "
              "(a parse error, the rows a query returned). Told what the checker read: + the characters it read, "
              "quoted, so the replay is told where the evidence is.")
-inp = sampling.Inputs(ch, mode, ex, fam, int(n), float(temperature), int(max_new), custom_prompt, custom_rewards, info)
+inp = sampling.Inputs(ch, mode, ex, fam, settings, custom_prompt, custom_rewards, info)
 
 wait.stopped_notice("explore")  # the last Sample was cancelled
 clicked = st.button("Sample group", type="primary", key="explore_sample")
-if wait.ask_first("explore", (inp.ch, mode, inp.ex and inp.ex.id, inp.n, inp.temperature, inp.max_new, int(seed),
-                              info, custom_prompt, custom_rewards.to_dict() if len(custom_rewards) else None),
-                  clicked, lambda: sampling.estimate(inp, int(seed))):  # above the threshold: asked first
-    sampling.sample_group(inp, int(seed))
+if wait.ask_first("explore", (inp.ch, mode, inp.ex and inp.ex.id, inp.sampling, info, custom_prompt,
+                              custom_rewards.to_dict() if len(custom_rewards) else None),
+                  clicked, lambda: sampling.estimate(inp)):  # above the threshold: asked first
+    sampling.sample_group(inp)
 
 run = S.get_group()
 if run is None:
@@ -86,7 +79,7 @@ if run is None:
 # a group exists, so the model side is loaded: the rest of the page's imports (torch among them) cost nothing now
 from mrtpo.core.advantages import method_names  # noqa: E402
 from mrtpo.core.credit import METHOD  # noqa: E402
-from mrtpo.views import group_table  # noqa: E402
+from mrtpo.display import group_table  # noqa: E402
 from mrtpo_app import explore as E  # noqa: E402
 
 if run.mode == "task" and run.group.info != inp.info:  # the same responses, the other regime's v_k

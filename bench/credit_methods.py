@@ -6,7 +6,7 @@ the ``--start``-th, G = ``--group`` responses each sampled at temperature 1 (the
 entropy), scored with the checkers' evidence, verifier information ``rule``.  Then, once per group, what the measures
 read (:func:`mrtpo.replay.measured_groups`: one replay, which also reads P_all's attention; the group's rewards) and,
 per measure × family × reward kind (instructions: the constraint's category), the mean token AUROC against the
-evidence (:mod:`mrtpo.core.faithfulness`; pairs whose evidence is the whole response, nothing, or every token left
+evidence (:mod:`mrtpo.core.faith_metrics`; pairs whose evidence is the whole response, nothing, or every token left
 out) with a 95 % bootstrap interval over the groups (clusters: a draw's example; ``--boot`` resamples, seeded), and
 the seconds each measure adds per group on this machine:
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mrtpo.core.faithfulness import response_metrics
+from mrtpo.core.faith_metrics import response_metrics
 from mrtpo.core.measures import needs_replay
 from mrtpo.groups import sample_group, template_for
 from mrtpo.model import load_model
@@ -71,7 +71,7 @@ def bootstrap_ci(clusters: dict, n_boot: int, seed: int = 0) -> tuple[float, flo
 
 def one_group(lm, fam, ex, measures, template, group: int, max_new_tokens: int, seed: int) -> dict:
     """One example's group: per measure its pairs [(reward kind, AUROC)] and the seconds it adds."""
-    g = sample_group(lm, fam, ex, n=group, max_new_tokens=max_new_tokens, temperature=1.0, seed=seed, info="rule")
+    g = sample_group(lm, fam, ex, n=group, max_new_tokens=max_new_tokens, seed=seed, info="rule")
     asked = [m for m in measures if m != "uniform"]
     rep = measured_groups(lm, [g], template, asked, skip_constant=False)[0]
     replay = max(0.0, rep.seconds - rep.attention_seconds - rep.entropy_seconds) if rep.replayed else 0.0

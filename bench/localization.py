@@ -1,6 +1,6 @@
 """Localization benchmark (not a test): does relevance fall on the characters each checker reads?
 
-Two sources of "what the checker reads", one set of metrics (:mod:`mrtpo.core.faithfulness`: token AUROC, lift,
+Two sources of "what the checker reads", one set of metrics (:mod:`mrtpo.core.faith_metrics`: token AUROC, lift,
 span-peak AUROC; uniform credit = 0.5, 1, 0.5), for every relevance measure asked for:
 
 1. **hand marks** — ``sample_data/localization/<family>.jsonl``: responses written for the built-in examples, with
@@ -34,12 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mrtpo.core.faithfulness import agreement, pair_metrics, summarize_pairs
+from mrtpo.core.faith_metrics import agreement, pair_metrics, summarize_pairs
 from mrtpo.core.measures import measure_names, needs_attention, needs_rewording
 from mrtpo.groups import template_for
-from mrtpo.model import load_model
+from mrtpo.model import SamplingConfig, load_model
 from mrtpo.replay import replay_group
-from mrtpo.replay.faithfulness import faithfulness_report
+from mrtpo.replay.faith_report import faithfulness_report
 from mrtpo.tasks import get_family
 from mrtpo.tasks.base import sample_data
 from mrtpo.templates import Template
@@ -105,7 +105,7 @@ def sampled(lm, family: str, measures: list[str], n_examples: int, group: int, m
     examples); the responses are sampled once and replayed once per regime."""
     fam = get_family(family)
     rep = faithfulness_report(lm, fam, fam.examples()[start:start + n_examples], template or template_for(fam),
-                              measures, group=group, max_new_tokens=max_new_tokens, seed=seed,
+                              measures, SamplingConfig(group_size=group, max_new_tokens=max_new_tokens, seed=seed),
                               progress=lambda s: print(f"  {family} {s}", flush=True), infos=infos)
     return {info: _grouped(family, r["pairs"], rep["seconds"]) for info, r in rep["infos"].items()}
 

@@ -22,8 +22,8 @@ The figures also go to docs/benchmarks.md, section ``trl-step`` (``--no-doc``: p
 ``--credit-log``: instead, the cost of the credit log (issue "Watch real training runs"; target: logging 4 groups a
 step adds <= 3 % to a step). One ``MRTPOGRPOTrainer`` (the TRL integration, method mrtpo, the rule as verifier
 information, no warm-up) with ``credit_log`` on and ``credit_log_groups`` = --prompts (default 4 with this flag: every
-group of the step is logged); each step timed whole and its logging timed inside it (``trl_log.log_step``: the rows,
-the previous step's gather and atomic write; ``trl_log.capture``: taking log-probs and entropy from TRL's loss
+group of the step is logged); each step timed whole and its logging timed inside it (``trl_writer.log_step``: the rows,
+the previous step's gather and atomic write; ``trl_writer.capture``: taking log-probs and entropy from TRL's loss
 forward), so the ratio is measured in the same steps:
   RATIO logging / (step - logging)  (target <= 0.03).   Section ``trl-credit-log``.
 """
@@ -217,7 +217,7 @@ def credit_log_cost(a) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig
 
-    from mrtpo.integrations import trl_log
+    from mrtpo.creditlog import trl_writer
     from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer
     from mrtpo.model import load_model
     from mrtpo.tasks import get_family
@@ -248,8 +248,8 @@ def credit_log_cost(a) -> None:
                 now[key] += time.perf_counter() - t
         return wrapped
 
-    trl_log.log_step = timed(trl_log.log_step, "log")
-    trl_log.capture = timed(trl_log.capture, "capture")
+    trl_writer.log_step = timed(trl_writer.log_step, "log")
+    trl_writer.capture = timed(trl_writer.capture, "capture")
 
     class Steps(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):

@@ -133,9 +133,9 @@ def timed(fn, *args, **kwargs):
 
 def measure(G: int, T: int, K: int) -> dict:
     """The figures of the module docstring, without the app (name → value)."""
-    from mrtpo.views import overview as O
-    from mrtpo.views import token_view
-    from mrtpo.views.page import page_html
+    from mrtpo.display import overview as O
+    from mrtpo.display import token_view
+    from mrtpo.display.page import page_html
 
     group, replay = synthetic_group(G, T, K)
     out: dict = {"group": f"{G} × {T} tokens × {K} rewards"}

@@ -24,8 +24,8 @@ import argparse
 import json
 import sys
 
-from mrtpo.cli.common import credit_args
 from mrtpo.errors import MrtpoError
+from mrtpo.wording import plural
 
 LETTERS = "abcdefghilmnoprst"
 
@@ -64,31 +64,50 @@ def verifier_info(prompt, completion, example) -> dict[str, str]:
             "short": "The answer must be short: a single word, nothing else."}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+# the demo's own defaults where they differ from mrtpo's (a 2-step demo on the tiny model)
+DEMO = {"max_new_tokens": 8, "warmup": 0}
+TRL_NAMES = {"group_size": ("--num-generations",), "max_new_tokens": ("--max-completion-length",)}
+
+
+def parser() -> argparse.ArgumentParser:
+    """The flags: the sampling ones generated from :class:`mrtpo.model.SamplingConfig` (TRL's names accepted too:
+    ``--num-generations`` for ``--group-size``, ``--max-completion-length`` for ``--max-new-tokens``), the credit
+    ones from ``MRTPOConfig``'s fields, each with mrtpo's limits: a bad value is a message naming the flag."""
+    from mrtpo import validate as V
+    from mrtpo.cli.common import field_flag
+    from mrtpo.config import leaf_fields
+    from mrtpo.core.credit import CreditConfig
+    from mrtpo.model import SamplingConfig
+
+    ap = argparse.ArgumentParser(prog="trl_train.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny-random", help="tiny-random | default | local folder | HF id")
-    credit_args(ap, "method", "beta")  # MRTPOConfig's own flags: the defaults, limits and help are mrtpo's
-    ap.add_argument("--warmup", type=int, default=0, help="β warmup steps (mrtpo's default: 10; 0 here so that the "
-                                                          "2-step demo reallocates at once)")
-    ap.add_argument("--max-steps", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=4, help="per-device train batch size (completions)")
-    ap.add_argument("--num-generations", type=int, default=4)
-    ap.add_argument("--max-completion-length", type=int, default=8)
-    ap.add_argument("--learning-rate", type=float, default=1e-5)
+    fields = {f.name: f for f, _ in leaf_fields(CreditConfig)}
+    for name in ("method", "beta", "warmup"):  # MRTPOConfig's own fields: the defaults, limits and help are mrtpo's
+        field_flag(ap, fields[name], default=DEMO.get(name, fields[name].default))
+    for f, _ in leaf_fields(SamplingConfig):
+        field_flag(ap, f, default=DEMO.get(f.name, f.default), also=TRL_NAMES.get(f.name, ()))
+    ap.add_argument("--max-steps", type=V.int_flag(1), default=2)
+    ap.add_argument("--batch-size", type=V.int_flag(1), default=4, help="per-device train batch size (completions)")
+    ap.add_argument("--learning-rate", type=V.float_flag(0.0, lo_open=True), default=1e-5)
     ap.add_argument("--output-dir", default="/tmp/mrtpo-trl")
-    ap.add_argument("--save-steps", type=int, default=0, help="save a checkpoint every N steps (0: none)")
+    ap.add_argument("--save-steps", type=V.int_flag(0), default=0, help="save a checkpoint every N steps (0: none)")
     ap.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --output-dir")
     ap.add_argument("--bf16", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--credit-log", default=None, metavar="DIR",
                     help="write each step's token credit to DIR (mrtpo's credit log; docs/integrations.md)")
-    ap.add_argument("--credit-log-groups", type=int, default=4, help="groups logged per step (default 4)")
-    a = ap.parse_args(argv)
+    ap.add_argument("--credit-log-groups", type=V.int_flag(1, 4096), default=4,
+                    help="groups logged per step (default 4)")
+    return ap
 
+
+def trainer(a):
+    """The model, TRL's GRPOConfig (its sampling from the flags' SamplingConfig) and the MRTPO trainer."""
     from transformers import TrainerCallback
     from trl import GRPOConfig
 
-    from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer
+    from mrtpo.cli.common import sampling_config
+    from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer, grpo_sampling
     from mrtpo.model import load_model
 
     lm = load_model(a.model, "cpu" if not a.bf16 else "auto")
@@ -97,38 +116,45 @@ def main(argv=None) -> int:
         model = model.float()  # let TRL / accelerate handle mixed precision
     args = GRPOConfig(
         output_dir=a.output_dir, max_steps=a.max_steps, per_device_train_batch_size=a.batch_size,
-        num_generations=a.num_generations, max_completion_length=a.max_completion_length,
         learning_rate=a.learning_rate, multi_objective_aggregation="normalize_then_sum", bf16=a.bf16,
         use_cpu=not a.bf16, report_to="none", save_strategy="steps" if a.save_steps > 0 else "no",
-        save_steps=max(1, a.save_steps), logging_steps=1, seed=a.seed, disable_tqdm=True,
-    )
+        save_steps=max(1, a.save_steps), logging_steps=1, disable_tqdm=True, **grpo_sampling(sampling_config(a)))
 
     class Check(TrainerCallback):
         def on_step_end(self, args, state, control, **kw):
-            last = trainer.mrtpo_last
+            last = tr.mrtpo_last
             adv, mask, ref = last["advantages"], last["mask"], last["trl_advantages"]
             mean = (adv * mask).sum(1) / mask.sum(1).clamp_min(1) if adv.dim() == 2 else adv
             valid = mask.any(1)
             diff = float((mean - ref)[valid].abs().max()) if valid.any() else 0.0
-            print("MRTPO_STEP " + json.dumps({"rank": trainer.accelerator.process_index, "step": state.global_step,
+            print("MRTPO_STEP " + json.dumps({"rank": tr.accelerator.process_index, "step": state.global_step,
                                               "advantages_shape": list(adv.shape), "beta": last["beta"],
                                               "max_abs_token_mean_minus_trl": diff,
                                               "replay_seconds": round(last["replay_seconds"], 3)}), flush=True)
 
+    tr = MRTPOGRPOTrainer(
+        model=model, reward_funcs=[starts, short], args=args, train_dataset=dataset(), processing_class=tok,
+        verifier_info_fn=verifier_info,
+        mrtpo_config=MRTPOConfig(method=a.method, beta=a.beta, warmup=a.warmup, credit_log=a.credit_log,
+                                 credit_log_groups=a.credit_log_groups), callbacks=[Check()])
+    return tr
+
+
+def main(argv=None) -> int:
     try:
-        trainer = MRTPOGRPOTrainer(
-            model=model, reward_funcs=[starts, short], args=args, train_dataset=dataset(), processing_class=tok,
-            verifier_info_fn=verifier_info,
-            mrtpo_config=MRTPOConfig(method=a.method, beta=a.beta, warmup=a.warmup, credit_log=a.credit_log,
-                                     credit_log_groups=a.credit_log_groups), callbacks=[Check()],
-        )
-        trainer.train(resume_from_checkpoint=True if a.resume else None)
-    except MrtpoError as e:  # a bad option, or a credit log folder that is another run's: nothing was trained
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        a = parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a bad flag (2, argparse's message already printed)
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        tr = trainer(a)
+        tr.train(resume_from_checkpoint=True if a.resume else None)
+    except (MrtpoError, ValueError) as e:  # a bad option (TRL's checks: ValueError), or a credit log folder that
+        print(f"error: {e}", file=sys.stderr, flush=True)  # is another run's: nothing was trained
         return 2
-    trainer.accelerator.wait_for_everyone()
-    if trainer.accelerator.is_main_process:
-        print(f"done: {trainer.state.global_step} steps on {trainer.accelerator.num_processes} process(es)", flush=True)
+    tr.accelerator.wait_for_everyone()
+    if tr.accelerator.is_main_process:
+        n = tr.accelerator.num_processes
+        print(f"done: {plural(tr.state.global_step, 'step')} on {plural(n, 'process', 'processes')}", flush=True)
     # tear the process group down before the interpreter exits: gloo's threads otherwise abort at exit
     # ("terminate called without an active exception", seen once in CI)
     import torch.distributed as dist

@@ -1,7 +1,9 @@
 """Configuration dataclasses described once: each field's default, help text and allowed values live in its
 metadata (:func:`opt`), and everything else is generated from it — the checks (:func:`check_fields`), the flat
-JSON form a run stores (:func:`to_flat` / :func:`from_flat`), the CLI's flags (``mrtpo.cli.train``), the Train
-page's form (``mrtpo_app``) and TRL's ``MRTPOConfig`` (a subclass of :class:`mrtpo.core.credit.CreditConfig`).
+JSON form a run stores (:func:`to_flat` / :func:`from_flat`), the CLI's flags (``train``'s from ``TrainConfig``, the
+sampling flags from :class:`mrtpo.model.SamplingConfig`: ``mrtpo.cli.common.field_flag``), the app's widgets (the
+Train page's form, Explore's sampling settings: ``mrtpo_app.ui.number_field``) and TRL's ``MRTPOConfig`` (a subclass
+of :class:`mrtpo.core.credit.CreditConfig`).
 
 A configuration may be *composed* of parts (a field whose value is itself such a dataclass, e.g.
 ``TrainConfig.credit``): the flat form and the flags list the parts' fields by their own names, which are unique
@@ -26,9 +28,11 @@ def opt(default, help: str, *, lo: float | None = None, hi: float | None = None,
                                             "alias": alias})
 
 
-def part(cls):
-    """A field holding a configuration part (a dataclass of :func:`opt` fields), defaulting to ``cls()``."""
-    return field(default_factory=cls, metadata={"part": True})
+def part(cls, omit: tuple[str, ...] = ()):
+    """A field holding a configuration part (a dataclass of :func:`opt` fields), defaulting to ``cls()``.  ``omit``:
+    fields of the part that the whole does not use (they keep the part's defaults and are not in its flat form nor its
+    flags; e.g. a training run's sampling seeds come from its schedule, not from ``SamplingConfig.seed``)."""
+    return field(default_factory=cls, metadata={"part": True, "omit": tuple(omit)})
 
 
 def field_kind(f: dataclasses.Field) -> str:
@@ -77,11 +81,12 @@ def check_fields(obj, what: str) -> None:
 
 
 def leaf_fields(cls) -> Iterator[tuple[dataclasses.Field, str | None]]:
-    """Every :func:`opt` field of ``cls`` and of its parts, in order, with the part's name (None: ``cls`` itself)."""
+    """Every :func:`opt` field of ``cls`` and of its parts (but those a part omits), in order, with the part's name
+    (None: ``cls`` itself)."""
     for f in dataclasses.fields(cls):
         if f.metadata.get("part"):
             sub = f.default_factory  # the part's class
-            yield from ((g, f.name) for g, _ in leaf_fields(sub))
+            yield from ((g, f.name) for g, _ in leaf_fields(sub) if g.name not in f.metadata.get("omit", ()))
         else:
             yield f, None
 
@@ -92,7 +97,7 @@ def to_flat(obj) -> dict:
     for f in dataclasses.fields(obj):
         v = getattr(obj, f.name)
         if f.metadata.get("part"):
-            out.update(to_flat(v))
+            out.update({k: x for k, x in to_flat(v).items() if k not in f.metadata.get("omit", ())})
         else:
             out[f.name] = dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -17,7 +17,7 @@ import numpy as np
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.info import INFO
 from mrtpo.errors import MrtpoError
-from mrtpo.model import GROUP_SIZE, MAX_NEW_TOKENS, LoadedModel, Sample, sample
+from mrtpo.model import LoadedModel, Sample, SamplingConfig, sample
 from mrtpo.tasks.base import Example, Span, TaskFamily
 from mrtpo.templates import Template
 
@@ -87,11 +87,11 @@ def score_group(family: TaskFamily, example: Example, samples: Sequence[Sample],
                        info)
 
 
-def sample_group(lm: LoadedModel, family: TaskFamily, example: Example, n: int = GROUP_SIZE,
-                 max_new_tokens: int = MAX_NEW_TOKENS, temperature: float = 1.0, seed: int | None = 0,
-                 info: str = INFO) -> ScoredGroup:
-    samples = sample(lm, example.prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
-    return score_group(family, example, samples, info)
+def sample_group(lm: LoadedModel, family: TaskFamily, example: Example, config: SamplingConfig | None = None,
+                 info: str = INFO, **fields) -> ScoredGroup:
+    """Sample a group for ``example`` as ``config`` says (:class:`mrtpo.model.SamplingConfig`; keyword ``fields``
+    replace its fields, ``n=`` the group size: :func:`mrtpo.model.sample`) and score it (:func:`score_group`)."""
+    return score_group(family, example, sample(lm, example.prompt, SamplingConfig.of(config, **fields)), info)
 
 
 def varied_rewards(group: ScoredGroup) -> list[str]:
@@ -114,34 +114,38 @@ class SampleTry:
 
 
 def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Example, tries: int,
-                        n: int = GROUP_SIZE,
-                        max_new_tokens: int = MAX_NEW_TOKENS, temperature: float = 1.0, seed: int = 0,
-                        on_try: Callable[[SampleTry], None] | None = None,
-                        sample_fn: Callable[[int], Sequence[Sample]] | None = None, want: int = 1,
-                        info: str = INFO) -> tuple[ScoredGroup, list[SampleTry]]:
-    """Sample and score groups with seeds ``seed``, ``seed + 1``, … — at most ``tries`` of them — until **at least
-    ``want`` rewards vary** within the group (default one; ``want`` is capped at the number of rewards). A reward
+                        config: SamplingConfig | None = None, on_try: Callable[[SampleTry], None] | None = None,
+                        sample_fn: Callable[[SamplingConfig], Sequence[Sample]] | None = None, want: int = 1,
+                        info: str = INFO, **fields) -> tuple[ScoredGroup, list[SampleTry]]:
+    """Sample and score groups as ``config`` says (:class:`mrtpo.model.SamplingConfig`; keyword ``fields`` replace
+    its fields, ``n=`` the group size) with seeds ``seed``, ``seed + 1``, … — at most ``tries`` of them — until **at
+    least ``want`` rewards vary** within the group (default one; ``want`` is capped at the number of rewards). A reward
     constant in the group gives every response advantage 0, so a group where every reward is constant has nothing
     to show or learn; the app asks for more varying rewards than its current group has.
 
     Returns the first group in which ``want`` rewards vary, else the one tried where the most rewards varied (the
     latest of equals: the last one when none varied), and the list of tries; ``on_try(SampleTry)`` is called
-    after each.  ``sample_fn(seed) -> samples`` replaces sampling from ``lm`` (the app passes its cached sampler;
-    ``lm`` may then be None).  Greedy sampling (``temperature`` 0) gives the same group for every seed, so it makes
-    one try only.  ``info``: the verifier information's regime (:func:`score_group`).
+    after each.  ``sample_fn(config) -> samples`` (``config``: the try's, its seed set) replaces sampling from ``lm``
+    (the app passes its cached sampler; ``lm`` may then be None).  Greedy sampling (``temperature`` 0) gives the
+    same group for every seed, so it makes one try only.  ``info``: the verifier information's regime
+    (:func:`score_group`).
     """
     if not isinstance(tries, int) or isinstance(tries, bool) or tries < 1:
         raise MrtpoError(f"tries must be an integer >= 1, got {tries!r}")
     if not isinstance(want, int) or isinstance(want, bool) or want < 1:
         raise MrtpoError(f"want must be an integer >= 1, got {want!r}")
+    cfg = SamplingConfig.of(config, **fields)
+    if cfg.seed is None:
+        raise MrtpoError("sampling until the rewards vary tries seeds seed, seed + 1, ...: give an integer seed")
     if sample_fn is None:
-        def sample_fn(s: int) -> list[Sample]:
-            return sample(lm, example.prompt, n=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=s)
+        def sample_fn(c: SamplingConfig) -> list[Sample]:
+            return sample(lm, example.prompt, c)
     out: list[SampleTry] = []
     best = None
-    for j in range(1 if temperature == 0 else tries):
+    seed = cfg.seed
+    for j in range(1 if cfg.temperature == 0 else tries):
         t0 = time.perf_counter()
-        group = score_group(family, example, sample_fn(seed + j), info)
+        group = score_group(family, example, sample_fn(replace(cfg, seed=seed + j)), info)
         varied, constant = active_rewards(group.reward_names, group.rewards)
         means = {k: float(np.nanmean(group.rewards[:, c])) if np.isfinite(group.rewards[:, c]).any() else float("nan")
                  for c, k in enumerate(group.reward_names)}

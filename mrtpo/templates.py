@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mrtpo.errors import MrtpoError
+from mrtpo.wording import plural
 
 _FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 PROMPT_FIELDS = ("prompt", "verifier_info")
@@ -140,7 +141,8 @@ class Template:
         total = self._prompt.size({"prompt": len(prompt), "verifier_info": info})
         if total > limit:
             detail = (f"{_uses(self._prompt, 'prompt', len(prompt))}, {_uses(self._prompt, 'verifier_info', info)} "
-                      f"({len(kept)} item(s) of up to {max(sizes, default=0):,} characters from template 'item')")
+                      f"({plural(len(kept), 'item')} of up to {max(sizes, default=0):,} characters from template "
+                      "'item')")
             raise _too_long(self._prompt, "prompt", total, limit, detail)
         items = [_substitute(self.item, values) for values in kept]
         return _substitute(self.prompt, {"prompt": prompt, "verifier_info": self.separator.join(items)})

@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from mrtpo.errors import MrtpoError, TaskFileError
+from mrtpo.wording import plural
 
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -78,7 +79,7 @@ def number_list(v: Any, field: str, length: int | None = None, nonempty: bool = 
     if not isinstance(v, list):
         raise BadValue(field, f"must be a list of numbers, got {_shown(v)}")
     if length is not None and len(v) != length:
-        raise BadValue(field, f"has {len(v)} number{'' if len(v) == 1 else 's'}, expected {length}")
+        raise BadValue(field, f"has {plural(len(v), 'number')}, expected {length}")
     if nonempty and not v:
         raise BadValue(field, "is empty")
     return [number(x, f"{field}[{i}]", **kw) for i, x in enumerate(v)]
@@ -93,14 +94,14 @@ def number_matrix(v: Any, field: str, rows: int | None = None, cols: int | None 
     if not any(isinstance(r, list) for r in v):
         v = [[x] for x in v]
     if rows is not None and len(v) != rows:
-        raise BadValue(field, f"has {len(v)} rows, expected {rows}")
+        raise BadValue(field, f"has {plural(len(v), 'row')}, expected {rows}")
     k = cols if cols is not None else len(v[0]) if isinstance(v[0], list) else None
     out = []
     for i, r in enumerate(v):
         if not isinstance(r, list):
             raise BadValue(f"{field}[{i}]", f"must be a list of numbers (a row), got {_shown(r)}")
         if len(r) != k:
-            raise BadValue(f"{field}[{i}]", f"has {len(r)} number{'' if len(r) == 1 else 's'}, expected {k} (the rows "
+            raise BadValue(f"{field}[{i}]", f"has {plural(len(r), 'number')}, expected {k} (the rows "
                                               "must be rectangular)")
         out.append(number_list(r, f"{field}[{i}]", **kw))
     return out
@@ -125,7 +126,7 @@ def string_list(v: Any, field: str, length: int | None = None, distinct: bool = 
     if not isinstance(v, list):
         raise BadValue(field, f"must be a list of strings, got {_shown(v)}")
     if length is not None and len(v) != length:
-        raise BadValue(field, f"has {len(v)} entries, expected {length}")
+        raise BadValue(field, f"has {plural(len(v), 'entry', 'entries')}, expected {length}")
     out = [string(x, f"{field}[{i}]", **kw) for i, x in enumerate(v)]
     if distinct and len(set(out)) < len(out):
         dup = next(x for i, x in enumerate(out) if x in out[:i])

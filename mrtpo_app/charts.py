@@ -9,9 +9,9 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from mrtpo.core.stats import smooth
+from mrtpo.display.curves import metric_title
+from mrtpo.display.run_stats import METRICS, TITLES
 from mrtpo.experiment.report import PALETTE, band_polygons, panel_keys
-from mrtpo.views.curves import metric_title
-from mrtpo.views.run_stats import METRICS, TITLES
 
 
 def step_axes(fig: go.Figure, last: int, rows: int) -> None:
@@ -95,7 +95,7 @@ def probe_heatmap(tokens: list[str], steps: list[int], heat: list[list[float]]) 
 
 
 def component_curves_chart(curves: dict, cols: int = 3, height: int = 220) -> go.Figure:
-    """A run's reward components over steps (:func:`mrtpo.views.run_stats.component_curves`): one panel per metric
+    """A run's reward components over steps (:func:`mrtpo.display.run_stats.component_curves`): one panel per metric
     (mean reward, share of zeros, of constant groups, of the advantage's magnitude, concentration), one line per
     reward; the shares on their whole [0, 1] scale. A metric no reward has (another tool's log without per-reward
     advantages) is left out."""

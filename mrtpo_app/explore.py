@@ -10,18 +10,20 @@ import pandas as pd
 import streamlit as st
 
 from mrtpo.core.advantages import parse_method
-from mrtpo.core.credit import BETA, MEASURE
+from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS
 from mrtpo.core.measures import MEASURE_HELP, measure_names, needs_rewording
+from mrtpo.display import faithfulness_table, overview, render, token_view, view_to_json
+from mrtpo.display import page as display_page
 from mrtpo.groups import varied_rewards
-from mrtpo.views import faithfulness_table, overview, render, token_view, view_to_json
-from mrtpo.views import page as views_page
+from mrtpo_app import caches as C
 from mrtpo_app import long_view as LV
 from mrtpo_app import state as S
-from mrtpo_app import topk
+from mrtpo_app import topk_chart
 from mrtpo_app import work as W
 from mrtpo_app.sampling import Inputs, sample_group
-from mrtpo_app.ui import guard, md, short
+from mrtpo_app.timer import Timer
+from mrtpo_app.ui import beta_slider, guard, md, short
 
 UNTIL_TRIES = 5  # "Sample until the rewards vary": at most this many groups
 
@@ -29,9 +31,9 @@ UNTIL_TRIES = 5  # "Sample until the rewards vary": at most this many groups
 def switch_info(run: S.SessionGroup, info: str) -> None:
     """The current group with its verifier information in regime ``info`` (the same responses; the replay is cached
     by its inputs, so switching back is free)."""
-    with S.Timer({}, "replay") as tm:
+    with Timer({}, "replay") as tm:
         run.group = run.group.with_info(S.family(run.choices.family), info)
-        run.replay = S.replay_for(run.choices, run.group, run.template)
+        run.replay = C.replay_for(run.choices, run.group, run.template)
     run.timings["replay"] = tm.text
     S.set_group(run)
 
@@ -62,7 +64,7 @@ def constant_warning(inp: Inputs, run: S.SessionGroup) -> None:
                f"more rewards vary than here, at most {UNTIL_TRIES} groups; each try is listed).",
                icon=":material/warning:")
     if st.button("Sample until the rewards vary", key="explore_until", icon=":material/casino:"):
-        sample_group(inp, int(run.settings.get("seed", 0)) + 1, tries=UNTIL_TRIES, want=len(varied) + 1,
+        sample_group(inp.with_seed(int(run.settings.get("seed", 0)) + 1), tries=UNTIL_TRIES, want=len(varied) + 1,
                      better_than=len(varied))
 
 
@@ -110,7 +112,7 @@ def _topk_view(run: S.SessionGroup, i: int) -> None:
     t = (c2.slider("Token position t (starts at the largest JS distance)", 0, T - 1, t_default,
                    key=f"explore_topk_t_{run.settings['id']}_{i}_{k}") if T > 1 else 0)
     top = c3.number_input("top-k", 3, 30, 10, key="explore_topk_k", help="tokens shown from each distribution")
-    topk.show(run, i, k, int(t), int(top), key="explore_dist_chart")
+    topk_chart.show(run, i, k, int(t), int(top), key="explore_dist_chart")
     st.caption("Teach (step 6) explains this view and shows what v_k adds to the prompt.")
 
 
@@ -123,7 +125,7 @@ def _view(run: S.SessionGroup, replay, method: str, beta: float, measure: str):
 
 
 def is_long(run: S.SessionGroup) -> bool:
-    """Whether some response of the group is long (:data:`mrtpo.views.overview.LONG_TOKENS`): overview first."""
+    """Whether some response of the group is long (:data:`mrtpo.display.overview.LONG_TOKENS`): overview first."""
     return any(len(r.token_ids) > overview.LONG_TOKENS for r in run.replay.responses)
 
 
@@ -135,7 +137,7 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
     g = run.group
     long = is_long(run)
     c1, c2, c3 = st.columns([2, 1.5, 3])
-    beta = c1.slider("β (share of advantage reallocated by relevance)", 0.0, 1.0, BETA, 0.05, key="explore_beta")
+    beta = beta_slider(c1, "β (share of advantage reallocated by relevance)", "explore_beta")
     measure = _measure_picker(c2)
     if not long:
         i = c3.selectbox("Response", list(range(len(g.samples))), key=response_key(run),
@@ -147,12 +149,12 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
              "advantages stay visible; shared by the group: one scale for every response, to compare responses. "
              "The download uses the same choice.")
     replay = run.replay
-    if S.lacks_inputs(replay, measure):
+    if C.lacks_inputs(replay, measure):
         what = "P_k′ (v_k said in other words)" if needs_rewording(measure) else "P_all's attention to each v_k"
         with guard(f"replaying for {measure}"), st.spinner(f"{measure} reads {what}: replaying the group once more…"), \
                 W.job():
-            replay = S.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task",
-                                  **S.replay_inputs(measure))
+            replay = C.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task",
+                                  **C.replay_inputs(measure))
     label = parse_method(method).label
     with guard("token view"):
         v = _view(run, replay, method, beta, measure)
@@ -186,7 +188,7 @@ def _downloads(run: S.SessionGroup, v, scale: str, lazy: bool) -> None:
         return json.dumps(out, ensure_ascii=False)
 
     def page() -> str:
-        return views_page.page_html(v, g, title=f"mrtpo — {run.label}", scale=scale)
+        return display_page.page_html(v, g, title=f"mrtpo — {run.label}", scale=scale)
 
     d1, d2 = st.columns(2)
     d1.download_button("Download JSON (everything shown)", data if lazy else data(),

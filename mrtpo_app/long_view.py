@@ -1,4 +1,4 @@
-"""Long groups in the app, overview first (:mod:`mrtpo.views.overview`; Explore, Your rollouts and the run viewer):
+"""Long groups in the app, overview first (:mod:`mrtpo.display.overview`; Explore, Your rollouts and the run viewer):
 
 1. the overview: per response and reward a strip along the response, the hottest spans numbered on it, GDPO's
    uniform share as a number;
@@ -20,8 +20,8 @@ from typing import Callable, Sequence
 import pandas as pd
 import streamlit as st
 
-from mrtpo.views import overview as O
-from mrtpo.views.token_view import TokenView
+from mrtpo.display import overview as O
+from mrtpo.display.token_view import TokenView
 
 MEMO_KEY = "mrtpo_view_memo"
 MEMO_SIZE = 24  # entries kept per session (views and HTML bodies; the oldest goes first)
@@ -44,7 +44,7 @@ def memo(key: tuple, inputs: tuple, make: Callable):
 
 
 def hot_table(view: TokenView, responses: Sequence[int], titles) -> list[dict]:
-    """One row per hottest span (:func:`mrtpo.views.overview.hot_spans`) of ``responses`` × replayed rewards."""
+    """One row per hottest span (:func:`mrtpo.display.overview.hot_spans`) of ``responses`` × replayed rewards."""
     rows = []
     for i in responses:
         for k in view.reward_names:

@@ -1,5 +1,5 @@
 """Explore's "Compare measures": for the response shown and a reward, every token-credit method's relevance on one
-color scale, with its token AUROC against what the checker read and what it costs (:mod:`mrtpo.views.compare`).
+color scale, with its token AUROC against what the checker read and what it costs (:mod:`mrtpo.display.compare`).
 
 On a toggle: the model work (one replay that also reads P_all's attention, the entropies the sampler did not record)
 runs once per group and input, kept for every session (:class:`mrtpo_app.work.Memo`); the rows re-read it."""
@@ -9,10 +9,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from mrtpo.display import render
+from mrtpo.display.compare import compare_html, compare_result, compare_rows
 from mrtpo.replay import ReplayConfig
 from mrtpo.templates import Template
-from mrtpo.views import render
-from mrtpo.views.compare import compare_html, compare_result, compare_rows
+from mrtpo_app import caches as C
+from mrtpo_app import models as M
 from mrtpo_app import state as S
 from mrtpo_app import work as W
 from mrtpo_app.ui import guard, md
@@ -24,13 +26,13 @@ def _result(run: S.SessionGroup):
     """:func:`compare_result` for the session's group, kept by everything that decides it."""
     g, ch = run.group, run.choices
     skip = run.mode == "task"
-    key = W.Memo.key("compare", ch.model, ch.device, S.PRECISION, g.fingerprint, g.prompt, g.example.prompt,
+    key = W.Memo.key("compare", ch.model, ch.device, C.PRECISION, g.fingerprint, g.prompt, g.example.prompt,
                      g.verifier_info, g.rewards.tolist(), run.template, skip)
 
     def compute():
-        lm = S.get_model(ch.model, ch.device)
+        lm = M.get_model(ch.model, ch.device)
         return compare_result(lm, g, Template.from_dict(run.template), skip_constant=skip,
-                              config=ReplayConfig(precision=S.PRECISION))
+                              config=ReplayConfig(precision=C.PRECISION))
 
     value, _ = W.cached(_RESULTS, key, compute)
     return value

@@ -14,15 +14,8 @@ from streamlit.errors import StreamlitAPIException
 
 from mrtpo.model import DEFAULT_MODEL, TINY_MODEL
 from mrtpo.tasks import get_family
-from mrtpo_app.state import (
-    DEVICES,
-    PREFERRED_FAMILY,
-    Choices,
-    available_families,
-    choices,
-    default_model_name,
-    preload_model,
-)
+from mrtpo_app.models import DEVICES, default_model_name, preload_model
+from mrtpo_app.state import PREFERRED_FAMILY, Choices, available_families, choices
 from mrtpo_app.ui import guard, short
 
 # (script, title, icon): the links in the sidebar, in order; a page's url is its file name

@@ -1,13 +1,17 @@
 """What every page shows the same way: messages (errors as ``st.error`` with what to do, never a traceback; user text
-escaped for markdown) and short texts."""
+escaped for markdown), short texts, and the widgets of configuration fields (:func:`number_field`, with the
+bounds, default and help of the field's metadata; :func:`beta_slider`, MRTPO's β on every page)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import re
 from typing import Iterator
 
 import streamlit as st
 
+from mrtpo.config import field_kind
 from mrtpo.errors import MrtpoError
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:])")
@@ -66,3 +70,39 @@ def short(text: str, n: int) -> str:
 def timing_text(seconds: float, cached: bool = False) -> str:
     """How long a step took, for a message: "cached" when it came from a cache (no work done), else "7.9 s"."""
     return "cached" if cached else f"{seconds:.1f} s"
+
+
+JS_SAFE = 2 ** 53 - 1  # a browser's numbers hold integers exactly up to here: an integer widget's bounds stay inside
+
+
+def number_field(where, f: dataclasses.Field, label: str, key: str, value=None, step=None, help: str | None = None,
+                 format: str | None = None):
+    """A number box for the configuration field ``f`` (:func:`mrtpo.config.opt`): the field's bounds (a strict lower
+    bound: the next number up; an integer's kept inside :data:`JS_SAFE`), its default (or ``value``) and its help
+    (or ``help``) — the limits the CLI's flag and the library's check use.  The default is not passed again once the
+    widget's key holds a value (a value the page set through the session state stays, without Streamlit's warning).
+    Returns an int or a float, as the field is."""
+    meta, kind = f.metadata, field_kind(f)
+    lo, hi = meta.get("lo"), meta.get("hi")
+    v = f.default if value is None else value
+    kw = {"key": key, "help": meta.get("help") if help is None else help}
+    if step is not None:
+        kw["step"] = step
+    if key not in st.session_state:
+        kw["value"] = int(v) if kind == "int" else float(v)
+    if kind == "int":
+        lo = None if lo is None else max(int(lo), -JS_SAFE)
+        hi = None if hi is None else min(int(hi), JS_SAFE)
+        return int(where.number_input(label, lo, hi, **kw))
+    low = None if lo is None else (math.nextafter(lo, math.inf) if meta.get("lo_open") else float(lo))
+    return float(where.number_input(label, low, None if hi is None else float(hi), format=format, **kw))
+
+
+def beta_slider(where, label: str, key: str) -> float:
+    """MRTPO's β (the share of each reward's advantage reallocated by relevance) as a slider with the bounds and the
+    default of :class:`mrtpo.core.credit.CreditConfig`'s ``beta`` field (imported here: the pages that show β have
+    the model side loaded already)."""
+    from mrtpo.core.credit import CreditConfig
+
+    f = next(x for x in dataclasses.fields(CreditConfig) if x.name == "beta")
+    return where.slider(label, float(f.metadata["lo"]), float(f.metadata["hi"]), float(f.default), 0.05, key=key)

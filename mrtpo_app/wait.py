@@ -150,7 +150,7 @@ def show_part(where, label: Callable[[int], str] = lambda i: f"#{i}") -> Callabl
     """``on_part(indices, replay of those responses)`` for :func:`mrtpo.replay.parts.replay_in_parts`: each response's
     relevance ρ per replayed reward in ``where`` as soon as its part is replayed (a response longer than :data:`LONG`
     tokens: its five hottest tokens per reward)."""
-    from mrtpo.views import render
+    from mrtpo.display import render
 
     def on_part(idx: list[int], rep) -> None:
         for i, rr in zip(idx, rep.responses):
@@ -176,15 +176,16 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
     """A page's replay of a scored group (Your rollouts' upload; constant rewards skipped): at once when the caches
     hold it; else its exact estimate and, above the threshold or after a Cancel, the question (the page stops until
     Continue); then the replay with the time left, a Cancel and each response as it is ready (``label(i)`` names
-    response i).  What :func:`mrtpo_app.state.replay_cached` returns for the group."""
-    from mrtpo_app import state as S
+    response i).  What :func:`mrtpo_app.caches.replay_cached` returns for the group."""
+    from mrtpo_app import caches as C
+    from mrtpo_app import models as M
 
     args = (ch.model, ch.device, group.prompt, group.verifier_info, [s.token_ids for s in group.samples], template,
             group.rewards.tolist())
-    if S.replay_cached.has(*args):
-        return S.replay_cached(*args)
+    if C.replay_cached.has(*args):
+        return C.replay_cached(*args)
     stopped = stopped_notice(key)
-    lm = S.get_model(ch.model, ch.device)
+    lm = M.get_model(ch.model, ch.device)
     est = []
 
     def estimate():
@@ -193,7 +194,7 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
         from mrtpo.templates import Template
 
         est.append(estimate_scored(lm, [group], Template.from_dict(template), True,
-                                   ReplayConfig(precision=S.PRECISION)))
+                                   ReplayConfig(precision=C.PRECISION)))
         return est[-1]
 
     if not ask_first(key, args, True, estimate, force="The last replay was cancelled." if stopped else ""):
@@ -202,7 +203,7 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
     with st.status("Replaying the group under P_all and each P_\\k…", expanded=True) as status, \
             working(key, "the replay"):
         bar = st.progress(0.0, text="replaying")
-        rep = S.replay_cached(*args, progress=Work(bar, "replaying under P_all and each P_\\k"), parts=parts,
+        rep = C.replay_cached(*args, progress=Work(bar, "replaying under P_all and each P_\\k"), parts=parts,
                               on_part=show_part(st.container(), label) if parts > 1 else None)
         status.update(label=f"Replayed the group ({rep.seconds:.1f} s)", state="complete", expanded=False)
     return rep

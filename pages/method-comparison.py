@@ -12,11 +12,10 @@ import streamlit as st
 import torch
 
 from mrtpo.core.advantages import ESTIMATORS, compute, method_names, parse_method
-from mrtpo.core.credit import BETA
-from mrtpo.views import render
+from mrtpo.display import render
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
-from mrtpo_app.ui import guard, md, short
+from mrtpo_app.ui import beta_slider, guard, md, short
 
 ch = page("Methods")
 st.title("Methods")
@@ -69,7 +68,7 @@ c1, c2 = st.columns([3, 1])
 chart_methods = c1.multiselect("Methods", method_names(), key="methods_chart_methods",
                                default=list(ESTIMATORS) + ["mrtpo", "mrtpo+dara", "mrtpo+gd2po"],
                                help="response-level estimators, and token-level ones (mrtpo…) by their token mean")
-chart_beta = c2.slider("β (token-level methods)", 0.0, 1.0, BETA, 0.05, key="methods_chart_beta")
+chart_beta = beta_slider(c2, "β (token-level methods)", "methods_chart_beta")
 TOKEN_METHODS = [m for m in chart_methods if parse_method(m).tokens]
 fig = go.Figure()
 for m, a in advs.items():
@@ -129,7 +128,7 @@ st.markdown(f"Hard filter: **{dropped}** of {G} responses dropped, kept fraction
 st.subheader("MRTPO on top: which tokens get the advantage")
 c1, c2, c3 = st.columns(3)
 base = c1.selectbox("over", ["gdpo", "dara", "gd2po"], key="methods_base")
-beta = c2.slider("β", 0.0, 1.0, BETA, 0.05, key="methods_beta")
+beta = beta_slider(c2, "β", "methods_beta")
 i = c3.selectbox("Response", list(range(G)), key="methods_response",
                  format_func=lambda j: f"#{j} — {short(g.samples[j].text, 50)}")
 method = "mrtpo" if base == "gdpo" else f"mrtpo+{base}"

@@ -1,5 +1,5 @@
 """Teach: MRTPO step by step with the live numbers of the current group (prompts, JS distance, relevance,
-reallocation with β, aggregation).  Steps 1, 4 and 5 show the library's own numbers (:func:`mrtpo.views.group_credit`,
+reallocation with β, aggregation).  Steps 1, 4 and 5 show the library's own numbers (:func:`mrtpo.display.group_credit`,
 the credit step the app's views use, laid out by :func:`mrtpo.core.credit.credit_steps`): this page computes none."""
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from mrtpo.core.credit import BETA, SCALE_FLOOR, credit_steps
+from mrtpo.core.credit import SCALE_FLOOR, credit_steps
+from mrtpo.display import group_credit, panels, render
 from mrtpo.templates import ALL
-from mrtpo.views import group_credit, panels, render
 from mrtpo_app import state as S
-from mrtpo_app import topk
+from mrtpo_app import topk_chart
 from mrtpo_app.sidebar import page
-from mrtpo_app.ui import md, short
+from mrtpo_app.ui import beta_slider, md, short
 
 # what the verifier information v_k of the group shown holds (its regime, mrtpo.core.info), and so what moves ρ
 INFO_CAPTIONS = {
@@ -103,7 +103,7 @@ st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 st.header("4 · Reallocation with β")
 st.latex(r"A_{ikt}=\hat A_{ik}\,\big((1-\beta)+\beta\,\rho_{ikt}\big),\qquad \sum_t A_{ikt}=T_i\,\hat A_{ik},"
          r"\quad \operatorname{sign}A_{ikt}=\operatorname{sign}\hat A_{ik}")
-beta = st.slider("β", 0.0, 1.0, BETA, 0.05, key="teach_beta")
+beta = beta_slider(st, "β", "teach_beta")
 v = S.view(run, "mrtpo", beta)
 cs = credit_steps(group_credit(g, rep, "mrtpo", beta), i)  # the credit step behind v, response i's rows
 st.dataframe(pd.DataFrame([{
@@ -144,7 +144,7 @@ c1, c2 = st.columns([2, 1])
 k6 = c1.selectbox("Reward k", rep.rewards, index=rep.rewards.index(k0), key="teach_dist_reward",
                   help="the reward whose verifier information P_\\k leaves out")
 top = c2.number_input("top-k", 3, 30, 10, key="teach_dist_k", help="tokens shown from each distribution (union)")
-dist = topk.show(run, i, k6, int(t), int(top), key="teach_dist_chart")
+dist = topk_chart.show(run, i, k6, int(t), int(top), key="teach_dist_chart")
 st.subheader("What v_k adds to the prompt")
 st.caption(f"P_all as the model sees it; highlighted: the text that P_\\k lacks, i.e. v_k for reward "
            f"{md(k6)}. Everything else is the same in both prompts, so any difference between p_t and q_t comes "

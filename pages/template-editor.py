@@ -7,12 +7,14 @@ import streamlit as st
 
 from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
+from mrtpo.display import faithfulness_table, panels, relevance_change, render, token_view
 from mrtpo.errors import MrtpoError
 from mrtpo.replay.noreplay import with_context
 from mrtpo.templates import Template
-from mrtpo.views import faithfulness_table, panels, relevance_change, render, token_view
+from mrtpo_app import caches as C
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
+from mrtpo_app.timer import Timer
 from mrtpo_app.ui import guard, md, short, show_error
 
 
@@ -94,12 +96,12 @@ skip = not every and run.mode == "task"
 if st.button("Re-run replay (same responses)", type="primary", key="tpl_rerun"):
     with st.status("Replaying with the edited template…") as status, guard("replay"):
         measure = st.session_state.get(S.MEASURE_KEY, MEASURE)
-        need = S.replay_inputs(measure)  # js-reworded also reads P_k′, attn-contrast P_all's attention
-        with S.Timer({}, "replay") as tm:
-            reuse = (not every or run.mode == "custom") and not S.lacks_inputs(run.replay, measure)
-            before_all = run.replay if reuse else S.replay_for(run.choices, g, run.template, skip_constant=skip,
+        need = C.replay_inputs(measure)  # js-reworded also reads P_k′, attn-contrast P_all's attention
+        with Timer({}, "replay") as tm:
+            reuse = (not every or run.mode == "custom") and not C.lacks_inputs(run.replay, measure)
+            before_all = run.replay if reuse else C.replay_for(run.choices, g, run.template, skip_constant=skip,
                                                                **need)
-            after = S.replay_for(run.choices, g, new_template.to_dict(), skip_constant=skip, verifier_info=infos,
+            after = C.replay_for(run.choices, g, new_template.to_dict(), skip_constant=skip, verifier_info=infos,
                                  **need)
         status.update(label=f"Replay done ({tm.text}; {after.forward_passes} forward passes)" if not tm.cached
                       else "Replay done (cached: this template and these texts were replayed before)",

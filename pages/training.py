@@ -1,22 +1,24 @@
 """Train: start or resume a run, step it, compare per-reward curves of runs, watch the probe's relevance shift;
 or view a paired experiment (``mrtpo experiment``): curves with bands over seeds, the paired AUC difference with
 its interval, and the probe of every method at the same step side by side.  The parts are in
-:mod:`mrtpo_app.training` and :mod:`mrtpo_app.charts`."""
+:mod:`mrtpo_app.train_page` and :mod:`mrtpo_app.charts`."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
 from mrtpo.core.advantages import parse_method
+from mrtpo.display import panels, render, stored_step_view
+from mrtpo.display.curves import TOP, by_type, metric_title, reward_keys
 from mrtpo.errors import MrtpoError
 from mrtpo.model import DEFAULT_MODEL, default_model_cached
 from mrtpo.store import default_path, validate_run_name
 from mrtpo.train import TrainConfig
-from mrtpo.views import panels, render, stored_step_view
-from mrtpo.views.curves import TOP, by_type, metric_title, reward_keys
+from mrtpo.wording import plural
 from mrtpo_app import charts
+from mrtpo_app import models as M
 from mrtpo_app import state as S
-from mrtpo_app import training as T
+from mrtpo_app import train_page as T
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short
 
@@ -64,7 +66,7 @@ if choice == NEW:
                 raise MrtpoError(f"a run named '{name}' exists; pick it above or choose another name")
             cfg = TrainConfig.from_dict({"model": ch.model, "device": ch.device, **asked})
             first = ch.model == DEFAULT_MODEL and not default_model_cached()
-            with st.spinner(S.CONVERTING + " Then sampling the probe…" if first else
+            with st.spinner(M.CONVERTING + " Then sampling the probe…" if first else
                             "loading the model and sampling the probe…"):
                 T.trainer_for(db_path, name, cfg)
         st.session_state["train_run_pending"] = name
@@ -99,7 +101,7 @@ if one or many:
     run = store.require_run(choice)
     T.header(head, store, run)  # the header above shows the new step count
     st.session_state["train_sample_step"] = run.steps_done  # the sampled responses below: the newest step
-    st.success(f"{md(run.name)}: {T.plural(run.steps_done, 'step')} stored")
+    st.success(f"{md(run.name)}: {plural(run.steps_done, 'step')} stored")
 
 # ---------------------------------------------------------------------------------------------- curves
 st.subheader("Mean reward per step")

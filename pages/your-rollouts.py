@@ -3,7 +3,7 @@
 
 Upload: the uploaded file is parsed by :mod:`mrtpo.integrations.rollouts`, grouped by (step, prompt); the verifier
 template (JSON {reward column: text over the row's fields}) says which columns are rewards and what each checker
-reads. The replay of the chosen group runs once (cached by :func:`mrtpo_app.state.replay_cached`); the β slider and
+reads. The replay of the chosen group runs once (cached by :func:`mrtpo_app.caches.replay_cached`); the β slider and
 the method only re-color. A group with a row of more than 300 tokens shows its overview first (every row's strips
 and hottest spans) and one row × one reward in full (:mod:`mrtpo_app.long_view`). Session keys: ``rollouts_file``
 ((name, bytes), set by the uploader), ``rollouts_vt``, ``rollouts_format``, ``rollouts_group``, ``rollouts_method``,
@@ -17,18 +17,19 @@ from pathlib import Path
 import streamlit as st
 
 from mrtpo.core.advantages import method_names
-from mrtpo.core.credit import BETA
+from mrtpo.display import render, token_view
+from mrtpo.display.overview import is_long
 from mrtpo.errors import MrtpoError
 from mrtpo.integrations import rollout_explain as rx
 from mrtpo.integrations import rollouts as ro
 from mrtpo.model import TooLong
-from mrtpo.views import render, token_view
-from mrtpo.views.overview import is_long
+from mrtpo.wording import plural
 from mrtpo_app import long_view as LV
+from mrtpo_app import models as M
 from mrtpo_app import run_viewer, wait
 from mrtpo_app import state as S
 from mrtpo_app.sidebar import page
-from mrtpo_app.ui import guard, md
+from mrtpo_app.ui import beta_slider, guard, md
 
 EXAMPLE_VT = '{\n  "correct": "The answer must contain: {reference}",\n  "short": "Answer in under 10 characters."\n}'
 
@@ -99,17 +100,17 @@ group = groups[gi]
 methods = method_names()
 m1, m2 = st.columns(2)
 method = m1.selectbox("Method", methods, index=methods.index("mrtpo"), key="rollouts_method")
-beta = m2.slider("β (share of each reward's advantage moved by relevance)", 0.0, 1.0, BETA, 0.05, key="rollouts_beta")
+beta = beta_slider(m2, "β (share of each reward's advantage moved by relevance)", "rollouts_beta")
 
 
 with guard("replay"):
-    lm = S.get_model(ch.model, ch.device)
+    lm = M.get_model(ch.model, ch.device)
     sg = rx.scored_group(group, vt, lm)
     keep = [i for i, s in enumerate(sg.samples) if s.token_ids]
     if not keep:
         raise rx.empty_group_error(group)
     if len(keep) < len(sg.samples):
-        st.warning(f"{len(sg.samples) - len(keep)} empty completion(s) left out (nothing to explain).")
+        st.warning(f"{plural(len(sg.samples) - len(keep), 'empty completion')} left out (nothing to explain).")
         sg = sg.subset(keep)
     try:  # a completion too long for the model fails here, before any offset or forward pass
         replay = wait.replay_page("rollouts", ch, sg, S.current_template(None),  # asks first when long; Cancel

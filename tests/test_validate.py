@@ -87,7 +87,7 @@ def test_string():
 def test_string_list():
     assert V.string_list(["a", "b"], "names", length=2, distinct=True) == ["a", "b"]
     assert problem(V.string_list, "a,b", "names") == "field 'names': must be a list of strings, got 'a,b'"
-    assert problem(V.string_list, ["a"], "names", length=2) == "field 'names': has 1 entries, expected 2"
+    assert problem(V.string_list, ["a"], "names", length=2) == "field 'names': has 1 entry, expected 2"
     assert problem(V.string_list, ["a", 1], "names") == "field 'names[1]': must be a string, got 1"
     assert problem(V.string_list, ["a", ""], "names", nonempty=True) == "field 'names[1]': is empty"
     assert problem(V.string_list, ["a", "b", "a"], "names", distinct=True) == "field 'names': names 'a' twice"

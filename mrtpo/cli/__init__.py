@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for group in COMMAND_GROUPS:
         group.register(sub)
+    ap.commands = sub.choices  # {command: its parser}: a flag it does not know is reported by it (main)
     return ap
 
 
@@ -50,7 +51,9 @@ def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the CLI's own process: no fork warning
     ap = build_parser()
     try:
-        a = ap.parse_args(argv)
+        a, extra = ap.parse_known_args(argv)
+        if extra:  # said by the subcommand's own parser: "mrtpo explain: error: unrecognized arguments: --foo"
+            ap.commands[a.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # argparse: --help (0) or a bad flag (2, message already printed)
         return e.code if isinstance(e.code, int) else 2
     try:

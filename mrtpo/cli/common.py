@@ -12,9 +12,6 @@ from mrtpo.jsonl import dumps, read_text, write_text
 # flag types: each names the flag and the bad value (argparse exits with 2)
 POSITIVE = V.int_flag(1)
 NONNEG = V.int_flag(0)
-SEED = V.int_flag(-(2 ** 63), 2 ** 64 - 1)  # what torch.manual_seed takes
-BETA = V.float_flag(0.0, 1.0)
-TEMPERATURE = V.float_flag(0.0)
 
 
 def device_flag(s: str) -> str:
@@ -32,14 +29,34 @@ device_flag.__name__ = "device"
 
 
 def sampling_args(p: argparse.ArgumentParser) -> None:
-    from mrtpo.model import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS
+    """The sampling flags (``sample``, ``explain``, ``faithfulness``): one per :class:`mrtpo.model.SamplingConfig`
+    field, generated from its metadata as ``train``'s are from ``TrainConfig``'s (:func:`field_flag`) — ``--group-size
+    N`` (``--group N`` too), ``--max-new-tokens``, ``--temperature``, ``--top-p``, ``--seed`` — with the field's
+    default, limits and help; :func:`sampling_config` reads them back."""
+    from mrtpo.config import leaf_fields
+    from mrtpo.model import SamplingConfig
 
-    p.add_argument("--group", type=V.int_flag(1, MAX_GROUP_SIZE), default=GROUP_SIZE,
-                   help=f"responses to sample (1 to {MAX_GROUP_SIZE}; default {GROUP_SIZE})")
-    p.add_argument("--max-new-tokens", type=POSITIVE, default=MAX_NEW_TOKENS,
-                   help=f"(>= 1; default {MAX_NEW_TOKENS})")
-    p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
-    p.add_argument("--seed", type=SEED, default=0)
+    for f, _ in leaf_fields(SamplingConfig):
+        field_flag(p, f, default=f.default)
+
+
+def sampling_config(a):
+    """The :class:`mrtpo.model.SamplingConfig` of the flags :func:`sampling_args` added."""
+    import dataclasses
+
+    from mrtpo.model import SamplingConfig
+
+    return SamplingConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(SamplingConfig)})
+
+
+def task_arg(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """``--task FAMILY``, the families listed in its help and the usage (an unknown one: :func:`mrtpo.tasks.
+    get_family`'s message naming them, after the aliases it also accepts)."""
+    from mrtpo.tasks import family_names
+
+    names = family_names()
+    p.add_argument("--task", required=required, default=None, metavar="{" + ",".join(names) + "}",
+                   help="task family: " + " | ".join(names))
 
 
 def model_args(p: argparse.ArgumentParser) -> None:
@@ -257,13 +274,15 @@ def names(text: str) -> list[str]:
     return names
 
 
-def field_flag(p: argparse.ArgumentParser, f, default=None) -> None:
-    """The flag of one configuration field (see :func:`add_config_flags`); ``default``: the flag's own default."""
+def field_flag(p: argparse.ArgumentParser, f, default=None, also: tuple[str, ...] = ()) -> None:
+    """The flag of one configuration field (see :func:`mrtpo.cli.train.add_config_flags`), with its alias (an older
+    name) and the flags in ``also`` as other names; ``default``: the flag's own default."""
     from mrtpo.config import field_kind
 
     flags = ["--" + f.name.replace("_", "-")]
     if f.metadata.get("alias"):
         flags.append("--" + f.metadata["alias"].replace("_", "-"))
+    flags += list(also)
     meta, kind = f.metadata, field_kind(f)
     shown = f.default if default is None else default
     help = meta.get("help", "") + ("" if shown is None else f" (default {shown})")

@@ -26,6 +26,7 @@ from mrtpo.cli.common import (
 )
 from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, json_lines, load_json, write_text
+from mrtpo.wording import plural
 
 
 def _check_case(obj: dict, n: int) -> str | None:
@@ -73,20 +74,8 @@ def _relevance_measures(a, cases: list) -> list[str]:
     return kept
 
 
-def cmd_relevance(a) -> int:
-    import numpy as np
-
-    from mrtpo.core.measures import ORACLE, needs_attention, needs_replay, needs_rewording
-    from mrtpo.replay import GroupInput, measured_group
-    from mrtpo.replay.estimate import estimate_replay
-
-    if ORACLE in a.measure and not getattr(a.measure, "everything", False):  # before anything is read
-        raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
-                         f"hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
-    prog = Progress(a.quiet)
-    check_output(a.output, "--output",
-                 inputs={"--input": a.input, "--template": a.template, "--model": model_inputs(a)})
-    template = load_template(a.template)
+def _read_cases(a) -> tuple[list, int]:
+    """The cases of ``--input`` as (line number, case), each bad line reported on stderr, and how many were bad."""
     cases, bad = [], 0
     for n, obj, problem in json_lines(a.input):
         err = f"line {n}: {problem}" if problem else _check_case(obj, n)
@@ -96,12 +85,27 @@ def cmd_relevance(a) -> int:
             continue
         cases.append((n, obj))
     if not cases:
-        raise MrtpoError(f"{a.input}: no case to run" + (f" ({bad} bad lines)" if bad else " (the file has no lines)"))
-    measures = _relevance_measures(a, cases)
-    lm = load_model_arg(a, prog)
-    reword, attention = any(map(needs_rewording, measures)), any(map(needs_attention, measures))
+        raise MrtpoError(f"{a.input}: no case to run" + (f" ({plural(bad, 'bad line')})" if bad else
+                                                         " (the file has no lines)"))
+    return cases, bad
 
+
+class _Relevance:
+    """What ``relevance`` runs on one group of cases (those sharing the prompt and the reward names): its input to
+    the replay, its estimate, and its rows (every measure read from the one result)."""
+
+    def __init__(self, lm, template, measures: list[str]):
+        from mrtpo.core.measures import needs_attention, needs_rewording
+
+        self.lm, self.template, self.measures = lm, template, measures
+        self.reword, self.attention = any(map(needs_rewording, measures)), any(map(needs_attention, measures))
+
+    @staticmethod
     def group_input(items):
+        import numpy as np
+
+        from mrtpo.replay import GroupInput
+
         names = list(items[0][1]["verifier_info"])
         R = (np.array([[np.nan if c["rewards"][k] is None else c["rewards"][k] for k in names] for _, c in items],
                       dtype=float) if all("rewards" in c for _, c in items) else None)
@@ -109,15 +113,36 @@ def cmd_relevance(a) -> int:
         return GroupInput(prompt, [c["verifier_info"] for _, c in items], [c["response"] for _, c in items], R,
                           prompt)
 
-    def estimate(items):  # the replay's (None where no measure reads one)
-        replayed = [m for m in measures if needs_replay(m)]
+    def estimate(self, items):
+        """The replay's estimate (None where no measure reads one)."""
+        from mrtpo.core.measures import needs_replay
+        from mrtpo.replay.estimate import estimate_replay
+
+        replayed = [m for m in self.measures if needs_replay(m)]
         if not replayed:
             return None
-        return estimate_replay(lm, [group_input(items)._replace(rewards=None)], template, measure=replayed[0],
-                               reword=reword, attention=attention)
+        return estimate_replay(self.lm, [self.group_input(items)._replace(rewards=None)], self.template,
+                               measure=replayed[0], reword=self.reword, attention=self.attention)
 
-    def run(items, progress=None):
-        res = measured_group(lm, group_input(items), template, measures, skip_constant=False, progress=progress)
+    def total(self, groups: dict):
+        """What every group costs (a group that fails its estimate fails its replay too)."""
+        ests = []
+        for items in groups.values():
+            try:
+                est = self.estimate(items)
+            except MrtpoError:
+                continue
+            if est is not None:
+                ests.append(est)
+        return sum(ests[1:], ests[0]) if ests else None
+
+    def run(self, items, progress=None) -> dict:
+        """{line: its output row} of the group's cases."""
+        from mrtpo.replay import measured_group
+
+        measures = self.measures
+        res = measured_group(self.lm, self.group_input(items), self.template, measures, skip_constant=False,
+                             progress=progress)
         each = {m: res.with_measure(m) for m in measures}  # every measure from the one result: no model call
         out = {}
         for i, (n, c) in enumerate(items):
@@ -128,35 +153,25 @@ def cmd_relevance(a) -> int:
             out[n] = {"id": c["id"], "tokens": j["tokens"], "js": j["js"], "relevance": j["relevance"]}
         return out
 
-    # group cases sharing prompt and reward names: one batched, prefix-shared replay per group; a failing group
-    # runs again case by case, so only its bad lines fail
-    groups: dict[tuple, list] = {}
-    for n, c in cases:
-        groups.setdefault((c["prompt"], tuple(c["verifier_info"])), []).append((n, c))
-    results, debug = {}, bool(os.environ.get("MRTPO_DEBUG"))
+
+def _run_groups(a, job: _Relevance, groups: dict, prog: Progress) -> tuple[dict, int]:
+    """Every group through one batched, prefix-shared replay; a failing group runs again case by case, so only its
+    bad lines fail (each reported).  ({line: row}, how many lines failed)."""
+    from mrtpo.core.measures import needs_replay
+
+    results, bad, debug = {}, 0, bool(os.environ.get("MRTPO_DEBUG"))
 
     def report(n, e):
         if debug and not isinstance(e, MrtpoError):
             raise e
         print(f"{a.input}: line {n}: {error_text(e)}", file=sys.stderr)
 
-    def total():  # what every group costs (a group that fails its estimate fails its replay too)
-        ests = []
-        for items in groups.values():
-            try:
-                est = estimate(items)
-            except MrtpoError:
-                continue
-            if est is not None:
-                ests.append(est)
-        return sum(ests[1:], ests[0]) if ests else None
-
-    prog.estimate(f"replaying {len(cases)} cases in {len(groups)} group{'s' if len(groups) > 1 else ''}", total)
+    doing = "replaying" if any(map(needs_replay, job.measures)) else "scoring"
     for j, items in enumerate(groups.values(), start=1):
-        prog.stage(f"{'replaying' if any(map(needs_replay, measures)) else 'scoring'} group {j}/{len(groups)} "
-                   f"({len(items)} case{'s' if len(items) > 1 else ''}, {len(items[0][1]['verifier_info'])} rewards)")
+        prog.stage(f"{doing} group {j}/{len(groups)} "
+                   f"({plural(len(items), 'case')}, {plural(len(items[0][1]['verifier_info']), 'reward')})")
         try:
-            results.update(run(items, prog.work(f"replaying group {j}/{len(groups)}")))
+            results.update(job.run(items, prog.work(f"replaying group {j}/{len(groups)}")))
             continue
         except Exception as e:  # noqa: BLE001 - a group's failure is isolated to its bad lines
             if len(items) == 1:
@@ -165,20 +180,43 @@ def cmd_relevance(a) -> int:
                 continue
         for item in items:
             try:
-                results.update(run([item]))
+                results.update(job.run([item]))
             except Exception as e:  # noqa: BLE001 - one bad line never stops the others
                 report(item[0], e)
                 bad += 1
+    return results, bad
+
+
+def cmd_relevance(a) -> int:
+    from mrtpo.core.measures import ORACLE
+
+    if ORACLE in a.measure and not getattr(a.measure, "everything", False):  # before anything is read
+        raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
+                         f"hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
+    prog = Progress(a.quiet)
+    check_output(a.output, "--output",
+                 inputs={"--input": a.input, "--template": a.template, "--model": model_inputs(a)})
+    template = load_template(a.template)
+    cases, bad = _read_cases(a)
+    measures = _relevance_measures(a, cases)
+    job = _Relevance(load_model_arg(a, prog), template, measures)
+    groups: dict[tuple, list] = {}  # cases sharing the prompt and the reward names
+    for n, c in cases:
+        groups.setdefault((c["prompt"], tuple(c["verifier_info"])), []).append((n, c))
+    prog.estimate(f"replaying {plural(len(cases), 'case')} in {plural(len(groups), 'group')}",
+                  lambda: job.total(groups))
+    results, failed = _run_groups(a, job, groups, prog)
+    bad += failed
     if not results:
-        raise MrtpoError(f"{a.input}: no case could run ({bad} bad lines); nothing written to {a.output}")
+        raise MrtpoError(f"{a.input}: no case could run ({plural(bad, 'bad line')}); nothing written to {a.output}")
     text = "".join(dumps(results[n]) + "\n" for n in sorted(results))
     prog.stage(f"writing {a.output}")
     if a.output == "-":
         sys.stdout.write(text)
     else:
         write_text(a.output, text)
-    skipped = f", {bad} bad lines skipped" if bad else ""
-    print(f"{len(results)} cases written to {a.output}{skipped}", file=sys.stderr)
+    skipped = f", {plural(bad, 'bad line')} skipped" if bad else ""
+    print(f"{plural(len(results), 'case')} written to {a.output}{skipped}", file=sys.stderr)
     return lines_summary(len(results), bad)
 
 
@@ -192,7 +230,7 @@ def _relevance_input(rel, names: list[str], N: int):
     if not isinstance(rel, list):
         raise V.BadValue("relevance", f"must be a list of {N} objects {{reward: [numbers]}}, got {V._shown(rel)}")
     if len(rel) != N:
-        raise V.BadValue("relevance", f"has {len(rel)} entries for {N} responses")
+        raise V.BadValue("relevance", f"has {plural(len(rel), 'entry', 'entries')} for {plural(N, 'response')}")
     rows = []
     for i, r in enumerate(rel):
         f = f"relevance[{i}]"
@@ -246,7 +284,7 @@ def cmd_advantages(a) -> int:
         N, K = len(rows), len(rows[0])
         names = data.get("reward_names") or [f"r{k}" for k in range(K)]
         if isinstance(names, list) and len(names) != K:
-            raise V.BadValue("reward_names", f"has {len(names)} names for {K} rewards")
+            raise V.BadValue("reward_names", f"has {plural(len(names), 'name')} for {plural(K, 'reward')}")
         names = V.string_list(names, "reward_names", distinct=True)
         weights = data.get("weights")
         if weights is not None:
@@ -258,7 +296,7 @@ def cmd_advantages(a) -> int:
     except V.BadValue as e:
         raise e.at(a.input) from None
     if N % a.group_size:
-        raise MrtpoError(f"{a.input}: {N} responses do not split into groups of --group-size {a.group_size}")
+        raise MrtpoError(f"{a.input}: {plural(N, 'response')} do not split into groups of --group-size {a.group_size}")
     if notes and method.tokens:  # the credit step normalizes ρ to token mean 1 (METHOD.md step 3): say so
         more = f" (and {len(notes) - 5} more)" if len(notes) > 5 else ""
         print(f"warning: {a.input}: relevance is normalized to token mean 1 over each response (METHOD.md, MRTPO "

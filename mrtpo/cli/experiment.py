@@ -19,6 +19,7 @@ from mrtpo import validate as V
 from mrtpo.cli.common import check_not_input, check_output, names
 from mrtpo.cli.train import LOG_FIELDS, add_config_flags, config_from_args, step_progress, train_inputs
 from mrtpo.errors import MrtpoError
+from mrtpo.wording import plural
 
 PER_RUN = ("method", "seed", "schedule_seed")
 NOT_SHARED = PER_RUN + LOG_FIELDS  # flags an experiment does not take (its runs would share one credit log)
@@ -119,14 +120,14 @@ def cmd_experiment(a) -> int:
     check_summary(out, exp.name)
     store = Store(a.db)
     log = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
-    log(f"experiment '{exp.name}': {' | '.join(exp.methods)} × {exp.seeds} seeds × {exp.steps} steps "
-        f"in {store.path}")
+    log(f"experiment '{exp.name}': {' | '.join(exp.methods)} × {plural(exp.seeds, 'seed')} × "
+        f"{plural(exp.steps, 'step')} in {store.path}")
     closers = []
     tokens = {name: parse_method(parse_arm(m)[0]).tokens for m, _, name in exp.runs()}
 
     def on_run(name: str, start: int, total: int):
         if not a.quiet:
-            log(f"{name}: steps {start + 1}..{total}")
+            log(f"{name}: " + (f"steps {start + 1}..{total}" if total > start + 1 else f"step {total}"))
         _, on_step, close = step_progress(total, a.quiet, name, start, tokens.get(name, False))
         closers.append(close)
         return on_step

@@ -19,9 +19,12 @@ from mrtpo.cli.common import (
     pick_example,
     quiet_arg,
     sampling_args,
+    sampling_config,
+    task_arg,
 )
 from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.jsonl import dumps, json_lines, load_json, write_text
+from mrtpo.wording import plural
 
 
 def _explain_input(path: str):
@@ -51,7 +54,8 @@ def _explain_input(path: str):
         vi = d["verifier_info"]
         if isinstance(vi, list):
             if len(vi) != G:
-                raise V.BadValue("verifier_info", f"has {len(vi)} entries for {G} responses")
+                raise V.BadValue("verifier_info",
+                                 f"has {plural(len(vi), 'entry', 'entries')} for {plural(G, 'response')}")
             infos = [V.text_map(x, f"verifier_info[{i}]") for i, x in enumerate(vi)]
             for i, x in enumerate(infos[1:], start=1):
                 if set(x) != set(infos[0]):
@@ -103,18 +107,11 @@ def _responses_file(path: str) -> list[str]:
     return texts
 
 
-def cmd_explain(a) -> int:
+def _check_args(a) -> None:
+    """What ``explain``'s flags must agree on, checked before any model work (MrtpoError naming the flags)."""
     from mrtpo.core.advantages import parse_method
-    from mrtpo.core.measures import get_measure, needs_replay
-    from mrtpo.groups import sample_until_varied, score_group, varied_rewards
-    from mrtpo.model import Sample, sample, tokenize_response
-    from mrtpo.replay import ReplayConfig, replay_scored
-    from mrtpo.replay.estimate import estimate_scored, estimate_task_group
-    from mrtpo.tasks import get_family
-    from mrtpo.views import token_view, view_to_json
-    from mrtpo.views.page import page_html
+    from mrtpo.core.measures import get_measure
 
-    prog = Progress(a.quiet)
     parse_method(a.method)  # a bad method fails before any model work
     if a.input and a.task:
         raise MrtpoError(f"--input {a.input} is a group to explain as it is, --task {a.task} samples one of the "
@@ -140,56 +137,69 @@ def cmd_explain(a) -> int:
     if a.input and a.info != "rule":
         raise MrtpoError(f"--info {a.info}: the verifier texts of --input are used as they are (the rule regime); "
                          "--info builds them from a task family's checkers: use it with --task")
-    tries = []
-    if a.task:
-        fam = get_family(a.task)
-        ex = pick_example(fam, a, a.example or 0)
-        for note in fam.notes(ex):
-            print(f"note: {note}", file=sys.stderr)
-        texts = _responses_file(a.responses) if a.responses else None
-        template = load_template(a.template, fam)
-        lm = load_model_arg(a, prog)
-        if texts is not None:
-            prog.stage(f"scoring {len(texts)} responses")
-            group = score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts], a.info)
-        else:
-            n_tries = a.until_varied or 1
-            until = f" (seeds {a.seed}.., up to {n_tries} tries until a reward varies)" if a.until_varied else ""
-            prog.estimate(f"sampling {a.group} × {a.max_new_tokens} tokens and replaying"
-                          + (" (each try)" if a.until_varied else ""),
-                          lambda: estimate_task_group(lm, fam, ex, a.group, a.max_new_tokens, template,
-                                                      measure=a.measure))
-            prog.stage(f"sampling {a.group} × {a.max_new_tokens} tokens and scoring{until}")
-            group, tries = sample_until_varied(
-                lm, fam, ex, n_tries, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature,
-                seed=a.seed, on_try=(lambda tr: prog.stage(_try_line(tr, n_tries))) if a.until_varied else None,
-                info=a.info, sample_fn=lambda s: sample(lm, ex.prompt, n=a.group, max_new_tokens=a.max_new_tokens,
-                                                        temperature=a.temperature, seed=s,
-                                                        progress=prog.work("sampling")))
-            if a.until_varied and tries[-1].varied and len(tries) > 1:
-                prog.stage(f"using try {tries[-1].index} (seed {tries[-1].seed})")
-    elif a.input:
-        template = load_template(a.template)
-        group = _explain_input(a.input)  # a bad file fails before the model loads
-        lm = load_model_arg(a, prog)
-        group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
-    else:
-        raise MrtpoError("explain needs --task FAMILY (with --example / --examples) or --input group.json")
-    if not varied_rewards(group):
-        how = (f"in {len(tries)} tries (seeds {tries[0].seed}..{tries[-1].seed})" if len(tries) > 1 else
-               "in this group")
-        nxt = tries[-1].seed + 1 if tries else a.seed + 1
-        hint = ("" if not a.task or a.responses else
-                f"; try --seed {nxt}, --until-varied {max(5, 2 * len(tries))}"
-                + (", or a larger --group" if a.group < 16 else ""))
-        print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
-              f"heatmaps have no color{hint}", file=sys.stderr)
+
+
+def _task_group(a, prog: Progress):
+    """``--task``: the example's group, given (``--responses``) or sampled (until a reward varies with
+    ``--until-varied``): (model, group, template, the tries)."""
+    from mrtpo.groups import sample_until_varied, score_group
+    from mrtpo.model import Sample, sample, tokenize_response
+    from mrtpo.replay.estimate import estimate_task_group
+    from mrtpo.tasks import get_family
+
+    fam = get_family(a.task)
+    ex = pick_example(fam, a, a.example or 0)
+    for note in fam.notes(ex):
+        print(f"note: {note}", file=sys.stderr)
+    texts = _responses_file(a.responses) if a.responses else None
+    template = load_template(a.template, fam)
+    lm = load_model_arg(a, prog)
+    if texts is not None:
+        prog.stage(f"scoring {plural(len(texts), 'response')}")
+        return lm, score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts], a.info), template, []
+    cfg, n_tries = sampling_config(a), a.until_varied or 1
+    what = f"sampling {cfg.group_size} × {cfg.max_new_tokens} tokens"
+    until = (f" (seeds {cfg.seed}.., up to {plural(n_tries, 'try', 'tries')} until a reward varies)"
+             if a.until_varied else "")
+    prog.estimate(f"{what} and replaying" + (" (each try)" if a.until_varied else ""),
+                  lambda: estimate_task_group(lm, fam, ex, cfg.group_size, cfg.max_new_tokens, template,
+                                              measure=a.measure))
+    prog.stage(f"{what} and scoring{until}")
+    group, tries = sample_until_varied(
+        lm, fam, ex, n_tries, cfg, on_try=(lambda tr: prog.stage(_try_line(tr, n_tries))) if a.until_varied else None,
+        info=a.info, sample_fn=lambda c: sample(lm, ex.prompt, c, progress=prog.work("sampling")))
+    if a.until_varied and tries[-1].varied and len(tries) > 1:
+        prog.stage(f"using try {tries[-1].index} (seed {tries[-1].seed})")
+    return lm, group, template, tries
+
+
+def _constant_warning(a, tries: list) -> None:
+    """The warning when every reward is the same for every response: every advantage is 0, nothing is colored."""
+    how = (f"in {len(tries)} tries (seeds {tries[0].seed}..{tries[-1].seed})" if len(tries) > 1 else
+           "in this group")
+    nxt = tries[-1].seed + 1 if tries else a.seed + 1
+    hint = ("" if not a.task or a.responses else
+            f"; try --seed {nxt}, --until-varied {max(5, 2 * len(tries))}"
+            + (", or a larger --group-size" if a.group_size < 16 else ""))
+    print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
+          f"heatmaps have no color{hint}", file=sys.stderr)
+
+
+def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> None:
+    """Replay the group (or read the measure without one), then write ``--html`` (and ``--json``)."""
+    from mrtpo.core.measures import needs_replay
+    from mrtpo.display import token_view, view_to_json
+    from mrtpo.display.page import page_html
+    from mrtpo.replay import ReplayConfig, replay_scored
+    from mrtpo.replay.estimate import estimate_scored
+
     cfg = ReplayConfig(temperature=a.temperature)  # entropy: the sampler's, else one forward under the prompt
+    n = plural(len(group.samples), "response")
     if needs_replay(a.measure):
         prog.estimate("replaying", lambda: estimate_scored(lm, [group], template, measure=a.measure))
-        prog.stage(f"replaying {len(group.samples)} responses under P_all and each P_\\k")
+        prog.stage(f"replaying {n} under P_all and each P_\\k")
     else:
-        prog.stage(f"{a.measure} for {len(group.samples)} responses (no replay)")
+        prog.stage(f"{a.measure} for {n} (no replay)")
     replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
     view = token_view(group, replay, method=a.method, beta=a.beta)
     prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
@@ -200,13 +210,34 @@ def cmd_explain(a) -> int:
             data["seed"] = tries[-1].seed
             data["tries"] = [{"seed": t.seed, "varied": t.varied, "constant": t.constant} for t in tries]
         write_text(a.json, dumps(data))
+
+
+def cmd_explain(a) -> int:
+    from mrtpo.groups import varied_rewards
+    from mrtpo.model import Sample, tokenize_response
+
+    prog = Progress(a.quiet)
+    _check_args(a)
+    tries = []
+    if a.task:
+        lm, group, template, tries = _task_group(a, prog)
+    elif a.input:
+        template = load_template(a.template)
+        group = _explain_input(a.input)  # a bad file fails before the model loads
+        lm = load_model_arg(a, prog)
+        group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
+    else:
+        raise MrtpoError("explain needs --task FAMILY (with --example / --examples) or --input group.json")
+    if not varied_rewards(group):
+        _constant_warning(a, tries)
+    _replay_and_write(a, prog, lm, group, template, tries)
     print(f"wrote {a.html}" + (f" and {a.json}" if a.json else ""), file=sys.stderr)
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("explain", help="self-contained HTML heatmaps for one prompt and its responses")
-    p.add_argument("--task", default=None, help="task family: sql | instructions | tools")
+    task_arg(p, required=False)
     p.add_argument("--example", default=None, help="example id or index (default 0)")
     p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
                                                      "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")

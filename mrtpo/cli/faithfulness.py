@@ -1,8 +1,8 @@
 """``faithfulness``: does relevance fall on what the verifiers read? Sample a task family's examples, score them
 (every reward's evidence spans), replay every reward once and print, per reward × relevance measure, the token
-AUROC, lift and span-peak AUROC of relevance against the evidence (:mod:`mrtpo.core.faithfulness`), as JSON.
+AUROC, lift and span-peak AUROC of relevance against the evidence (:mod:`mrtpo.core.faith_metrics`), as JSON.
 
-    mrtpo faithfulness --task sql [--examples FILE] [--limit 20] [--group 4] [--measure js js-word ...]
+    mrtpo faithfulness --task sql [--examples FILE] [--limit 20] [--group-size 4] [--measure js js-word ...]
 
 Rewards are grouped by name (for instructions: the constraint id; a repeat ``id#2`` counts under ``id``). The
 measures only re-read what the replay stored, so each extra measure costs no model time.
@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import time
 
-from mrtpo import validate as V
 from mrtpo.cli.common import (
     POSITIVE,
-    SEED,
-    TEMPERATURE,
     Progress,
     check_output,
     compare_args,
@@ -25,10 +22,14 @@ from mrtpo.cli.common import (
     model_args,
     model_inputs,
     quiet_arg,
+    sampling_args,
+    sampling_config,
+    task_arg,
     task_examples,
     write_json,
 )
 from mrtpo.errors import MrtpoError
+from mrtpo.wording import plural
 
 
 def cmd_faithfulness(a) -> int:
@@ -37,7 +38,7 @@ def cmd_faithfulness(a) -> int:
     from mrtpo.core.measures import needs_attention, needs_rewording
     from mrtpo.model import load_model
     from mrtpo.replay.estimate import estimate_task_group, eta_text
-    from mrtpo.replay.faithfulness import faithfulness_report
+    from mrtpo.replay.faith_report import faithfulness_report
     from mrtpo.tasks import get_family
 
     check_output(a.output, "--output", inputs={"--examples": examples_inputs(a.examples), "--template": a.template,
@@ -55,11 +56,13 @@ def cmd_faithfulness(a) -> int:
     lm = load_model(a.model, a.device)
     t_load = time.perf_counter() - t0
     reword, attention = any(map(needs_rewording, measures)), any(map(needs_attention, measures))
-    prog.estimate(f"{len(examples)} examples: sampling {a.group} × {a.max_new_tokens} tokens and {len(infos)} "
-                  f"replay{'s' if len(infos) > 1 else ''} each",
-                  lambda: sum((estimate_task_group(lm, fam, ex, a.group, a.max_new_tokens, template, replays=len(infos),
-                                                   reword=reword, attention=attention) for ex in examples[1:]),
-                              estimate_task_group(lm, fam, examples[0], a.group, a.max_new_tokens, template,
+    cfg = sampling_config(a)
+    prog.estimate(f"{plural(len(examples), 'example')}: sampling {cfg.group_size} × {cfg.max_new_tokens} tokens and "
+                  f"{plural(len(infos), 'replay')} each",
+                  lambda: sum((estimate_task_group(lm, fam, ex, cfg.group_size, cfg.max_new_tokens, template,
+                                                   replays=len(infos), reword=reword, attention=attention)
+                               for ex in examples[1:]),
+                              estimate_task_group(lm, fam, examples[0], cfg.group_size, cfg.max_new_tokens, template,
                                                   replays=len(infos), reword=reword, attention=attention)))
     began, done = prog.seconds, [0]
 
@@ -68,12 +71,11 @@ def cmd_faithfulness(a) -> int:
         left = "" if done[0] == len(examples) else f" · {eta_text(done[0] / len(examples), prog.seconds - began)}"
         prog.stage(line + left)
 
-    report = faithfulness_report(lm, fam, examples, template, measures, a.group, a.max_new_tokens, a.temperature,
-                                 a.seed, progress=progress, infos=infos)
+    report = faithfulness_report(lm, fam, examples, template, measures, cfg, progress=progress, infos=infos)
     by_info = {i: {k: v for k, v in r.items() if k != "pairs"} for i, r in report["infos"].items()}
     seconds = {**report["seconds"], "model": round(t_load, 2), "total": round(time.perf_counter() - t0, 2)}
-    out = {"task": fam.name, "model": lm.name, "examples": len(examples), "group": a.group,
-           "max_new_tokens": a.max_new_tokens, "temperature": a.temperature, "seed": a.seed,
+    out = {"task": fam.name, "model": lm.name, "examples": len(examples), "group": cfg.group_size,
+           "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed,
            "measures": measures, "info": infos[0] if len(infos) == 1 else infos,
            # one regime: its "rewards" and "all" at the top (as before regimes); several: under "infos"
            **(by_info[infos[0]] if len(infos) == 1 else {"infos": by_info}), "seconds": seconds}
@@ -84,20 +86,14 @@ def cmd_faithfulness(a) -> int:
 def register(sub) -> None:
     from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
     from mrtpo.core.measures import measure_names
-    from mrtpo.model import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS
 
     p = sub.add_parser("faithfulness", help="token AUROC / lift of relevance against the verifiers' evidence spans")
-    p.add_argument("--task", required=True, help="sql | instructions | tools")
+    task_arg(p)
     p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
                                                      "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")
     compare_args(p)
     p.add_argument("--limit", type=POSITIVE, default=20, help="the first N examples (default 20)")
-    p.add_argument("--group", type=V.int_flag(1, MAX_GROUP_SIZE), default=GROUP_SIZE,
-                   help=f"responses sampled per example (1 to {MAX_GROUP_SIZE}; default {GROUP_SIZE})")
-    p.add_argument("--max-new-tokens", type=POSITIVE, default=MAX_NEW_TOKENS,
-                   help=f"(>= 1; default {MAX_NEW_TOKENS})")
-    p.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="(>= 0; 0 = greedy)")
-    p.add_argument("--seed", type=SEED, default=0)
+    sampling_args(p)  # per example: a group of --group-size responses, the same --seed for every example
     p.add_argument("--measure", nargs="+", type=measure_list, default=None, metavar="NAME",
                    help="relevance measures to compare (default js; names, comma lists or all): "
                         + ", ".join(measure_names()))

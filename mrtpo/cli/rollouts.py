@@ -28,6 +28,7 @@ from mrtpo.cli.common import (
 )
 from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, write_text
+from mrtpo.wording import plural
 
 
 def cmd_rollouts(a) -> int:
@@ -55,12 +56,12 @@ def cmd_rollouts(a) -> int:
             vt.rewards_of(r), vt.info(r)
     lm = load_model_arg(a, prog)
     todo = groups[:a.max_groups]
-    prog.estimate(f"replaying {len(todo)} group{'s' if len(todo) > 1 else ''}",
+    prog.estimate(f"replaying {plural(len(todo), 'group')}",
                   lambda: _estimate(lm, todo, vt, template))
     items, skipped = [], []
     for j, g in enumerate(todo, start=1):  # rx.explain_rollouts, one group at a time with progress
         step = f"step {g.step}, " if g.step is not None else ""
-        prog.stage(f"replaying group {j}/{len(todo)} ({step}{len(g.rows)} rows)")
+        prog.stage(f"replaying group {j}/{len(todo)} ({step}{plural(len(g.rows), 'row')})")
         try:
             items.append(rx.explain_group(lm, g, vt, template, a.method, a.beta,
                                           progress=prog.work(f"replaying group {j}/{len(todo)}")))
@@ -70,8 +71,8 @@ def cmd_rollouts(a) -> int:
             skipped.append(e)
             print(f"warning: {e}; this group is skipped (--strict: stop here instead)", file=sys.stderr)
     if not items:
-        raise MrtpoError(f"none of the {len(todo)} groups could be explained (each reported above); nothing "
-                         f"written to {a.output}")
+        which = "the group could not" if len(todo) == 1 else f"none of the {len(todo)} groups could"
+        raise MrtpoError(f"{which} be explained (each reported above); nothing written to {a.output}")
     text = "".join(dumps(rx.group_json(eg)) + "\n" for eg in items)
     prog.stage(f"writing {a.output}" + (f" and {a.html}" if a.html else ""))
     if a.output == "-":
@@ -83,8 +84,8 @@ def cmd_rollouts(a) -> int:
     n_rows = sum(len(eg.group.rows) for eg in items)
     more = f" (of {len(groups)}; raise --max-groups for more)" if len(groups) > len(todo) else ""
     left = f", {len(skipped)} skipped (see the warnings)" if skipped else ""
-    print(f"{len(items)} groups{more}{left}, {n_rows} rows explained → {a.output}" + (f", {a.html}" if a.html else ""),
-          file=sys.stderr)
+    print(f"{plural(len(items), 'group')}{more}{left}, {plural(n_rows, 'row')} explained → {a.output}"
+          + (f", {a.html}" if a.html else ""), file=sys.stderr)
     return 1 if skipped else 0
 
 

@@ -14,6 +14,8 @@ from mrtpo.cli.common import (
     model_args,
     pick_example,
     sampling_args,
+    sampling_config,
+    task_arg,
     task_examples,
 )
 from mrtpo.errors import MrtpoError
@@ -30,7 +32,7 @@ def cmd_sample(a) -> int:
     for note in fam.notes(ex):
         print(f"note: {note}", file=sys.stderr)
     lm = load_model(a.model, a.device)
-    g = sample_group(lm, fam, ex, n=a.group, max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed)
+    g = sample_group(lm, fam, ex, sampling_config(a))
     for i, s in enumerate(g.samples):
         print(dumps({"example_id": ex.id, "index": i, "response": s.text,
                      "rewards": dict(zip(g.reward_names, map(float, g.rewards[i]))),
@@ -92,7 +94,7 @@ EXAMPLES_HELP = ("examples: a JSONL file in the family's format (default: built-
 
 def register(sub) -> None:
     p = sub.add_parser("sample", help="sample a group for a task example; print responses with rewards")
-    p.add_argument("--task", required=True)
+    task_arg(p)
     p.add_argument("--example", default="0", help="example id or index")
     p.add_argument("--examples", default=None, help=EXAMPLES_HELP)
     compare_args(p)
@@ -101,7 +103,7 @@ def register(sub) -> None:
     p.set_defaults(fn=cmd_sample)
 
     p = sub.add_parser("score", help="score given responses against task examples", epilog=LINES_EPILOG)
-    p.add_argument("--task", required=True)
+    task_arg(p)
     p.add_argument("--examples", default=None, help=EXAMPLES_HELP)
     compare_args(p)
     p.add_argument("--responses", required=True, help='JSONL lines {"example_id", "response"}; for a list of '

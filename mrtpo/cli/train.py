@@ -19,6 +19,7 @@ import time
 from mrtpo import validate as V
 from mrtpo.cli.common import field_flag
 from mrtpo.errors import MrtpoError
+from mrtpo.wording import plural
 
 LOG_FIELDS = ("credit_log", "credit_log_groups")  # the credit log's options: not part of what a run is
 
@@ -91,7 +92,8 @@ def step_line(step: int, total: int, m: dict, seconds: float, tokens: bool) -> s
     if tokens:
         b = m.get("beta_s", 0.0)
         beta = f", β_s {b:.3f}" + (" (warmup: this update is GDPO's)" if b == 0 else "")
-    return (f"step {step}/{total} done in {seconds:.1f} s ({times}): reward {m['reward/mean']:.3f}, "
+    times = f" ({times})" if times else ""  # no phase took 0.05 s: no empty "()"
+    return (f"step {step}/{total} done in {seconds:.1f} s{times}: reward {m['reward/mean']:.3f}, "
             f"loss {m['loss']:+.4f}{beta}")
 
 
@@ -177,8 +179,8 @@ def check_credit_log(cfg, a) -> None:
     ``/proc/x``, fail only then), not an input (examples, template, model folder, the store) nor inside one.  Whose
     log is there (another run's is refused) the Trainer checks next, also before anything is stored."""
     from mrtpo.creditlog.files import log_folder_problem
+    from mrtpo.creditlog.train_writer import run_inputs
     from mrtpo.store import default_path
-    from mrtpo.train.credit_log import run_inputs
 
     path = cfg.log.credit_log
     if path is None:
@@ -226,7 +228,7 @@ def cmd_train(a) -> int:
         tr = Trainer(cfg, store, name, log=log)
     stored = store.require_run(name).steps_done  # tr.steps_done: where it resumes (the last checkpoint)
     if stored >= a.steps:
-        log(f"run '{name}' already has {stored} steps (asked for {a.steps}); nothing to do")
+        log(f"run '{name}' already has {plural(stored, 'step')} (asked for {a.steps}); nothing to do")
         return 0
     on_phase, on_step, close = step_progress(a.steps, a.quiet, name, tr.steps_done, tr.method.tokens,
                                              step_estimate(tr))
@@ -235,7 +237,7 @@ def cmd_train(a) -> int:
     finally:
         close()
     run = store.require_run(name)
-    log(f"run '{name}': {run.steps_done} steps, last checkpoint at step {run.last_checkpoint}")
+    log(f"run '{name}': {plural(run.steps_done, 'step')}, last checkpoint at step {run.last_checkpoint}")
     return 0
 
 

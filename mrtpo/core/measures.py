@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from mrtpo.core.faithfulness import token_labels
+from mrtpo.core.faith_metrics import token_labels
 from mrtpo.core.js import normalize_relevance
 from mrtpo.core.ktae import ktae_scores
 from mrtpo.errors import MrtpoError
@@ -286,7 +286,7 @@ def _evidence(inp: MeasureInput) -> np.ndarray:
 
 def evidence_scores(offsets: Sequence[tuple[int, int]], text: str, spans) -> np.ndarray:
     """(T,) the oracle's scores: 1 on the tokens overlapping a span of ``spans`` (the checker's evidence, with the
-    whitespace token before an evidence token: :func:`mrtpo.core.faithfulness.token_labels`), 0 elsewhere; all 1
+    whitespace token before an evidence token: :func:`mrtpo.core.faith_metrics.token_labels`), 0 elsewhere; all 1
     (uniform) for ``None`` (the whole response) or ``[]`` (nothing specific).  ``NO_EVIDENCE`` (no checker) is an
     MrtpoError: the oracle needs a task family's verifiers."""
     if spans is NO_EVIDENCE:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mrtpo.errors import MrtpoError
+from mrtpo.wording import plural
 
 FORMAT = "mrtpo-credit-log"
 VERSION = 1
@@ -215,7 +216,8 @@ def check_row(obj: Any, path: str | Path, row: int) -> CreditRow:
             if per_token == "dict" else []
         for where, x in items:
             if x is not None and len(x) != T:
-                raise CreditLogError(path, row, name, f"{where} has {len(x)} values for {T} tokens (token_ids)")
+                raise CreditLogError(path, row, name,
+                                     f"{where} has {plural(len(x), 'value')} for {plural(T, 'token')} (token_ids)")
     text = obj["completion"]
     offsets = None if obj["offsets"] is None else [(int(a), int(b)) for a, b in obj["offsets"]]
     if offsets and offsets[-1][1] > len(text):

@@ -14,6 +14,7 @@ import numpy as np
 
 from mrtpo.errors import MrtpoError
 from mrtpo.jsonl import dumps, write_text
+from mrtpo.wording import plural
 
 SUMMARY_FILE, PNG_FILE, HTML_FILE = "summary.json", "curves.png", "report.html"
 
@@ -26,48 +27,35 @@ def panel_keys(summary: dict) -> list[str]:
     return ["mean"] + sorted(keys - {"mean"}, key=lambda k: (k != "reward/all_pass", k))
 
 
-def plot_png(summary: dict) -> bytes:
-    """The curves as a PNG (matplotlib, Agg): one panel per curve (mean reward, then each ``reward/<name>``),
-    each method's seed mean with its min–max band, and a last panel with each paired AUC difference and its 95 %
-    interval."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+def _curve_panel(ax, summary: dict, key: str, first: bool) -> None:
+    """One curve's panel: each method's seed mean with its min–max band (``first``: the legend and the threshold)."""
     from matplotlib.ticker import MaxNLocator
 
-    keys = panel_keys(summary)
-    methods = list(summary["methods"])
-    panels = len(keys) + 1
-    cols = min(3, panels)
-    rows = math.ceil(panels / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
-    flat = axes.ravel()
-    for i, key in enumerate(keys):
-        ax = flat[i]
-        for mi, m in enumerate(methods):
-            c = summary["curves"][m].get(key)
-            if not c:
-                continue
-            x = np.arange(1, len(c["mean"]) + 1)
-            f = lambda v: np.array([np.nan if a is None else a for a in v], dtype=float)  # noqa: E731
-            color = PALETTE[mi % len(PALETTE)]
-            ax.fill_between(x, f(c["lo"]), f(c["hi"]), color=color, alpha=0.18, linewidth=0)
-            # a reward's curve has gaps (steps whose prompts lack it): markers keep lone points visible
-            ax.plot(x, f(c["mean"]), color=color, label=m, linewidth=1.6, marker="o", markersize=2.5)
-        title = "mean reward (per prompt)" if key == "mean" else key.split("/", 1)[-1]
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.tick_params(labelsize=7)
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
-        if i == 0:
-            ax.legend(fontsize=7, loc="best")
-            if summary.get("threshold") is not None:
-                ax.axhline(summary["threshold"], color="#888", linestyle=":", linewidth=1)
-    ax = flat[len(keys)]
-    others = list(summary["paired"])
+    for mi, m in enumerate(summary["methods"]):
+        c = summary["curves"][m].get(key)
+        if not c:
+            continue
+        x = np.arange(1, len(c["mean"]) + 1)
+        f = lambda v: np.array([np.nan if a is None else a for a in v], dtype=float)  # noqa: E731
+        color = PALETTE[mi % len(PALETTE)]
+        ax.fill_between(x, f(c["lo"]), f(c["hi"]), color=color, alpha=0.18, linewidth=0)
+        # a reward's curve has gaps (steps whose prompts lack it): markers keep lone points visible
+        ax.plot(x, f(c["mean"]), color=color, label=m, linewidth=1.6, marker="o", markersize=2.5)
+    ax.set_title("mean reward (per prompt)" if key == "mean" else key.split("/", 1)[-1], fontsize=9)
+    ax.set_xlabel("step", fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.tick_params(labelsize=7)
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    if first:
+        ax.legend(fontsize=7, loc="best")
+        if summary.get("threshold") is not None:
+            ax.axhline(summary["threshold"], color="#888", linestyle=":", linewidth=1)
+
+
+def _paired_panel(ax, summary: dict) -> None:
+    """Each paired AUC difference with its 95 % interval, 0 in the middle."""
+    methods, others = list(summary["methods"]), list(summary["paired"])
     for i, m in enumerate(others):
         p = summary["paired"][m]
         d, (lo, hi) = p["auc_diff"], p["ci95"]
@@ -84,10 +72,30 @@ def plot_png(summary: dict) -> bytes:
     ax.set_title("paired Δ AUC (95 % cluster bootstrap)", fontsize=9)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3, axis="x")
+
+
+def plot_png(summary: dict) -> bytes:
+    """The curves as a PNG (matplotlib, Agg): one panel per curve (mean reward, then each ``reward/<name>``),
+    each method's seed mean with its min–max band, and a last panel with each paired AUC difference and its 95 %
+    interval."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    keys = panel_keys(summary)
+    panels = len(keys) + 1
+    cols = min(3, panels)
+    rows = math.ceil(panels / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    flat = axes.ravel()
+    for i, key in enumerate(keys):
+        _curve_panel(flat[i], summary, key, first=i == 0)
+    _paired_panel(flat[len(keys)], summary)
     for a in flat[panels:]:
         a.set_visible(False)
-    fig.suptitle(f"{summary['experiment']}: {summary['task']}, {summary['seeds']} seeds × {summary['steps']} steps "
-                 f"(band: min–max over seeds)", fontsize=10)
+    fig.suptitle(f"{summary['experiment']}: {summary['task']}, {plural(summary['seeds'], 'seed')} × "
+                 f"{plural(summary['steps'], 'step')} (band: min–max over seeds)", fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

@@ -292,8 +292,69 @@ def _band(arr: np.ndarray) -> dict[str, list]:
             (("mean", mean), ("lo", lo), ("hi", hi))}
 
 
+def _check_paired(data: ExperimentData, have: np.ndarray) -> None:
+    """MrtpoError if two runs of one seed saw different examples at a step every method has (``have`` (J, S))."""
+    cfg = data.config
+    base = cfg.methods[0]
+    for j, s in zip(*np.nonzero(have)):
+        ids = {m: data.examples[m][j][s] for m in cfg.methods}
+        if any(v != ids[base] for v in ids.values()):
+            raise MrtpoError(f"the runs of seed {j} are not paired: at step {s + 1} they saw examples "
+                             + "; ".join(f"{m}: {','.join(v)}" for m, v in ids.items()))
+
+
+def _curves(data: ExperimentData, have: np.ndarray) -> dict[str, dict[str, dict]]:
+    """Per method: the band of the mean-reward curve and of each reward's, over the cells every method has."""
+    curves: dict[str, dict[str, dict]] = {}
+    for m in data.config.methods:
+        curves[m] = {"mean": _band(np.where(have, data.units[m].mean(axis=2), np.nan))}  # (J, S): c_m,j(s)
+        for key, arr in sorted(data.rewards[m].items()):
+            if key != "reward/mean":
+                curves[m][key] = _band(np.where(have, arr, np.nan))
+    return curves
+
+
+def _paired(data: ExperimentData, m: str, n_boot: int, boot_seed: int) -> dict:
+    """Method ``m`` against the baseline, on the (seed, step) cells both runs have: the paired AUC difference, its
+    cluster-bootstrap interval, the per-seed differences and the smallest difference the seeds could detect."""
+    cfg = data.config
+    base, J = cfg.methods[0], cfg.seeds
+    own = {x: np.all(np.isfinite(data.units[x]), axis=2) for x in (m, base)}  # (J, S): the cells each run has
+    pair = own[m] & own[base]
+    pc = {x: np.where(pair, data.units[x].mean(axis=2), np.nan) for x in (m, base)}
+    diffs = [(data.units[m][j] - data.units[base][j])[pair[j]].ravel() for j in range(J)]
+    diffs = [d for d in diffs if d.size]
+    n = int(sum(d.size for d in diffs))
+    ci = cluster_bootstrap_ci(diffs, n_boot, boot_seed) if n else (float("nan"), float("nan"))
+    out = {"auc_diff": float(np.mean(np.concatenate(diffs))) if n else float("nan"), "ci95": list(ci),
+           "n": n, "n_seeds": len(diffs), "against": base, "steps_paired": [int(pair[j].sum()) for j in range(J)],
+           "seed_diffs": [auc(pc[m][j]) - auc(pc[base][j]) for j in range(J)]}
+    mde = detectable_diff(out["seed_diffs"])
+    out["detectable"] = mde if np.isfinite(mde) else None  # None: fewer than 2 seeds, or no spread
+    return out
+
+
+def _definitions(base: str, n_boot: int, boot_seed: int) -> dict[str, str]:
+    """What each number of the summary is, in words."""
+    return {
+        "unit": "one prompt slot of one step of one seed; value: the mean over its G responses of each "
+                "response's mean reward",
+        "auc": "(1/S) Σ_{s=1..S} c̄(s): the step mean of the seed-mean mean-reward curve",
+        "final": f"mean of the seed-mean curve over the last min({FINAL_WINDOW}, S) steps",
+        "auc_diff": f"mean over the n paired units of (method − {base}): the (seed, step) cells both runs have; "
+                    f"= AUC difference when complete",
+        "ci95": f"percentile cluster bootstrap ({n_boot} resamples, seed {boot_seed}): seeds with replacement, "
+                f"then units within each drawn seed",
+        "steps_to_threshold": f"first step where the seed-mean curve, trailing mean over {SMOOTH_WINDOW} "
+                              f"steps, reaches the threshold",
+        "band": "min–max over seeds",
+        "detectable": "the smallest Δ AUC the seeds' spread could detect: (t_{0.975,n−1} + t_{0.80,n−1}) · "
+                      "sd(per-seed AUC differences) / √n (paired t-test, α = 0.05, power 0.8)",
+    }
+
+
 def experiment_summary(data: ExperimentData, threshold: float | None = None, n_boot: int = N_BOOT,
-              boot_seed: int = 0) -> dict:
+                       boot_seed: int = 0) -> dict:
     """The experiment's statistics (module docstring) as a JSON-ready dict; ``threshold`` None = the default rule.
 
     A seed's step counts for the curves and the methods' table only when every method's run of that seed has it, so
@@ -306,23 +367,8 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
     S = next(iter(data.units.values())).shape[1]
     # (J, S): the (seed, step) cells every method has
     have = np.all([np.all(np.isfinite(data.units[m]), axis=2) for m in cfg.methods], axis=0)
-    for j in range(J):
-        for s in range(S):
-            if not have[j, s]:
-                continue
-            ids = {m: data.examples[m][j][s] for m in cfg.methods}
-            if any(v != ids[base] for v in ids.values()):
-                raise MrtpoError(f"the runs of seed {j} are not paired: at step {s + 1} they saw examples "
-                                 + "; ".join(f"{m}: {','.join(v)}" for m, v in ids.items()))
-    curves: dict[str, dict[str, dict]] = {}
-    run_curve = {}
-    for m in cfg.methods:
-        c = np.where(have, data.units[m].mean(axis=2), np.nan)  # (J, S): c_m,j(s) where every method has it
-        run_curve[m] = c
-        curves[m] = {"mean": _band(c)}
-        for key, arr in sorted(data.rewards[m].items()):
-            if key != "reward/mean":
-                curves[m][key] = _band(np.where(have, arr, np.nan))
+    _check_paired(data, have)
+    curves = _curves(data, have)
     mean_curve = {m: np.array([np.nan if v is None else v for v in curves[m]["mean"]["mean"]]) for m in cfg.methods}
     finals = {m: final_value(mean_curve[m]) for m in cfg.methods}
     start = float(mean_curve[base][0]) if S and np.isfinite(mean_curve[base][0]) else float("nan")
@@ -332,42 +378,14 @@ def experiment_summary(data: ExperimentData, threshold: float | None = None, n_b
                    "steps_to_threshold": steps_to_threshold(mean_curve[m], threshold),
                    "runs": [cfg.run_name(m, j) for j in range(J)], "steps_done": data.steps_done[m]}
                for m in cfg.methods}
-    paired = {}
-    own = {m: np.all(np.isfinite(data.units[m]), axis=2) for m in cfg.methods}  # (J, S): the cells each run has
-    for m in cfg.methods[1:]:
-        pair = own[m] & own[base]  # (J, S): each arm is paired with the baseline on the cells both have
-        pc = {x: np.where(pair, data.units[x].mean(axis=2), np.nan) for x in (m, base)}
-        diffs = [(data.units[m][j] - data.units[base][j])[pair[j]].ravel() for j in range(J)]
-        diffs = [d for d in diffs if d.size]
-        n = int(sum(d.size for d in diffs))
-        ci = cluster_bootstrap_ci(diffs, n_boot, boot_seed) if n else (float("nan"), float("nan"))
-        paired[m] = {"auc_diff": float(np.mean(np.concatenate(diffs))) if n else float("nan"), "ci95": list(ci),
-                     "n": n, "n_seeds": len(diffs), "against": base,
-                     "steps_paired": [int(pair[j].sum()) for j in range(J)],
-                     "seed_diffs": [auc(pc[m][j]) - auc(pc[base][j]) for j in range(J)]}
-        mde = detectable_diff(paired[m]["seed_diffs"])
-        paired[m]["detectable"] = mde if np.isfinite(mde) else None  # None: fewer than 2 seeds, or no spread
+    paired = {m: _paired(data, m, n_boot, boot_seed) for m in cfg.methods[1:]}
     steps_common = int(have.all(axis=0).sum()) if J else 0
     return {
         "experiment": cfg.name, "task": cfg.base["task"], "model": cfg.base["model"], "steps": cfg.steps,
         "seeds": J, "methods": methods, "paired": paired, "threshold": threshold, "start": start,
         "complete": bool(have.all()) and S >= cfg.steps, "steps_all_seeds": steps_common,
         "units": {"per_step": cfg.base["prompts_per_step"], "group_size": cfg.base["group_size"]},
-        "definitions": {
-            "unit": "one prompt slot of one step of one seed; value: the mean over its G responses of each "
-                    "response's mean reward",
-            "auc": "(1/S) Σ_{s=1..S} c̄(s): the step mean of the seed-mean mean-reward curve",
-            "final": f"mean of the seed-mean curve over the last min({FINAL_WINDOW}, S) steps",
-            "auc_diff": f"mean over the n paired units of (method − {base}): the (seed, step) cells both runs have; "
-                        f"= AUC difference when complete",
-            "ci95": f"percentile cluster bootstrap ({n_boot} resamples, seed {boot_seed}): seeds with replacement, "
-                    f"then units within each drawn seed",
-            "steps_to_threshold": f"first step where the seed-mean curve, trailing mean over {SMOOTH_WINDOW} "
-                                  f"steps, reaches the threshold",
-            "band": "min–max over seeds",
-            "detectable": "the smallest Δ AUC the seeds' spread could detect: (t_{0.975,n−1} + t_{0.80,n−1}) · "
-                          "sd(per-seed AUC differences) / √n (paired t-test, α = 0.05, power 0.8)",
-        },
+        "definitions": _definitions(base, n_boot, boot_seed),
         "config": cfg.to_dict(),
         "curves": curves,
     }

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from mrtpo.core.credit import BETA, METHOD
+from mrtpo.display import TokenView, token_view, view_to_json
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup
 from mrtpo.integrations.rollouts import RolloutFileError, RolloutGroup, RolloutRow, _number, _plain, group_rows
@@ -20,7 +21,6 @@ from mrtpo.jsonl import InputFileError, parse_json, read_text
 from mrtpo.model import TooLong
 from mrtpo.tasks.base import Example
 from mrtpo.templates import Template, TemplateError, fill_fields, template_fields
-from mrtpo.views import TokenView, token_view, view_to_json
 
 
 # ---------------------------------------------------------------------------------------------- verifier template
@@ -185,8 +185,8 @@ def group_json(eg: ExplainedGroup) -> dict:
 
 def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") -> str:
     """One self-contained page: per group its prompt, rewards table and every response (short ones in full, long
-    ones overview first: :func:`mrtpo.views.page.group_html`)."""
-    from mrtpo.views import page, render
+    ones overview first: :func:`mrtpo.display.page.group_html`)."""
+    from mrtpo.display import page, render
 
     body = [f"<h2>{html.escape(title)}</h2>"]
     for n, eg in enumerate(items):

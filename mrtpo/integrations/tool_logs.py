@@ -47,6 +47,7 @@ from typing import Any, Callable, Iterable
 from mrtpo.creditlog import CreditLogError, CreditRow, CreditStep, read_credit_log
 from mrtpo.creditlog.files import NO_META, STEP_FILE, Bad, first_rows, json_rows
 from mrtpo.creditlog.format import META_FILE
+from mrtpo.wording import plural
 
 FORMATS = ("credit-log", "board", "prime-rl", "trl", "verl")
 BOARD_REQUIRED = ("prompt", "response", "response_tokens", "logprobs", "reward", "step")
@@ -95,7 +96,7 @@ def _series(obj: dict, name: str, path, n, T: int | None = None, required: bool 
         raise CreditLogError(path, n, name, "must be a list of per-token numbers")
     out = [_number(x, path, n, name, null=True) if not isinstance(x, bool) else float(x) for x in v]
     if T is not None and len(out) != T:
-        raise CreditLogError(path, n, name, f"has {len(out)} values for {T} tokens")
+        raise CreditLogError(path, n, name, f"has {plural(len(out), 'value')} for {plural(T, 'token')}")
     return out
 
 
@@ -147,7 +148,7 @@ def board_row(obj: dict, path, n: int) -> CreditRow:
     logp = _series(obj, "logprobs", path, n, required=True)
     T = len(logp)
     if len(toks) < T:
-        raise CreditLogError(path, n, "response_tokens", f"has {len(toks)} tokens for {T} logprobs")
+        raise CreditLogError(path, n, "response_tokens", f"has {plural(len(toks), 'token')} for {plural(T, 'logprob')}")
     step = _number(obj["step"], path, n, "step")
     if step < 0 or step != int(step):
         raise CreditLogError(path, n, "step", f"must be an integer step >= 0, got {obj['step']!r}")

@@ -18,7 +18,7 @@ gathered per-reward-function rewards (N, K) and, for MRTPO methods, spread over 
    keep TRL's (B,) shape.
 
 With ``MRTPOConfig(credit_log=DIR)`` each training generation's first ``credit_log_groups`` groups are written to
-the credit log (:mod:`mrtpo.integrations.trl_log`, format :mod:`mrtpo.creditlog.format`), a folder of this run's
+the credit log (:mod:`mrtpo.creditlog.trl_writer`, format :mod:`mrtpo.creditlog.format`), a folder of this run's
 only: claimed when ``train()`` starts, continued by ``train(resume_from_checkpoint=...)``.
 
 β = 0 (or ``method="gdpo"``) reproduces TRL's ``multi_objective_aggregation="normalize_then_sum"``; the token mean
@@ -44,9 +44,7 @@ from mrtpo.core.advantages import active_rewards
 from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
 from mrtpo.core.info import INFO
 from mrtpo.core.measures import ORACLE, needs_replay
-from mrtpo.creditlog.rows import GROUPS, GROUPS_HELP, LOG_HELP
-from mrtpo.errors import MrtpoError
-from mrtpo.integrations.trl_log import (
+from mrtpo.creditlog.trl_writer import (
     CreditLogRun,
     TrlCreditLog,
     capture,
@@ -56,8 +54,11 @@ from mrtpo.integrations.trl_log import (
     model_name,
     open_log,
 )
+from mrtpo.creditlog.writer_rows import GROUPS, GROUPS_HELP, LOG_HELP
+from mrtpo.errors import MrtpoError
 from mrtpo.integrations.trl_text import completion_text as completion_text  # noqa: F401 - kept importable from here
 from mrtpo.integrations.trl_text import prompt_text
+from mrtpo.model import SamplingConfig
 from mrtpo.replay import GroupInput, ReplayConfig, replay_groups
 from mrtpo.templates import Template
 
@@ -76,7 +77,7 @@ class MRTPOConfig(CreditConfig):
     """How the trainer computes advantages (METHOD.md): the credit fields of :class:`mrtpo.core.credit.CreditConfig`
     (``method``, ``beta``, ``warmup``, ``cap``, ``measure``: the same names, defaults and checks as everywhere), plus
     the verifier-information ``template``, the replay's budgets and the credit log (``credit_log``: a folder;
-    ``credit_log_groups``: groups per step; :mod:`mrtpo.integrations.trl_log`)."""
+    ``credit_log_groups``: groups per step; :mod:`mrtpo.creditlog.trl_writer`)."""
 
     template: Template | dict | None = None  # verifier-information template for P_all / P_\k
     replay: ReplayConfig = field(default_factory=ReplayConfig)
@@ -90,6 +91,17 @@ class MRTPOConfig(CreditConfig):
         super().__post_init__()  # MrtpoError for an unknown method or measure, β outside [0, 1], ...
         if not isinstance(self.template, Template):
             self.template = Template.from_dict(self.template)
+
+
+def grpo_sampling(sampling: SamplingConfig) -> dict[str, Any]:
+    """TRL's ``GRPOConfig`` sampling fields from one :class:`mrtpo.model.SamplingConfig` (the settings mrtpo's own
+    sampling, CLI and app use): ``num_generations`` = group size, ``max_completion_length`` = max new tokens,
+    ``temperature``, ``top_p``, and ``seed`` (TRL's run seed: its generation draws from the global generators it
+    seeds).  MrtpoError for a seed TRL cannot take (numpy's: 0 to 2**32 − 1)."""
+    if sampling.seed is None or not 0 <= sampling.seed < 2 ** 32:
+        raise MrtpoError(f"seed {sampling.seed}: TRL seeds numpy too, which takes 0 to {2 ** 32 - 1}")
+    return {"num_generations": sampling.group_size, "max_completion_length": sampling.max_new_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "seed": sampling.seed}
 
 
 def _takes_info(fn: Callable) -> bool:
@@ -135,7 +147,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             run = CreditLogRun()
             kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), run]
         super().__init__(*args, **kwargs)
-        # the credit log's record (mrtpo.integrations.trl_log): what it needs of this trainer, and its own state
+        # the credit log's record (mrtpo.creditlog.trl_writer): what it needs of this trainer, and its own state
         self.mrtpo_credit_log = None if run is None else TrlCreditLog(
             cfg.credit_log, cfg.credit_log_groups, cfg.credit_log_logprobs, cfg, list(self.reward_func_names),
             self._tokenizer, self.accelerator, self.args.output_dir,
@@ -144,8 +156,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """TRL's ``train``.  With a credit log, its folder is claimed for this run first, before any step — a run
         resumed from a checkpoint continues the log of the run that saved it, another run's log is refused
-        (:func:`mrtpo.integrations.trl_log.open_log`) — and the log's last waiting step is written at the end
-        (:func:`mrtpo.integrations.trl_log.flush`)."""
+        (:func:`mrtpo.creditlog.trl_writer.open_log`) — and the log's last waiting step is written at the end
+        (:func:`mrtpo.creditlog.trl_writer.flush`)."""
         if self.mrtpo_credit_log is not None:
             open_log(self.mrtpo_credit_log, resume_from_checkpoint)
         result = super().train(resume_from_checkpoint, *args, **kwargs)

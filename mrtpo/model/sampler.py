@@ -3,19 +3,16 @@ decoding step writes the cache in place.
 """
 from __future__ import annotations
 
-import math
-import numbers
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from mrtpo.config import check_fields, opt
 from mrtpo.errors import MrtpoError
 from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, rows_linear
-from mrtpo.model.defaults import GROUP_SIZE, MAX_GROUP_SIZE, MAX_NEW_TOKENS, TEMPERATURE, TOP_P
+from mrtpo.model.defaults import SamplingConfig
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.llama_step import llama_step
 from mrtpo.model.load import LoadedModel
@@ -23,18 +20,7 @@ from mrtpo.model.rates import record, sample_tokens
 from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
 
-
-@dataclass
-class SamplingConfig:
-    """How a group is sampled: G responses of at most ``max_new_tokens`` tokens, at ``temperature`` and ``top_p``."""
-
-    group_size: int = opt(GROUP_SIZE, "responses per prompt G", lo=1, hi=MAX_GROUP_SIZE)
-    max_new_tokens: int = opt(MAX_NEW_TOKENS, "longest sampled response", lo=1)
-    temperature: float = opt(TEMPERATURE, "sampling temperature (0: greedy)", lo=0.0)
-    top_p: float = opt(TOP_P, "nucleus sampling", lo=0.0, hi=1.0, lo_open=True)
-
-    def __post_init__(self):
-        check_fields(self, "sampling config")
+__all__ = ["Sample", "SamplingConfig", "draw", "next_token_scores", "sample", "sample_ids"]
 
 
 @dataclass
@@ -50,40 +36,34 @@ class Sample:
 
 
 @torch.inference_mode()
-def sample(
-    lm: LoadedModel,
-    prompt: str,
-    n: int = GROUP_SIZE,
-    max_new_tokens: int = MAX_NEW_TOKENS,
-    temperature: float = TEMPERATURE,
-    top_p: float = TOP_P,
-    seed: int | None = 0,
-    precision: str = "auto",
-    progress: Callable[[int, int], None] | None = None,
-) -> list[Sample]:
-    """Sample a group of ``n`` responses to one user ``prompt``; each stops at EOS or padding (neither is kept).
+def sample(lm: LoadedModel, prompt: str, config: SamplingConfig | None = None, *, precision: str = "auto",
+           progress: Callable[[int, int], None] | None = None, **fields) -> list[Sample]:
+    """Sample a group of responses to one user ``prompt`` as ``config`` says (:class:`SamplingConfig`: the group
+    size G, max new tokens, temperature, top-p and seed; default: the defaults); keyword ``fields`` replace its
+    fields (``n=`` for ``group_size``: ``sample(lm, prompt, n=4, seed=1)``).  Each response stops at EOS or padding
+    (neither is kept).  A bad value is an MrtpoError from SamplingConfig's one check (:func:`mrtpo.config.
+    check_fields`): 1 ≤ G ≤ :data:`mrtpo.model.MAX_GROUP_SIZE`, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 =
+    greedy), top_p in (0, 1].
 
-    The prompt is run once and its KV cache serves all n rows (:func:`sample_ids`). ``precision`` as in
+    The prompt is run once and its KV cache serves all G rows (:func:`sample_ids`). ``precision`` as in
     :func:`compute_dtype`: ``"auto"`` decodes on bfloat16 weight copies on a CPU with AMX / AVX512-BF16 (and in the
     model's own dtype elsewhere, bfloat16 on CUDA) and draws with :func:`draw`; ``"model"`` decodes in the model's
     dtype and draws as transformers' ``generate`` does (the same samples for a seed as ``generate`` after
     ``torch.manual_seed(seed)``; greedy: the same tokens); ``"bfloat16"`` forces bfloat16. The draws come from a
-    generator of this call's own, seeded with ``seed`` (:func:`generator`; None: fresh entropy).
-
-    1 ≤ n ≤ :data:`MAX_GROUP_SIZE`, max_new_tokens ≥ 1, temperature finite ≥ 0 (0 = greedy), top_p in (0, 1];
-    else an MrtpoError.
+    generator of this call's own, seeded with the config's ``seed`` (:func:`generator`; None: fresh entropy).
 
     ``progress(steps done, max_new_tokens)`` is called after each decoding step (the last call says
     ``max_new_tokens`` when every row stopped early); an exception it raises stops the sampling there (a Cancel) and
     is raised from here. None: no calls, the same samples. The forward tokens and seconds are recorded as this
     machine's sampling rate (:mod:`mrtpo.model.rates`).
     """
-    _check_sample_args(n, max_new_tokens, temperature, top_p)
+    cfg = SamplingConfig.of(config, **fields)
+    n, max_new_tokens, temperature, top_p = cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.top_p
     check_model(lm.model, lm.tokenizer, lm.name)
     dtype = compute_dtype(lm, precision)
     ids = lm.encode(lm.chat_prompt(prompt))
     check_length(lm, len(ids) + max_new_tokens, "prompt + max_new_tokens")
-    gen = generator(lm.device, seed)
+    gen = generator(lm.device, cfg.seed)
     stop = {t for t in (lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id) if t is not None}
     t0 = time.perf_counter()
     out, ent = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop,
@@ -147,6 +127,9 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     states); float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`), through the model's layers with each
     product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the same products, summed in
     another order). The LM head multiplies as (W xᵀ)ᵀ in both. ``progress``: as :func:`sample` says.
+
+    Long: the decoding loop is the sampler's hot kernel (``bench/generate.py`` times it against ``generate``); its
+    buffers, the stop mask and the step function live across the loop, and one piece reads it step by step.
     """
     from transformers import DynamicCache
 
@@ -270,23 +253,3 @@ def _progress_criteria(progress: Callable[[int, int], None], prompt_len: int, ma
             return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     return StoppingCriteriaList([Each()])
-
-
-def _check_sample_args(n, max_new_tokens, temperature, top_p) -> None:
-    def is_int(x):
-        return isinstance(x, numbers.Integral) and not isinstance(x, bool)
-
-    def is_num(x):
-        return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-
-    checks = [
-        (is_int(n) and 1 <= n <= MAX_GROUP_SIZE,
-         f"the group size must be an integer in [1, {MAX_GROUP_SIZE}], got {n!r}"),
-        (is_int(max_new_tokens) and max_new_tokens >= 1,
-         f"max new tokens must be an integer >= 1, got {max_new_tokens!r}"),
-        (is_num(temperature) and temperature >= 0, f"temperature must be a finite number >= 0, got {temperature!r}"),
-        (is_num(top_p) and 0 < top_p <= 1, f"top_p must be in (0, 1], got {top_p!r}"),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise MrtpoError(msg)

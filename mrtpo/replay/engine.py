@@ -31,6 +31,7 @@ from mrtpo.core.measures import ORACLE, measure_relevance, needs_attention, need
 from mrtpo.errors import MrtpoError
 from mrtpo.model import Decoder, LoadedModel, Sample, check_length, compute_dtype, decoder_stack
 from mrtpo.model.arch import check_model, final_softcap
+from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.model.llama_step import llama_step
 from mrtpo.model.rates import record
 from mrtpo.replay.attention import info_attention, info_span
@@ -65,7 +66,7 @@ class ReplayConfig:
     precision: str = "auto"
     # the sampling temperature at which the ``entropy`` measure reads the policy where the sampler did not record it
     # (one forward under the sampling prompt; ≤ 0: 1, the greedy policy's own distribution)
-    temperature: float = 1.0
+    temperature: float = TEMPERATURE
 
 
 Response = str | Sample | Sequence[int]
@@ -136,7 +137,11 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
     (logits_k = logits_all + W·(h_k − h_all)): both distributions then share the rounding of logits_all, and
     their difference is as exact as the hidden states allow. ``dec``: the replay's Decoder, which keeps the head's
     cast, transposed copy where it keeps its weights (a frozen model's). ``tick(rows)`` after each chunk: the
-    (1 + K′) · n rows of its n tokens are done (progress)."""
+    (1 + K′) · n rows of its n tokens are done (progress).
+
+    Long: the replay's hot kernel (``bench/replay.py``: the vocabulary products and the element-wise JS chain are
+    most of a replay); the reused logits buffer, the chunk sizes and the per-response accumulators are shared by its
+    nested loops, kept together so that what stays in cache is visible in one place."""
     head = lm.model.get_output_embeddings()
 
     def head_t() -> torch.Tensor:  # (H, V); a head tied to the embeddings transposes the decoder's cast copy

@@ -34,6 +34,7 @@ from mrtpo.model import (
     tokenize_response,
 )
 from mrtpo.model.arch import check_model, final_softcap
+from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.model.llama_step import llama_step
 from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
@@ -65,7 +66,7 @@ def recorded_entropy(r) -> np.ndarray | None:
     return None if h is None else np.asarray(h, dtype=np.float32)
 
 
-def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[int]], temperature: float = 1.0,
+def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[int]], temperature: float = TEMPERATURE,
                      precision: str = "auto", token_budget: int = TOKEN_BUDGET, kv_budget: int = KV_BUDGET
                      ) -> list[np.ndarray]:
     """H_t = −Σ_v π_τ(v | x, y<t) log π_τ(v | x, y<t) (T_i,) of each response under the sampling prompt
@@ -134,7 +135,7 @@ def with_context(result: ReplayResult, responses: Sequence, names: Sequence[str]
     return attach_context(out, responses, names, rewards)
 
 
-def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature: float = 1.0,
+def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature: float = TEMPERATURE,
                  precision: str = "auto") -> ReplayResult:
     """``result`` with every response's entropy under the sampling prompt ``prompt``: those the sampler did not record
     from one forward (:func:`sampling_entropy` in ``precision``), timed as ``entropy_seconds``; the same object when
@@ -153,7 +154,7 @@ def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature
 
 
 def replay_free(lm: LoadedModel, prompt: str, verifier_info, responses: Sequence, rewards, measure: str,
-                sampling_prompt: str | None = None, temperature: float = 1.0, skip_constant: bool = True,
+                sampling_prompt: str | None = None, temperature: float = TEMPERATURE, skip_constant: bool = True,
                 precision: str = "auto") -> ReplayResult:
     """A group's relevance under a measure that needs no replay (``ktae``, ``entropy``): a :class:`ReplayResult` of
     the same shape as the replay's, with no JS (``js`` {}, ``replayed`` False), no model pass for ``ktae`` and at most

@@ -21,6 +21,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
+from mrtpo.wording import plural
+
 SQL_COMPARE_MODES = ("strict", "spider", "bird")
 MAX_PERMUTATIONS = 5000  # column orders the spider mode tries at most (Spider samples rows instead)
 
@@ -89,10 +91,6 @@ def show_row(row: tuple | None) -> str:
         return "-"
     text = repr(tuple(row)) if len(row) != 1 else f"({row[0]!r})"
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 # -- the benchmarks' rules ----------------------------------------------------------------------------------------

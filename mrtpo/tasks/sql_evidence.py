@@ -63,16 +63,10 @@ def _split_at(tokens: list, kinds: set) -> list[list]:
     return parts
 
 
-def clauses(sql: str) -> list[Clause] | None:
-    """The clauses of a plain ``SELECT`` whose removal is tried (sqlglot's SQLite tokenizer, by character offsets):
-
-    - ``DISTINCT``; each select item (top-level commas); the FROM list (with its joins) as one part, always counted;
-    - each top-level ``AND`` conjunct of WHERE (the conjunct alone; removing the only one removes ``WHERE`` too);
-    - ``GROUP BY …``, ``HAVING …``, ``ORDER BY …``, ``LIMIT … [OFFSET …]`` each whole, keyword included.
-
-    None for anything else (WITH, UNION / INTERSECT / EXCEPT at the top level, text the tokenizer refuses): the
-    whole query is then the evidence.
-    """
+def _top_level(sql: str) -> list | None:
+    """The tokens of a plain ``SELECT`` with their parenthesis depth, [(depth, token)], up to a top-level ``;``; None
+    for what :func:`clauses` does not split (another statement, WITH, a set operation, unbalanced parentheses, text
+    the tokenizer refuses)."""
     try:
         toks = list(SQLite().tokenize(sql))
     except Exception:  # noqa: BLE001 - a tokenizer error: no clause structure
@@ -90,9 +84,85 @@ def clauses(sql: str) -> list[Clause] | None:
         return None
     if any(d == 0 and t.token_type in _SET_OPERATIONS for d, t in flat):
         return None
-    span = lambda ts: (ts[0][1].start, ts[-1][1].end + 1)  # noqa: E731 - (start, end) of a token run
-    # segments: [keyword token, tokens after it] at depth 0
-    segments: list[tuple[Any, list]] = []
+    return flat
+
+
+def _span(ts) -> Span:
+    """(start, end) of a run of (depth, token)."""
+    return ts[0][1].start, ts[-1][1].end + 1
+
+
+def _listed(sql: str, parts: list, whole_start: int | None = None) -> list[Clause]:
+    """Each part of a list (``(tokens, the separator after them)``) as a clause removed with a separator: the one
+    after it, or for the last part the one before it; a single part alone is removed from ``whole_start`` (its
+    keyword) when given, else never."""
+    out = []
+    for n, (ts, sep) in enumerate(parts):
+        a, b = _span(ts)
+        if len(parts) == 1:
+            out.append(Clause((a, b), None if whole_start is None else _drop(sql, whole_start, b)))
+        elif sep is not None:  # the part and the separator after it
+            out.append(Clause((a, b), _drop(sql, a, sep.end + 1)))
+        else:  # the last part and the separator before it
+            out.append(Clause((a, b), _drop(sql, parts[n - 1][1].start, b)))
+    return out
+
+
+def _select_clauses(sql: str, body: list) -> list[Clause]:
+    """``DISTINCT`` and each select item (top-level commas)."""
+    out = []
+    if body and body[0][1].token_type in (_T.DISTINCT, _T.ALL):
+        t = body[0][1]
+        if t.token_type == _T.DISTINCT:
+            out.append(Clause((t.start, t.end + 1), _drop(sql, t.start, t.end + 1)))
+        body = body[1:]
+    return out + _listed(sql, [(ts, sep) for ts, sep in _split_at(body, {_T.COMMA}) if ts])
+
+
+def _from_clauses(body: list) -> list[Clause]:
+    """Each table (its alias left out) and each join condition; never removed."""
+    out, before = [], None  # the separator before each piece: after ON / USING comes a condition, else a table
+    for ts, sep in _split_at(body, _JOIN_WORDS):
+        if ts and not (before is not None and before.token_type in (_T.ON, _T.USING)):
+            ts = _without_alias(ts)
+        if ts:
+            out.append(Clause(_span(ts), None))
+        before = sep
+    return out
+
+
+def _where_clauses(sql: str, kw, body: list) -> list[Clause]:
+    """Each top-level ``AND`` conjunct (not the ``AND`` of ``BETWEEN x AND y``); the only one goes with ``WHERE``."""
+    parts, pending_between, cur = [], 0, []
+    for d, t in body:
+        if d == 0 and t.token_type == _T.BETWEEN:
+            pending_between += 1
+        if d == 0 and t.token_type == _T.AND:
+            if pending_between:
+                pending_between -= 1
+            else:
+                parts.append((cur, t))
+                cur = []
+                continue
+        cur.append((d, t))
+    parts.append((cur, None))
+    return _listed(sql, [(ts, sep) for ts, sep in parts if ts], whole_start=kw.start)
+
+
+def clauses(sql: str) -> list[Clause] | None:
+    """The clauses of a plain ``SELECT`` whose removal is tried (sqlglot's SQLite tokenizer, by character offsets):
+
+    - ``DISTINCT``; each select item (top-level commas); the FROM list (with its joins) as one part, always counted;
+    - each top-level ``AND`` conjunct of WHERE (the conjunct alone; removing the only one removes ``WHERE`` too);
+    - ``GROUP BY …``, ``HAVING …``, ``ORDER BY …``, ``LIMIT … [OFFSET …]`` each whole, keyword included.
+
+    None for anything else (WITH, UNION / INTERSECT / EXCEPT at the top level, text the tokenizer refuses): the
+    whole query is then the evidence.
+    """
+    flat = _top_level(sql)
+    if flat is None:
+        return None
+    segments: list[tuple[Any, list]] = []  # [keyword token, the tokens after it] at depth 0
     for d, t in flat:
         if d == 0 and (t.token_type in _CLAUSE_KEYWORDS or not segments):
             segments.append((t, []))
@@ -102,55 +172,13 @@ def clauses(sql: str) -> list[Clause] | None:
     for kw, body in segments:
         kind = kw.token_type
         if kind == _T.SELECT:
-            if body and body[0][1].token_type in (_T.DISTINCT, _T.ALL):
-                t = body[0][1]
-                if t.token_type == _T.DISTINCT:
-                    out.append(Clause((t.start, t.end + 1), _drop(sql, t.start, t.end + 1)))
-                body = body[1:]
-            items = [(ts, sep) for ts, sep in _split_at(body, {_T.COMMA}) if ts]
-            for n, (ts, sep) in enumerate(items):
-                a, b = span(ts)
-                if len(items) == 1:
-                    out.append(Clause((a, b), None))
-                elif sep is not None:  # the item and the comma after it
-                    out.append(Clause((a, b), _drop(sql, a, sep.end + 1)))
-                else:  # the last item and the comma before it
-                    prev = items[n - 1][1]
-                    out.append(Clause((a, b), _drop(sql, prev.start, b)))
-        elif kind == _T.FROM:  # each table (its alias left out) and each join condition; never removed
-            before = None  # the separator before each piece: after ON / USING comes a condition, else a table
-            for ts, sep in _split_at(body, _JOIN_WORDS):
-                if ts and not (before is not None and before.token_type in (_T.ON, _T.USING)):
-                    ts = _without_alias(ts)
-                if ts:
-                    out.append(Clause(span(ts), None))
-                before = sep
+            out += _select_clauses(sql, body)
+        elif kind == _T.FROM:
+            out += _from_clauses(body)
         elif kind == _T.WHERE:
-            parts, pending_between = [], 0
-            cur: list = []
-            for d, t in body:  # split at top-level AND, except the AND of BETWEEN x AND y
-                if d == 0 and t.token_type == _T.BETWEEN:
-                    pending_between += 1
-                if d == 0 and t.token_type == _T.AND:
-                    if pending_between:
-                        pending_between -= 1
-                    else:
-                        parts.append((cur, t))
-                        cur = []
-                        continue
-                cur.append((d, t))
-            parts.append((cur, None))
-            parts = [(ts, sep) for ts, sep in parts if ts]
-            for n, (ts, sep) in enumerate(parts):
-                a, b = span(ts)
-                if len(parts) == 1:
-                    out.append(Clause((a, b), _drop(sql, kw.start, b)))
-                elif sep is not None:
-                    out.append(Clause((a, b), _drop(sql, a, sep.end + 1)))
-                else:
-                    out.append(Clause((a, b), _drop(sql, parts[n - 1][1].start, b)))
+            out += _where_clauses(sql, kw, body)
         else:  # GROUP BY, HAVING, ORDER BY, LIMIT, WINDOW: the whole clause
-            b = span(body)[1] if body else kw.end + 1
+            b = _span(body)[1] if body else kw.end + 1
             out.append(Clause((kw.start, b), _drop(sql, kw.start, b)))
     return out
 

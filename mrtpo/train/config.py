@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from mrtpo.config import check_fields, from_flat, opt, part, to_flat
 from mrtpo.core.credit import CreditConfig
-from mrtpo.creditlog.rows import CreditLogConfig
+from mrtpo.creditlog.writer_rows import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
-from mrtpo.tasks import COMPARE_MODES, resolve_examples
+from mrtpo.tasks import COMPARE_MODES, family_names, resolve_examples
 from mrtpo.templates import Template
 
 MAX_STEPS = 1_000_000  # the most steps a run may be asked for (``train --steps``, an experiment's steps)
@@ -49,7 +49,7 @@ class TrainConfig:
 
     model: str = opt("default", "default | tiny-random | HF id | local folder")
     device: str = opt("auto", "auto | cpu | cuda | cuda:N | mps")
-    task: str = opt("instructions", "task family: instructions | tools | sql")
+    task: str = opt("instructions", "task family: " + " | ".join(family_names()))
     examples: str | None = opt(None, "examples JSONL in the family's format (default: built-in), or a benchmark: "
                                      "bfcl:CATEGORY, spider:DIR, bird:DIR, an IFEval-format file; stored with its "
                                      "path made absolute")
@@ -59,7 +59,7 @@ class TrainConfig:
                                           "default: the examples' own)", choices=COMPARE_MODES["tools"])
     example_ids: list[str] | None = opt(None, "train on these example ids only")
     credit: CreditConfig = part(CreditConfig)
-    sampling: SamplingConfig = part(SamplingConfig)
+    sampling: SamplingConfig = part(SamplingConfig, omit=("seed",))  # the sampling seeds: the schedule's
     prompts_per_step: int = opt(2, "prompts per step B (N = B·G responses)", lo=1, hi=1024)
     optim: OptimConfig = part(OptimConfig)
     seed: int = opt(0, "seed of the initialization (LoRA) and minibatch order; of the schedule too unless "

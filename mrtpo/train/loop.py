@@ -20,8 +20,9 @@ With a :class:`mrtpo.store.Store` the trainer writes every step (:class:`mrtpo.t
 sampled responses with their token data, probe relevance) in one transaction after the step completes, and every
 ``checkpoint_every`` steps (default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable
 parameters — with the AdamW state (atomically: temp file, fsync, ``os.replace``), keeping only
-the last one. With ``credit_log`` set, each step's first groups also go to the credit log (:mod:`.credit_log`), a
-folder of this run's only: claimed when the trainer is made, continued by the run resumed.
+the last one. With ``credit_log`` set, each step's first groups also go to the credit log
+(:mod:`mrtpo.creditlog.train_writer`), a folder of this run's only: claimed when the trainer is made, continued by the
+run resumed.
 
 Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
 the run's lock (``Store.locked``: a heartbeat thread keeps it alive while steps run) before it changes
@@ -43,6 +44,7 @@ import torch
 from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, reward_matrix
 from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.creditlog import CreditLogConfig
+from mrtpo.creditlog.train_writer import TrainCreditLog, log_owner, run_inputs, step_rows
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
@@ -51,7 +53,6 @@ from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_compare, get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.train.config import TrainConfig, check_run_examples
-from mrtpo.train.credit_log import TrainCreditLog, log_owner, run_inputs, step_rows
 from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
 from mrtpo.train.recorder import Recorder, sample_rows
@@ -226,8 +227,7 @@ class Trainer:
         clock = clock or PhaseClock(step)
         examples = self.examples_for_step(step)
         clock.start("sampling")
-        sampled = [sample(lm, ex.prompt, n=s.group_size, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                          top_p=s.top_p, seed=self._sample_seed(step, b)) for b, ex in enumerate(examples)]
+        sampled = [sample(lm, ex.prompt, s, seed=self._sample_seed(step, b)) for b, ex in enumerate(examples)]
         clock.start("scoring")
         groups = [score_group(self.family, ex, samples, self.credit.info) for ex, samples in zip(examples, sampled)]
         names, R = reward_matrix([dict(zip(g.reward_names, row)) for g in groups for row in g.rewards.tolist()])

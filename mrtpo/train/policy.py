@@ -14,7 +14,9 @@ import torch
 from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, decoder_stack, load_model, seeded_global
 from mrtpo.model.arch import head_logits
+from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.train.config import AGGREGATIONS, TrainConfig
+from mrtpo.wording import plural
 
 
 def clipped_surrogate_loss(
@@ -62,7 +64,7 @@ def clipped_surrogate_loss(
 
 
 def _response_logits(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     temperature: float = TEMPERATURE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(logits (N, T, V) float32 at ``temperature``, sampled tokens (N, T), mask (N, T)) of every response token, one
     right-padded forward pass; only response positions go through the LM head."""
     dev = next(model.parameters()).device
@@ -94,7 +96,7 @@ def _response_logits(model: torch.nn.Module, prompts: list[list[int]], responses
 
 
 def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                   temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                   temperature: float = TEMPERATURE) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(y_t | x, y<t) of every response token, one right-padded forward pass (in the model's dtype; bf16
     autocast for a float32 model on CUDA).
 
@@ -107,7 +109,7 @@ def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: 
 
 
 def token_logprobs_entropy(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
-                           pad_id: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                           pad_id: int, temperature: float = TEMPERATURE) -> tuple[torch.Tensor, torch.Tensor]:
     """(logp, entropy), each (N, T), 0 on padding: :func:`token_logprobs` and H_t = −Σ_v π(v | x, y<t) log π(v | …)
     of the same distribution (for the credit log; no gradient)."""
     with torch.no_grad():
@@ -139,7 +141,7 @@ def load_trainable_state(model: torch.nn.Module, weights: dict[str, torch.Tensor
     named = {k: p for k, p in model.named_parameters() if p.requires_grad}
     missing = [k for k in named if k not in weights]
     if missing:
-        raise MrtpoError(f"lacks {len(missing)} trained tensor(s) ({missing[0]}, …)")
+        raise MrtpoError(f"lacks {plural(len(missing), 'trained tensor')} ({missing[0]}, …)")
     try:
         with torch.no_grad():
             for k, p in named.items():

@@ -18,8 +18,7 @@ def sample_probe(lm: LoadedModel, family: TaskFamily, example: Example, size: in
     token ids and texts, reward names and values, verifier information."""
     if size <= 0:
         return []
-    samples = sample(lm, example.prompt, n=size, max_new_tokens=sampling.max_new_tokens,
-                     temperature=sampling.temperature, top_p=sampling.top_p, seed=seed)
+    samples = sample(lm, example.prompt, sampling, n=size, seed=seed)
     samples = [s for s in samples if s.token_ids] or samples[:0]
     g = score_group(family, example, samples, info)
     return [{"example_id": example.id, "prompt": g.prompt, "text": s.text, "token_ids": list(s.token_ids),

@@ -22,7 +22,7 @@ def sample_rows(lm: LoadedModel, ro: Rollout, credit: TokenCredit, replays: Sequ
     """One stored row per sampled response: example, prompt, text, token ids and texts, whether it ended (an EOS was
     trained), rewards and reasons, the response advantage, each reward's share Â_ik / scale, the token advantages
     and the relevance the credit used (``relevance``: per response {reward: ρ (T,)}, from the replay or the oracle;
-    what :func:`mrtpo.views.stored_step_view` recomputes the view from)."""
+    what :func:`mrtpo.display.stored_step_view` recomputes the view from)."""
     rows = []
     i = 0
     for b, g in enumerate(ro.groups):

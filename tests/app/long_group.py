@@ -28,7 +28,7 @@ def long_credit_log(folder, G: int = 8, T: int = 2000, K: int = 3, beta: float =
     from bench.views import synthetic_group
     from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
     from mrtpo.creditlog import CreditLogWriter
-    from mrtpo.creditlog.rows import credit_fields
+    from mrtpo.creditlog.writer_rows import credit_fields
 
     group, replay = synthetic_group(G, T, K)
     names = group.reward_names

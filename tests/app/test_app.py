@@ -18,7 +18,11 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from mrtpo.core.advantages import compute  # noqa: E402
 from mrtpo.errors import MrtpoError  # noqa: E402
+from mrtpo.model import SamplingConfig  # noqa: E402
+from mrtpo_app import caches as C  # noqa: E402
+from mrtpo_app import models as M  # noqa: E402
 from mrtpo_app import state as S  # noqa: E402
+from mrtpo_app.timer import Timer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
@@ -80,7 +84,7 @@ def test_explore_table_heatmap_spans_and_beta(sampled: AppTest):
     # oracle's row where the checker read specific characters, + 2 combined rows, one span per token; the keywords
     # reward is constant in the group (advantage 0), so it is not replayed: one line with its value and reason
     assert run.replay.rewards == ["punctuation:no_comma"] and run.replay.skipped == ["keywords:existence"]
-    from mrtpo.views.render import token_cells
+    from mrtpo.display.render import token_cells
 
     C = len(token_cells(run.replay.responses[0].tokens()))  # cells: a character's byte tokens drawn as one
     body = at.get("html")[0].proto.body
@@ -121,7 +125,7 @@ def _lim(lim) -> tuple[str, str, str]:
 
 
 def test_explore_scale_switch_sets_the_color_limits_and_the_export(sampled: AppTest, monkeypatch):
-    from mrtpo.views import page, render, token_view
+    from mrtpo.display import page, render, token_view
 
     at = sampled
     exported = []
@@ -327,7 +331,7 @@ def test_teach_shows_the_two_distributions_behind_js(sampled: AppTest):
     bodies = [h.proto.body for h in at.get("html")]
     pos = next(b for b in bodies if f"token t = {t}" in b)  # the token highlighted in the response
     cells = BG.findall(pos)
-    from mrtpo.views.render import token_cells
+    from mrtpo.display.render import token_cells
 
     groups = token_cells(resp.tokens())  # a character's byte tokens are one cell
     assert len(cells) == len(groups) and [c != "transparent" for c in cells].index(True) == next(
@@ -375,15 +379,14 @@ def test_error_messages_show_user_text_literally(sampled: AppTest):
 
 
 def test_timer_tells_a_cache_hit_from_work():
-    from mrtpo_app import state as St
 
-    St.sample_cached.clear()
+    C.sample_cached.clear()
     t = {}
-    with St.Timer(t, "sample") as first:
-        St.sample_cached("tiny-random", "cpu", "Say hi.", 2, 4, 1.0, 12345)
-    with St.Timer(t, "sample") as again:
-        St.sample_cached("tiny-random", "cpu", "Say hi.", 2, 4, 1.0, 12345)
-    with St.Timer(t, "score") as other:  # no cached function called: not "cached"
+    with Timer(t, "sample") as first:
+        C.sample_cached("tiny-random", "cpu", "Say hi.", SamplingConfig(2, 4, seed=12345))
+    with Timer(t, "sample") as again:
+        C.sample_cached("tiny-random", "cpu", "Say hi.", SamplingConfig(2, 4, seed=12345))
+    with Timer(t, "score") as other:  # no cached function called: not "cached"
         sum(range(10))
     assert (first.cached, again.cached, other.cached) == (False, True, False)
     assert again.text == "cached" and first.text.endswith(" s") and t["sample"] >= 0
@@ -397,11 +400,11 @@ def test_state_sample_until_varied_uses_the_cached_sampler():
     ex = fam.example("tea-note")
     ch = St.Choices("tiny-random", "cpu", "instructions", "tea-note")
     seen = []
-    with St.Timer({}, "sample") as first:
-        group, tries = St.sample_until_varied(ch, fam, ex, 6, 4, 16, 1.0, 0, on_try=seen.append)
+    with Timer({}, "sample") as first:
+        group, tries = C.sample_until_varied(ch, fam, ex, 6, SamplingConfig(4, 16), on_try=seen.append)
     assert [t.seed for t in tries] == [0, 1, 2, 3] and seen == tries and tries[-1].varied == ["punctuation:no_comma"]
-    with St.Timer({}, "sample") as again:  # the same seeds again: every group from the cache
-        group2, _ = St.sample_until_varied(ch, fam, ex, 6, 4, 16, 1.0, 0)
+    with Timer({}, "sample") as again:  # the same seeds again: every group from the cache
+        group2, _ = C.sample_until_varied(ch, fam, ex, 6, SamplingConfig(4, 16))
     assert not first.cached and again.cached and again.text == "cached"
     np.testing.assert_array_equal(group.rewards, group2.rewards)
 
@@ -416,7 +419,7 @@ def test_sample_until_varied_wants_more_varying_rewards():
     fam = get_family("instructions")
     ex = fam.example("tea-note")  # no comma; keywords green and cup
     texts = {0: ["tea", "tea"], 1: ["tea, hot", "tea"], 2: ["tea, hot", "green cup"], 3: ["a, b", "green cup"]}
-    fn = lambda s: [Sample([1], t) for t in texts[s]]  # noqa: E731
+    fn = lambda c: [Sample([1], t) for t in texts[c.seed]]  # noqa: E731
     group, tries = sample_until_varied(None, fam, ex, 4, n=2, seed=0, sample_fn=fn, want=2)
     assert [(t.seed, len(t.varied), t.kept) for t in tries] == [(0, 0, False), (1, 1, False), (2, 2, True)]
     assert [s.text for s in group.samples] == texts[2]
@@ -429,7 +432,6 @@ def test_sample_until_varied_wants_more_varying_rewards():
 
 
 def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
-    from mrtpo_app import state as St
 
     said = []
 
@@ -438,14 +440,14 @@ def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
         said.append(text)
         yield
 
-    monkeypatch.setattr(St.st, "spinner", spinner)
-    monkeypatch.setattr(St, "_model", lambda name, device="auto": f"model {name}")
+    monkeypatch.setattr(M.st, "spinner", spinner)
+    monkeypatch.setattr(M, "_model", lambda name, device="auto": f"model {name}")
     monkeypatch.setattr("mrtpo.model.default_model_cached", lambda: False)
-    assert St.get_model("default") == "model default" and said == [St.CONVERTING]
+    assert M.get_model("default") == "model default" and said == [M.CONVERTING]
     assert "Converting the default model" in said[0] and "20 s" in said[0]
     monkeypatch.setattr("mrtpo.model.default_model_cached", lambda: True)
-    St.get_model("default")
-    St.get_model("tiny-random")
+    M.get_model("default")
+    M.get_model("tiny-random")
     assert len(said) == 1
 
 
@@ -476,8 +478,8 @@ def test_templates_page_malformed_then_rerun(sampled: AppTest):
 
 def test_explore_says_cached_for_a_group_sampled_before(sampled: AppTest):
     at = sampled
-    S.sample_cached.clear()  # (an earlier test in this process may have sampled the same group)
-    S.replay_cached.clear()
+    C.sample_cached.clear()  # (an earlier test in this process may have sampled the same group)
+    C.replay_cached.clear()
     at.button(key="explore_sample").click().run()
     first = at.session_state["mrtpo_group"].timings
     assert first["sample"].endswith(" s") and first["replay"].endswith(" s")
@@ -548,3 +550,29 @@ def test_custom_empty_prompt_is_a_clear_error():
     assert not at.exception
     assert any("the prompt is empty" in shown(e.value) for e in at.error)
     assert "mrtpo_group" not in at.session_state
+
+
+def test_explore_sampling_is_one_sampling_config_with_the_fields_bounds(sampled: AppTest):
+    """Issue 35, item 2: Explore's group size, temperature, tokens and seed are the SamplingConfig fields' widgets
+    (their bounds and defaults: the CLI's and the library's), the group keeps the config's flat form (the seed in it),
+    and every β slider has CreditConfig's bounds and default."""
+    import dataclasses
+
+    from mrtpo.config import to_flat
+    from mrtpo.core.credit import CreditConfig
+    from mrtpo.model import MAX_GROUP_SIZE
+
+    at = sampled
+    g, tokens, temp, seed = (at.number_input(key=k) for k in ("explore_g", "explore_max", "explore_temp",
+                                                                "explore_seed"))
+    assert (g.min, g.max, g.value) == (1, MAX_GROUP_SIZE, 4)  # was 2–32
+    assert (tokens.min, tokens.max, tokens.value) == (1, None, 96)  # was 4–1024
+    assert (temp.min, temp.max, temp.value) == (0.0, None, 1.0)
+    assert (seed.min, seed.max, seed.value) == (-(2 ** 53 - 1), 2 ** 53 - 1, 1)  # the fixture's seed
+    run = at.session_state["mrtpo_group"]
+    assert {k: v for k, v in run.settings.items() if k != "id"} == to_flat(SamplingConfig(seed=1))
+    beta = next(f for f in dataclasses.fields(CreditConfig) if f.name == "beta")
+    s = at.slider(key="explore_beta")
+    assert (s.min, s.max, s.value) == (beta.metadata["lo"], beta.metadata["hi"], beta.default) == (0.0, 1.0, 0.5)
+    at.number_input(key="explore_g").set_value(1).run()  # a group of one: allowed, as the CLI allows it
+    assert not at.exception and at.number_input(key="explore_g").value == 1

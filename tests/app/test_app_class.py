@@ -15,10 +15,11 @@ import pytest
 os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from mrtpo.model import MAX_NEW_TOKENS, load_model, sample  # noqa: E402
+from mrtpo.model import MAX_NEW_TOKENS, SamplingConfig, load_model, sample  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
-from mrtpo_app import state as S  # noqa: E402
+from mrtpo_app import caches as C  # noqa: E402
 from mrtpo_app import work as W  # noqa: E402
+from mrtpo_app.timer import Timer  # noqa: E402
 from tests.app.test_app import APP, _ok, shown  # noqa: E402
 
 
@@ -49,12 +50,12 @@ def test_sessions_sampling_at_once_get_their_seeds_groups_and_so_does_a_later_on
     lm = load_model("tiny-random", "cpu")
     alone = {s: [x.token_ids for x in sample(lm, prompt, n=4, max_new_tokens=MAX_NEW_TOKENS, seed=s)]
              for s in (2, 3, 4)}
-    S.sample_cached.clear()
-    got = together([lambda s=s: S.sample_cached("tiny-random", "cpu", prompt, 4, MAX_NEW_TOKENS, 1.0, s)
+    C.sample_cached.clear()
+    got = together([lambda s=s: C.sample_cached("tiny-random", "cpu", prompt, SamplingConfig(4, MAX_NEW_TOKENS, seed=s))
                     for s in (2, 3, 4)])
     assert [[x.token_ids for x in g] for g in got] == [alone[s] for s in (2, 3, 4)]
-    with S.Timer({}, "sample") as later:
-        again = S.sample_cached("tiny-random", "cpu", prompt, 4, MAX_NEW_TOKENS, 1.0, 2)
+    with Timer({}, "sample") as later:
+        again = C.sample_cached("tiny-random", "cpu", prompt, SamplingConfig(4, MAX_NEW_TOKENS, seed=2))
     assert later.cached and [x.token_ids for x in again] == alone[2]
 
 

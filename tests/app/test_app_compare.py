@@ -1,6 +1,6 @@
 """Explore's "Compare measures" (issue 36, item 3): on its toggle, for the response shown and the reward picked, one
 row per measure on one color scale with its token AUROC and its cost, equal to the library's rows
-(mrtpo.views.compare). AppTest, tiny model, hand-written responses (so that the evidence is known)."""
+(mrtpo.display.compare). AppTest, tiny model, hand-written responses (so that the evidence is known)."""
 from __future__ import annotations
 
 import html
@@ -13,11 +13,11 @@ import pytest
 os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from mrtpo.display.compare import COMPARED, compare_result, compare_rows  # noqa: E402
 from mrtpo.groups import score_group, template_for  # noqa: E402
 from mrtpo.model import Sample, tokenize_response  # noqa: E402
 from mrtpo.replay import replay_scored  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
-from mrtpo.views.compare import COMPARED, compare_result, compare_rows  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 RESPONSES = ["Tea, green tea, and a cup.", "Green tea in a cup is calm.", "Black tea, hot.", "Tea is nice."]

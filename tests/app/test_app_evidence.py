@@ -14,12 +14,13 @@ import pytest
 os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from mrtpo.core.faithfulness import pair_metrics  # noqa: E402
+from mrtpo.core.faith_metrics import pair_metrics  # noqa: E402
+from mrtpo.display import faithfulness_table, token_view  # noqa: E402
 from mrtpo.groups import score_group, template_for
 from mrtpo.model import Sample, tokenize_response  # noqa: E402
 from mrtpo.replay import replay_scored
 from mrtpo.tasks import get_family  # noqa: E402
-from mrtpo.views import faithfulness_table, token_view  # noqa: E402
+from mrtpo_app import caches as C  # noqa: E402
 from mrtpo_app import state as S  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -34,7 +35,6 @@ def _ok(at: AppTest) -> None:
 
 @pytest.fixture()
 def app(tiny) -> AppTest:
-    from mrtpo_app import state as S
 
     fam = get_family("instructions")
     ex = fam.example("tea-note")  # punctuation:no_comma, keywords:existence (green, cup)
@@ -191,7 +191,7 @@ def _picked_measure_replays_again(at: AppTest, measure: str, input_of, **extra):
     assert f"relevance ρ ({measure})" in at.get("html")[0].proto.body
     run = at.session_state["mrtpo_group"]
     assert not any(input_of(r) for r in run.replay.responses)
-    again = S.replay_for(run.choices, run.group, run.template, **extra)  # the cached replay the page used
+    again = C.replay_for(run.choices, run.group, run.template, **extra)  # the cached replay the page used
     assert all(set(input_of(r)) == set(r.js) for r in again.responses)
     df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
     want = faithfulness_table(token_view(run.group, again, measure=measure))
@@ -218,4 +218,4 @@ def test_attn_contrast_replays_once_more_with_the_attention(app: AppTest):
     """attn-contrast reads P_all's attention to each v_k, which the group's replay did not read: picking it replays
     the group once more with the attention (cached), and ρ is the library's for that replay."""
     run, again = _picked_measure_replays_again(app, "attn-contrast", lambda r: r.attn, attention=True)
-    assert S.lacks_inputs(run.replay, "attn-contrast") and not S.lacks_inputs(again, "attn-contrast")
+    assert C.lacks_inputs(run.replay, "attn-contrast") and not C.lacks_inputs(again, "attn-contrast")

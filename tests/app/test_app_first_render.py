@@ -15,19 +15,19 @@ pytest.importorskip("streamlit")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-HEAVY = ("torch", "transformers", "mrtpo.groups", "mrtpo.replay", "mrtpo.views", "mrtpo.core.advantages")
+HEAVY = ("torch", "transformers", "mrtpo.groups", "mrtpo.replay", "mrtpo.display", "mrtpo.core.advantages")
 
 FIRST_RENDER = """
 import json, sys
 from concurrent.futures import Future
 from streamlit.testing.v1 import AppTest
-import mrtpo_app.state as S
+from mrtpo_app import models as M
 held = []
 class Held:  # the preload thread, held back: whatever it would import stays unimported
     def submit(self, fn, *args):
         held.append([fn.__name__, *args])
         return Future()
-S._PRELOADER = Held()
+M._PRELOADER = Held()
 at = AppTest.from_file("app.py", default_timeout=60).run()
 print(json.dumps({"exceptions": [e.value for e in at.exception], "errors": [e.value for e in at.error],
                   "imported": [m for m in HEAVY if m in sys.modules], "held": held,
@@ -38,9 +38,9 @@ print(json.dumps({"exceptions": [e.value for e in at.exception], "errors": [e.va
 CLICK_DURING_PRELOAD = """
 import json, sys, threading
 from streamlit.testing.v1 import AppTest
-import mrtpo_app.state as S
-gate, preload = threading.Event(), S._preload
-S._preload = lambda *a: (gate.wait(60), preload(*a))[1]  # the preload thread starts its imports at the click
+from mrtpo_app import models as M
+gate, preload = threading.Event(), M._preload
+M._preload = lambda *a: (gate.wait(60), preload(*a))[1]  # the preload thread starts its imports at the click
 at = AppTest.from_file("app.py", default_timeout=120).run()  # asks for the preload (tiny-random)
 started = "torch" not in sys.modules  # so the click below comes before torch is imported
 gate.set()
@@ -48,7 +48,7 @@ at.button(key="explore_sample").click().run()
 html = " ".join(h.proto.body for h in at.get("html"))
 print(json.dumps({"exceptions": [e.value for e in at.exception], "errors": [e.value for e in at.error],
                   "clicked_before_imports": started, "tokens": html.count('class="tok"'),
-                  "preload_taken": S._PRELOADS == {} and ("tiny-random", "auto") in S._PRELOADED,
+                  "preload_taken": M._PRELOADS == {} and ("tiny-random", "auto") in M._PRELOADED,
                   "group": len(at.session_state["mrtpo_group"].group.samples)}))
 """
 

@@ -12,8 +12,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from bench.views import synthetic_group
-from mrtpo.views import overview as O
-from mrtpo.views import render, token_view
+from mrtpo.display import overview as O
+from mrtpo.display import render, token_view
 from tests.app.long_group import explore_with, long_credit_log
 from tests.app.test_app import APP, _ok
 
@@ -89,7 +89,7 @@ VIEWER = str(Path(__file__).resolve().parents[2] / "pages" / "your-rollouts.py")
 
 def test_run_viewer_long_response_overview_then_one_reward_in_full(tmp_path, monkeypatch):
     from mrtpo.creditlog import read_credit_log
-    from mrtpo.views.log_view import log_view
+    from mrtpo.display.log_view import log_view
 
     monkeypatch.setenv("MRTPO_LOGS_ROOT", str(tmp_path))
     folder, group, _ = long_credit_log(tmp_path / "log")

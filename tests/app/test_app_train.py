@@ -115,7 +115,7 @@ def test_create_step_and_views(db):
 
 
 def _toy_run(db, name="toy-run", steps=2, **kw):
-    from tests.views.test_views_progress import ToyFamily
+    from tests.display.test_views_progress import ToyFamily
 
     cfg = TrainConfig.from_dict({**dict(model="tiny-random", device="cpu", task="toy", method="mrtpo", group_size=4,
                                 prompts_per_step=2, max_new_tokens=8, probe_size=1, warmup=2), **kw})
@@ -234,7 +234,7 @@ def _experiment(db, steps=2):
 def test_experiment_view(db):
     import re
 
-    from mrtpo.views import render
+    from mrtpo.display import render
 
     st, exp, summary = _experiment(db)
     at = AppTest.from_file(PAGE, default_timeout=120)

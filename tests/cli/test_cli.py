@@ -1,5 +1,6 @@
 """The CLI: JSON in and out, bad lines named, other lines still processed."""
 import json
+import re
 import subprocess
 import sys
 
@@ -152,7 +153,7 @@ def _adv(capsys, tmp_path, data, *extra, raw=None):
 
 @pytest.mark.parametrize("data, field, problem", [
     ({"rewards": [[1], [0]], "relevance": [[0.5, 1.5], [1, 1]]}, "relevance[0]", "must be a non-empty object"),
-    ({"rewards": [[1], [0]], "relevance": [{"r0": [1, 1]}]}, "relevance", "has 1 entries for 2 responses"),
+    ({"rewards": [[1], [0]], "relevance": [{"r0": [1, 1]}]}, "relevance", "has 1 entry for 2 responses"),
     ({"rewards": [[1], [0]], "relevance": [{"r0": [1, "x"]}, {"r0": [1]}]}, "relevance[0].r0[1]", "must be a number"),
     ({"rewards": [[1], [0]], "relevance": [{"r0": [1, -2]}, {"r0": [1]}]}, "relevance[0].r0[1]", "must be >= 0"),
     ({"rewards": [[1, 0], [0, 1]], "relevance": [{"r0": [1, 1], "r1": [1]}, {"r0": [1]}]}, "relevance[0]",
@@ -227,11 +228,11 @@ def test_outputs_missing_folder_and_full_disk(tmp_path, capsys):
     (b'{"prompt": "x",\n "responses": [}', "not valid JSON (Expecting value at line 2, column 16)"),
     (b'[1, 2]', 'expected a JSON object'),
     (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["y", "z"], "rewards": [[1]]}',
-     "field 'rewards': has 1 rows, expected 2"),
+     "field 'rewards': has 1 row, expected 2"),
     (b'{"prompt": "x", "verifier_info": {"a": "t"}, "responses": ["y"], "rewards": [[1, 0]]}',
      "field 'rewards[0]': has 2 numbers, expected 1"),
     (b'{"prompt": "x", "verifier_info": [{"a": "t"}], "responses": ["y", "z"], "rewards": [[1], [0]]}',
-     "field 'verifier_info': has 1 entries for 2 responses"),
+     "field 'verifier_info': has 1 entry for 2 responses"),
     (b'{"prompt": "x", "verifier_info": [{"a": "t"}, {"b": "t"}], "responses": ["y", "z"], "rewards": [[1], [0]]}',
      "field 'verifier_info[1]': has rewards ['b'], verifier_info[0] has ['a']"),
     (b'{"prompt": "x", "verifier_info": {"a": 3}, "responses": ["y"], "rewards": [[1]]}',
@@ -272,7 +273,9 @@ def test_explain_never_writes_nan(tmp_path, capsys):
 
 @pytest.mark.parametrize("flag, value, problem", [
     ("--max-new-tokens", "0", "must be an integer >= 1, got '0'"),
-    ("--group", "0", "must be an integer in [1, 1024], got '0'"),
+    ("--group-size", "0", "must be an integer in [1, 1024], got '0'"),
+    ("--group", "0", "must be an integer in [1, 1024], got '0'"),  # the older name, still accepted
+    ("--top-p", "0", "must be a finite number in (0, 1], got '0'"),
     ("--temperature", "-1", "must be a finite number >= 0, got '-1'"),
     ("--temperature", "nan", "must be a finite number >= 0, got 'nan'"),
     ("--seed", str(2 ** 70), "must be an integer in"),
@@ -283,18 +286,32 @@ def test_explain_never_writes_nan(tmp_path, capsys):
 def test_sample_flags_checked(capsys, flag, value, problem):
     for cmd in (["sample", "--task", "tools"], ["explain", "--task", "tools", "--html", "x.html"]):
         rc, out, err = _run(capsys, *cmd, "--model", "tiny-random", flag, value)
-        assert rc == 2 and out == "" and f"argument {flag}: {problem}" in err
+        named = "--group-size/--group" if flag in ("--group", "--group-size") else flag  # a field's flag and alias
+        assert rc == 2 and out == "" and f"argument {named}: {problem}" in err
 
 
 def test_library_checks_sample_and_device(tiny):
-    from mrtpo.errors import MrtpoError
-    from mrtpo.model import resolve_device, sample
+    import numpy as np
 
-    for kw, msg in (({"n": 0}, "group size"), ({"max_new_tokens": 0}, "max new tokens"),
-                    ({"temperature": float("nan")}, "temperature"), ({"temperature": -0.5}, "temperature"),
-                    ({"top_p": 0.0}, "top_p")):
-        with pytest.raises(MrtpoError, match=msg):
+    from mrtpo.errors import MrtpoError
+    from mrtpo.model import SamplingConfig, resolve_device, sample
+
+    # one check, SamplingConfig's (mrtpo.config.check_fields), whichever way the settings come
+    for kw, msg in (({"n": 0}, "group_size must be >= 1, not 0"), ({"n": 1025}, "group_size must be <= 1024"),
+                    ({"n": 2.5}, "group_size must be an integer, not 2.5"), ({"n": True}, "must be an integer"),
+                    ({"max_new_tokens": 0}, "max_new_tokens must be >= 1, not 0"),
+                    ({"temperature": float("nan")}, "temperature must be finite, not nan"),
+                    ({"temperature": -0.5}, "temperature must be >= 0, not -0.5"),
+                    ({"top_p": 0.0}, "top_p must be > 0, not 0"), ({"seed": "1"}, "seed must be an integer"),
+                    ({"topp": 0.5}, "unknown sampling setting(s) topp")):
+        with pytest.raises(MrtpoError, match=re.escape(msg)):
             sample(tiny, "hi", **{"n": 1, "max_new_tokens": 1, **kw})
+    with pytest.raises(MrtpoError, match=re.escape("bad sampling config: group_size must be >= 1, not 0")):
+        SamplingConfig(group_size=0)
+    cfg = SamplingConfig(group_size=np.int64(2), max_new_tokens=2, temperature=np.float32(1.0), seed=3)
+    assert type(cfg.group_size) is int and type(cfg.temperature) is float  # numpy's numbers are numbers
+    by_fields = sample(tiny, "hi", n=2, max_new_tokens=2, seed=3)
+    assert [s.token_ids for s in sample(tiny, "hi", cfg)] == [s.token_ids for s in by_fields]
     for bad in ("meta", "cpu:0x", "xla", ""):
         with pytest.raises(MrtpoError, match="unknown device"):
             resolve_device(bad)
@@ -453,7 +470,8 @@ def test_train_flags_checked(tmp_path, capsys):
                                  ("--device", "meta", "unknown device 'meta'"),
                                  ("--steps", "-1", "must be an integer in [0, 1000000], got '-1'")):
         rc, out, err = _run(capsys, *base, flag, value)
-        assert rc == 2 and f"argument {flag}: {problem}" in err
+        named = "--group-size/--group" if flag == "--group-size" else flag  # the field's flag and its alias
+        assert rc == 2 and f"argument {named}: {problem}" in err
     assert not (tmp_path / "r.db").exists()  # nothing created for a bad flag
 
 
@@ -564,7 +582,7 @@ def test_relevance_progress_and_stdout(tmp_path, capsys):
     rc, out, err = _run(capsys, "relevance", "--input", inp, "--output", "-", "--model", "tiny-random")
     assert rc == 0 and [json.loads(x)["id"] for x in out.splitlines()] == ["a", "b"]
     assert _stages(err) == ["loading model tiny-random (auto)",
-                            "replaying group 1/1 (2 cases, 1 rewards)", "writing -"]
+                            "replaying group 1/1 (2 cases, 1 reward)", "writing -"]
     rc, out_q, err = _run(capsys, "relevance", "--input", inp, "--output", "-", "--model", "tiny-random", "--quiet")
     assert rc == 0 and out_q == out and _stages(err) == []
 
@@ -578,13 +596,15 @@ def test_train_progress_by_phase_and_quiet(tmp_path, capsys):
     stages = _stages(err)
     phases = ["sampling", "scoring", "replay", "update", "probe", "storing"]
     assert stages[:6] == [f"step 1/2: {p}" for p in phases] and stages[7:13] == [f"step 2/2: {p}" for p in phases]
-    assert __import__("re").fullmatch(r"step 1/2 done in [0-9.]+ s \(.*\): reward [0-9.]+, loss [-+][0-9.]+, "
+    # where the time went (the phases of 0.05 s or more; none: no "()" at all)
+    assert __import__("re").fullmatch(r"step 1/2 done in [0-9.]+ s( \([a-z]+ [0-9.]+( · [a-z]+ [0-9.]+)*\))?: "
+                                      r"reward [0-9.]+, loss [-+][0-9.]+, "
                                       r"β_s 0\.000 \(warmup: this update is GDPO's\) · about [0-9.]+ s left",
                                       stages[6])  # the steps left, at this command's pace
     assert "β_s 0.014" in stages[13] and "left" not in stages[13]  # 0.5 · smoothstep(1/10); the last step
     rc, out, err = _run(capsys, *args, "--run", "b", "--steps", "1", "--quiet")
     assert rc == 0 and out == "" and _stages(err) == []
-    assert "creating run 'b'" in err and "run 'b': 1 steps" in err  # messages about the run stay
+    assert "creating run 'b'" in err and "run 'b': 1 step," in err  # messages about the run stay
 
 
 def test_rollouts_progress_per_group(tmp_path, capsys):
@@ -597,7 +617,7 @@ def test_rollouts_progress_per_group(tmp_path, capsys):
                         "--model", "tiny-random", "--device", "cpu")
     assert rc == 0 and len(out.splitlines()) == 2
     assert _stages(err) == ["loading model tiny-random (cpu)", "replaying group 1/2 (step 1, 2 rows)",
-                            "replaying group 2/2 (step 2, 1 rows)", "writing -"]
+                            "replaying group 2/2 (step 2, 1 row)", "writing -"]
     rc, out_q, err = _run(capsys, "rollouts", "--input", f, "--verifier-template", vt, "--output", "-",
                           "--model", "tiny-random", "--device", "cpu", "--quiet")
     assert out_q == out and _stages(err) == []

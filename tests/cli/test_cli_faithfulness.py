@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mrtpo.cli import main
-from mrtpo.core.faithfulness import pair_metrics
+from mrtpo.core.faith_metrics import pair_metrics
 from mrtpo.core.measures import word_max
 
 

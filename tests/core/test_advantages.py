@@ -156,11 +156,11 @@ def test_token_view_cap_applies_to_every_row():
     """With a second-moment cap, the per-reward token rows sum (minus the center) to the combined row."""
     import numpy as np
 
+    from mrtpo.display import token_view
     from mrtpo.groups import ScoredGroup
     from mrtpo.model import Sample
     from mrtpo.replay import ReplayResult, ResponseRelevance
     from mrtpo.tasks.base import Example
-    from mrtpo.views import token_view
 
     R = np.array([[1.0, 0.0], [0.0, 1.0]])
     rels = [ResponseRelevance("abc", [1, 2, 3], [(0, 1), (1, 2), (2, 3)], {"a": np.ones(3), "b": np.ones(3)},
@@ -293,11 +293,11 @@ def test_grpo_equal_sums_in_a_group_do_not_amplify_token_advantages():
 
 
 def test_token_view_rows_are_consistent_with_the_floor():
+    from mrtpo.display import token_view
     from mrtpo.groups import ScoredGroup
     from mrtpo.model import Sample
     from mrtpo.replay import ReplayResult, ResponseRelevance
     from mrtpo.tasks.base import Example
-    from mrtpo.views import token_view
 
     R = np.array([[1.0, 0.0], [0.0, 1.0]])  # equal sums: scale = eps
     rels = [ResponseRelevance("abc", [1, 2, 3], [(0, 1), (1, 2), (2, 3)], {"a": np.ones(3), "b": np.ones(3)},

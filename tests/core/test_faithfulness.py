@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from mrtpo.core.faithfulness import (
+from mrtpo.core.faith_metrics import (
     agreement,
     auroc,
     group_summary,
@@ -116,7 +116,7 @@ def test_average_ranks_equal_scipys_rankdata():
     """The library ranks with numpy (scipy is a test tool); ties get the mean of the ranks they span."""
     from scipy.stats import rankdata
 
-    from mrtpo.core.faithfulness import average_ranks
+    from mrtpo.core.faith_metrics import average_ranks
 
     np.testing.assert_array_equal(average_ranks(np.array([3.0, 1.0, 2.0, 2.0])), [4.0, 1.0, 2.5, 2.5])
     rng = np.random.default_rng(0)

@@ -183,7 +183,7 @@ def test_replay_measure_equals_stored_replay_with_measure(tiny):
 def test_quotes_move_relevance_onto_what_the_checker_read(smol):
     """On the real default model: with v_k quoting what each checker read, js-support's relevance finds the evidence
     (mean token AUROC 0.84 over these 9 pairs when written); with the rules alone it barely does (0.64)."""
-    from mrtpo.core.faithfulness import pair_metrics
+    from mrtpo.core.faith_metrics import pair_metrics
     from mrtpo.groups import template_for
     from mrtpo.tasks import get_family
 
@@ -228,7 +228,7 @@ def test_evidence_measure_by_hand():
 def test_evidence_measure_on_a_real_tokenization(smol):
     """On the default model's tokens of a reply: the oracle's ρ is T / n on the n tokens the checker's evidence
     touches (token AUROC 1 against that evidence), and the group's token view under it equals that."""
-    from mrtpo.core.faithfulness import pair_metrics, token_labels
+    from mrtpo.core.faith_metrics import pair_metrics, token_labels
     from mrtpo.core.measures import oracle_relevance
     from mrtpo.model import tokenize_response
     from mrtpo.tasks import get_family

@@ -163,7 +163,7 @@ def test_bad_rows_are_named_by_file_row_and_field(tmp_path):
         _bad(tmp_path / "b", put("token_advantages", [1.0, 2.0]))
     assert "row 3: field 'rewards': reward 'format': must be a number or null, got 'high'" in \
         _bad(tmp_path / "c", put("rewards", {"format": "high", "correct": 1}), line=3)
-    assert "field 'reward_token_advantages': reward_token_advantages.format has 1 values" in \
+    assert "field 'reward_token_advantages': reward_token_advantages.format has 1 value for 4 tokens" in \
         _bad(tmp_path / "d", lambda o: json.dumps({**o, "reward_token_advantages": {"format": [1], "correct": []}}))
     assert "row 1: not valid JSON" in _bad(tmp_path / "e", lambda o: "{not json")
     assert "row 1: field 'step': is 7 in the file of step 5" in _bad(tmp_path / "f", put("step", 7))

@@ -114,7 +114,7 @@ def test_evidence_outline_in_chromium(server):
     (``.ev``) in some response's rows, and the legend says what the underline means."""
     shots = os.environ.get("MRTPO_SHOTS")
     with chromium_page(f"{server}/?family=instructions&example=tea-note") as page:
-        seed = page.get_by_label("Seed")  # seed 1: the no-comma reward varies, so it is replayed
+        seed = page.get_by_role("spinbutton", name="Seed")  # seed 1: the no-comma reward varies, so it is replayed
         seed.fill("1")
         seed.press("Enter")
         _idle(page)
@@ -168,7 +168,7 @@ def test_scale_switch_table_row_and_topk_in_chromium(server):
     a click on a table row selects that response, and the top-k view draws its bars."""
     shots = os.environ.get("MRTPO_SHOTS")
     with chromium_page(f"{server}/?family=instructions&example=tea-note") as page:
-        seed = page.get_by_label("Seed")
+        seed = page.get_by_role("spinbutton", name="Seed")  # (the box; its help is a button)
         seed.fill("1")
         seed.press("Enter")
         _idle(page)

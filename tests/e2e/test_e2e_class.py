@@ -34,7 +34,7 @@ def alone(seed: int) -> str:
 
 
 def _set_seed(page, seed: int) -> None:
-    box = page.get_by_label("Seed")
+    box = page.get_by_role("spinbutton", name="Seed")  # (the box; its help is a button)
     box.fill(str(seed))
     box.press("Enter")
     page.wait_for_timeout(300)

@@ -12,7 +12,7 @@ from tests.e2e.test_e2e_browser import _idle, chromium_page, server  # noqa: F40
 def test_compare_measures_in_chromium(server):  # noqa: F811
     shots = os.environ.get("MRTPO_SHOTS")
     with chromium_page(f"{server}/?family=instructions&example=tea-note", height=1400) as page:
-        seed = page.get_by_label("Seed")
+        seed = page.get_by_role("spinbutton", name="Seed")  # (the box; its help is a button)
         seed.fill("1")
         seed.press("Enter")
         _idle(page)

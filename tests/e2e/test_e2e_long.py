@@ -78,9 +78,9 @@ def _css_tip(page, cell) -> str:
 
 def test_exported_page_of_a_long_group_in_chromium(tmp_path):
     from bench.views import synthetic_group
-    from mrtpo.views import overview as O
-    from mrtpo.views import token_view
-    from mrtpo.views.page import page_html
+    from mrtpo.display import overview as O
+    from mrtpo.display import token_view
+    from mrtpo.display.page import page_html
 
     sync_api = pytest.importorskip("playwright.sync_api")
     group, replay = synthetic_group(8, 2000, 3)

@@ -84,12 +84,12 @@ def test_bad_rows_are_named(tmp_path):
     cases = [
         (read_board, board, 2, drop("reward"), "rank_0.jsonl: row 2: field 'reward': missing"),
         (read_board, board, 1, put("logprobs", [-1, "x"]), "field 'logprobs': must be a number or null, got 'x'"),
-        (read_board, board, 1, put("ref_logprobs", [-1.0]), "row 1: field 'ref_logprobs': has 1 values for 5 tokens"),
-        (read_board, board, 3, put("response_tokens", ["a"]), "row 3: field 'response_tokens': has 1 tokens for 2"),
+        (read_board, board, 1, put("ref_logprobs", [-1.0]), "row 1: field 'ref_logprobs': has 1 value for 5 tokens"),
+        (read_board, board, 3, put("response_tokens", ["a"]), "row 3: field 'response_tokens': has 1 token for 2"),
         (read_board, board, 1, put("step", 1.5), "row 1: field 'step': must be an integer step >= 0, got 1.5"),
         (read_prime_rl, prime, 2, drop("loss_mask"), "rank_0.jsonl: row 2: field 'loss_mask': missing"),
         (read_prime_rl, prime, 1, put("schema_version", 9), "row 1: field 'schema_version': is 9; this reader knows"),
-        (read_prime_rl, prime, 1, put("entropy", [0.0]), "row 1: field 'entropy': has 1 values for 6 tokens"),
+        (read_prime_rl, prime, 1, put("entropy", [0.0]), "row 1: field 'entropy': has 1 value for 6 tokens"),
         (read_prime_rl, prime, 1, put("loss_mask", [False] * 6), "row 1: field 'loss_mask': no token is trained"),
     ]
     for k, (reader, src, line, change, says) in enumerate(cases):

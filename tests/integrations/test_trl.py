@@ -154,7 +154,7 @@ def test_accelerate_two_processes(tmp_path, tiny):
     for s in steps:  # each process holds half of one group of 4 (the group spans both processes)
         assert s["advantages_shape"][0] == 2 and len(s["advantages_shape"]) == 2
         assert s["max_abs_token_mean_minus_trl"] < 1e-5
-    assert "done: 2 steps on 2 process(es)" in res.stdout
+    assert "done: 2 steps on 2 processes" in res.stdout
     # the credit log: the main process gathered both processes' halves of the logged group and wrote each step
     from mrtpo.creditlog import read_credit_log
 

@@ -25,7 +25,7 @@ def _trainer(tmp_path, tiny, method, beta, **cfg):
 def test_trl_step_writes_what_the_trainer_computed(tmp_path, tiny):
     from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
-    from mrtpo.integrations.trl_log import flush
+    from mrtpo.creditlog.trl_writer import flush
 
     tr = _trainer(tmp_path, tiny, method="mrtpo", beta=0.5, credit_log_groups=1)
     torch.manual_seed(0)
@@ -167,7 +167,7 @@ def test_trl_resume_continues_its_own_log(tmp_path, tiny, caplog):
     state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["stateful_callbacks"]["CreditLogRun"]["args"]["run"] == run  # the checkpoint knows its log's run
     step2 = (log / "step-000002.jsonl").read_bytes()
-    with caplog.at_level("WARNING", logger="mrtpo.integrations.trl_log"):
+    with caplog.at_level("WARNING", logger="mrtpo.creditlog.trl_writer"):
         tr = _run(out, tiny, log, max_steps=4)
         tr.train(resume_from_checkpoint=str(out / "checkpoint-2"))
     assert "steps 3..3 came after the checkpoint (step 2) this run resumes from; dropping them" in caplog.text

@@ -100,7 +100,7 @@ def test_fill_length_is_computed_before_building():
     assert str(e.value) == (
         "template 'prompt': the filled prompt would be 90,018,059 characters, more than the limit of 250,000; "
         "it is 18,001 characters of template text, {prompt} 9,000 times with 10,000 characters, "
-        "{verifier_info} once with 58 characters (2 item(s) of up to 44 characters from template 'item'); "
+        "{verifier_info} once with 58 characters (2 items of up to 44 characters from template 'item'); "
         "shorten the template or the values")
 
 

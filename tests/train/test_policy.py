@@ -189,8 +189,8 @@ def test_load_trainable_state_errors(model):
     short = {k: v for k, v in state.items() if k != "model.embed_tokens.weight"}
     with pytest.raises(MrtpoError) as e:
         load_trainable_state(model, short, lora=False)
-    assert str(e.value) == "lacks 1 trained tensor(s) (model.embed_tokens.weight, …)"
-    with pytest.raises(MrtpoError, match=r"lacks 20 trained tensor\(s\) \(model.embed_tokens.weight, …\)"):
+    assert str(e.value) == "lacks 1 trained tensor (model.embed_tokens.weight, …)"
+    with pytest.raises(MrtpoError, match=r"lacks 20 trained tensors \(model.embed_tokens.weight, …\)"):
         load_trainable_state(model, {}, lora=False)
     wrong = dict(state, **{"model.norm.weight": torch.zeros(3)})
     with pytest.raises(MrtpoError, match=r"^does not fit: "):

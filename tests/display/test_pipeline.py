@@ -6,12 +6,12 @@ import pytest
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.credit import relevance_tensor
+from mrtpo.display import group_table, relevance_change, token_view
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup
 from mrtpo.model import Sample
 from mrtpo.replay import ReplayResult, ResponseRelevance
 from mrtpo.tasks.base import Example
-from mrtpo.views import group_table, relevance_change, token_view
 
 
 def test_relevance_tensor_pads_and_fills_missing_rewards_with_ones():

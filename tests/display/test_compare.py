@@ -1,4 +1,4 @@
-"""Compare measures (mrtpo.views.compare): one row per measure for a response and reward, each ρ the measure's own
+"""Compare measures (mrtpo.display.compare): one row per measure for a response and reward, each ρ the measure's own
 (equal to re-deriving it from the result), its AUROC against the checker's evidence, one shared color scale, and the
 seconds it costs read off the result's clock."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ import re
 import numpy as np
 import pytest
 
-from mrtpo.core.faithfulness import pair_metrics
+from mrtpo.core.faith_metrics import pair_metrics
+from mrtpo.display.compare import COMPARED, compare_html, compare_measures, compare_result, compare_rows
 from mrtpo.groups import score_group, template_for
 from mrtpo.model import Sample, tokenize_response
 from mrtpo.tasks import get_family
-from mrtpo.views.compare import COMPARED, compare_html, compare_measures, compare_result, compare_rows
 
 RESPONSES = ["Tea, green tea, and a cup.", "Green tea in a cup is calm.", "Black tea, hot.", "Tea is nice."]
 

@@ -1,8 +1,8 @@
 """The exported page's one inline script (no CDN, no other file): on a click of a hottest span or an "open in full"
 button (``.open`` with ``data-g``, ``data-r``, ``data-k`` and, for a span, ``data-c``), draw that response × reward in
-full into its box from the page's JSON (:func:`mrtpo.views.page.response_data`), as
-:func:`mrtpo.views.overview.full_html` draws it: the same cells (a character's tokens drawn once, advantages summed,
-ρ averaged), colors (:func:`mrtpo.views.render.diverging_color` / ``sequential_color``), tooltips in ``data-tip``
+full into its box from the page's JSON (:func:`mrtpo.display.page.response_data`), as
+:func:`mrtpo.display.overview.full_html` draws it: the same cells (a character's tokens drawn once, advantages summed,
+ρ averaged), colors (:func:`mrtpo.display.render.diverging_color` / ``sequential_color``), tooltips in ``data-tip``
 (the CSS rule shows them), evidence underline and numbered hottest spans; then scroll to the clicked span.  It
 also shows every ``data-tip`` in one floating tooltip kept inside the window (the CSS tooltip, which a cell near the
 window's right edge pushes out of it, steps aside).

@@ -2,7 +2,7 @@
 import pytest
 
 from mrtpo.creditlog import CreditRow, CreditStep
-from mrtpo.views.run_stats import component_curves, concentration, step_components
+from mrtpo.display.run_stats import component_curves, concentration, step_components
 
 
 def row(group, index, rewards, adv=None, tok=None, step=1):
@@ -46,7 +46,7 @@ def test_curves_over_steps_and_logs_without_advantages():
 def test_token_table_of_a_board_row_and_of_a_credit_row():
     import math
 
-    from mrtpo.views.log_tokens import token_table
+    from mrtpo.display.log_tokens import token_table
 
     b = CreditRow(step=1, group=0, index=0, prompt="p", completion="June.", rewards={"reward": 1.0},
                   tokens=["June", "."], logprob=[math.log(0.5), None], ref_logprob=[math.log(0.25), -1.0],

@@ -2,9 +2,9 @@
 """
 from __future__ import annotations
 
+from mrtpo.display.tables import _finite
+from mrtpo.display.token_view import TokenView
 from mrtpo.groups import ScoredGroup
-from mrtpo.views.tables import _finite
-from mrtpo.views.token_view import TokenView
 
 
 def view_to_json(view: TokenView, group: ScoredGroup | None = None) -> dict:

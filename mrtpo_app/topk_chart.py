@@ -2,7 +2,7 @@
 under p_t = π(·|P_all, y<t) and q_t = π(·|P_\\k, y<t) side by side as bars (the response's own token y_t outlined),
 the JS distance built from the two full distributions, and the token highlighted in the response.
 
-The numbers come from :func:`mrtpo.replay.next_token_topk` (cached: :func:`mrtpo_app.state.next_token_topk_cached`);
+The numbers come from :func:`mrtpo.replay.next_token_topk` (cached: :func:`mrtpo_app.caches.next_token_topk_cached`);
 this module only draws them (Plotly is an app dependency, so the chart lives with the app, not in ``mrtpo``).
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ import html
 import plotly.graph_objects as go
 import streamlit as st
 
-from mrtpo.views import panels, render
+from mrtpo.display import panels, render
+from mrtpo_app import caches as C
 from mrtpo_app import state as S
 from mrtpo_app.ui import guard, md
 
@@ -62,7 +63,7 @@ def show(run: S.SessionGroup, i: int, reward: str, t: int, top: int, key: str) -
     toks = resp.tokens()
     st.html(f"<style>{render.CSS}</style>" + panels.position_html(toks, t, f"token t = {t}"))
     with guard("next-token distributions"):
-        dist = S.next_token_topk_cached(run.choices.model, run.choices.device, g.prompt, g.verifier_info[i],
+        dist = C.next_token_topk_cached(run.choices.model, run.choices.device, g.prompt, g.verifier_info[i],
                                         list(resp.token_ids), reward, int(t), int(top), run.template)
     st.plotly_chart(chart(dist, reward), key=key)
     yt = dist["token"]

@@ -1,4 +1,4 @@
-"""The heatmaps' colors and style sheet (:mod:`mrtpo.views.render` draws with them): a diverging scale pinned at 0
+"""The heatmaps' colors and style sheet (:mod:`mrtpo.display.render` draws with them): a diverging scale pinned at 0
 for advantages (blue = positive, red = negative, 0 transparent), a sequential one for relevance (orange), and the CSS
 of every view, its one tooltip rule among it (``[data-tip]:hover::after``)."""
 from __future__ import annotations

@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pytest
 
+from mrtpo.display import TokenView, render, stored_step_view
+from mrtpo.display.page import page_html
 from mrtpo.groups import ScoredGroup
 from mrtpo.tasks.base import Example
-from mrtpo.views import TokenView, render, stored_step_view
-from mrtpo.views.page import page_html
 
 LEGEND = re.compile(r"advantage <span[^>]*></span> −([0-9.e+-]+) .*?moved <span[^>]*></span> ±([0-9.e+-]+)"
                     r".*?relevance <span[^>]*></span> 0 … ([0-9.e+-]+)", re.S)

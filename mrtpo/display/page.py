@@ -1,13 +1,13 @@
 """The exported HTML page (``mrtpo explain --html``, ``mrtpo rollouts --html``, the app's "Download HTML page"): one
 self-contained file (no CDN, no other file), overview first for long responses.
 
-A response of at most :data:`mrtpo.views.overview.LONG_TOKENS` tokens is drawn in full
-(:func:`mrtpo.views.render.response_html`).  A longer one shows its overview
-(:func:`mrtpo.views.overview.overview_html`: per reward a strip and the hottest spans); its numbers are stored once
+A response of at most :data:`mrtpo.display.overview.LONG_TOKENS` tokens is drawn in full
+(:func:`mrtpo.display.render.response_html`).  A longer one shows its overview
+(:func:`mrtpo.display.overview.overview_html`: per reward a strip and the hottest spans); its numbers are stored once
 per token in a JSON block of the page (:func:`response_data`), and the page's small inline script
-(:data:`mrtpo.views.page_script.SCRIPT`) draws one response × one reward in full when a hottest span or an "open in
-full" button is clicked, as :func:`mrtpo.views.overview.full_html` draws it (the same cells, colors, tooltips,
-evidence underline and outlined hottest spans).  Every tooltip is the CSS rule of :mod:`mrtpo.views.render` over the
+(:data:`mrtpo.display.page_script.SCRIPT`) draws one response × one reward in full when a hottest span or an "open in
+full" button is clicked, as :func:`mrtpo.display.overview.full_html` draws it (the same cells, colors, tooltips,
+evidence underline and outlined hottest spans).  Every tooltip is the CSS rule of :mod:`mrtpo.display.render` over the
 cells' ``data-tip``.  So 8 responses × 2,000 tokens × 3 rewards make a page of about 2–3 MB instead of the ~40 MB
 of every row drawn with a ``title`` per token.
 """
@@ -21,11 +21,11 @@ from typing import Sequence
 import numpy as np
 
 from mrtpo.core.advantages import parse_method
+from mrtpo.display import overview as O
+from mrtpo.display import render
+from mrtpo.display.page_script import SCRIPT
+from mrtpo.display.token_view import TokenView
 from mrtpo.groups import ScoredGroup
-from mrtpo.views import overview as O
-from mrtpo.views import render
-from mrtpo.views.page_script import SCRIPT
-from mrtpo.views.token_view import TokenView
 
 PAGE_CSS = """
 .mrtpo .open{cursor:pointer}
@@ -75,7 +75,7 @@ def response_data(view: TokenView, i: int, scale: str = "response", vmax: tuple[
                   group: ScoredGroup | None = None) -> dict:
     """What the page's script needs to draw response ``i`` × any reward in full: the tokens' texts and cells, per
     token every number the tooltips show (each once: ρ, JS, A'_ikt per reward, A_it), the color limits, the
-    evidence, the oracle's ρ, the hottest spans, and the labels and heads as :func:`mrtpo.views.overview.full_html`
+    evidence, the oracle's ρ, the hottest spans, and the labels and heads as :func:`mrtpo.display.overview.full_html`
     writes them."""
     lim = O._lim(view, i, scale, vmax)
     m = parse_method(view.method)

@@ -1,4 +1,4 @@
-"""mrtpo.views.overview and the export (mrtpo.views.page): hottest spans on hand-made ρ, the strips' marks, GDPO's
+"""mrtpo.display.overview and the export (mrtpo.display.page): hottest spans on hand-made ρ, the strips' marks, GDPO's
 uniform row collapsed to a number, short responses still in full, and the size of the export of a synthetic group of
 8 responses × 2,000 tokens × 3 rewards."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ import re
 import numpy as np
 import pytest
 
-from mrtpo.views import TokenView, render, token_view
-from mrtpo.views import overview as O
-from mrtpo.views import page as P
-from mrtpo.views.page import page_html
+from mrtpo.display import TokenView, render, token_view
+from mrtpo.display import overview as O
+from mrtpo.display import page as P
+from mrtpo.display.page import page_html
 
 STRIP = re.compile(r'<div class="strip">(.*?)</div>', re.S)
 MARK = re.compile(r'<i style="background:([^"]*)" data-tip="([^"]*)"></i>')

@@ -9,14 +9,14 @@ import numpy as np
 import torch
 
 from mrtpo.core import advantages as adv_mod
-from mrtpo.core.faithfulness import group_summary
+from mrtpo.core.faith_metrics import group_summary
+from mrtpo.display.token_view import TokenView, token_view
 from mrtpo.groups import ScoredGroup
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
-from mrtpo.views.token_view import TokenView, token_view
 
 
 def faithfulness_table(view: TokenView) -> list[dict]:
-    """Per replayed reward, over the group's responses (:func:`mrtpo.core.faithfulness.group_summary`): pairs that
+    """Per replayed reward, over the group's responses (:func:`mrtpo.core.faith_metrics.group_summary`): pairs that
     count, mean token AUROC, share above 0.5, mean lift, mean span-peak AUROC and the pairs left out (evidence = whole
     response, nothing specific, every token). [] when the group has no verifier evidence."""
     if not view.evidence:

@@ -17,12 +17,13 @@ import streamlit as st
 from mrtpo.config import field_kind, leaf_fields
 from mrtpo.core.advantages import method_names
 from mrtpo.core.info import INFO_LABELS
+from mrtpo.display import panels, render
 from mrtpo.experiment import experiment_summary, load_experiment, read_experiment
 from mrtpo.store import RunInfo, Store
 from mrtpo.train import PHASES, TrainConfig, Trainer
-from mrtpo.views import panels, render
+from mrtpo.wording import plural
 from mrtpo_app import charts
-from mrtpo_app.ui import guard, md, show_error
+from mrtpo_app.ui import guard, md, number_field, show_error
 
 # the fields of a new run that the form asks for (the rest keep TrainConfig's defaults); a field's label is its name
 FORM_FIELDS = ("group_size", "prompts_per_step", "max_new_tokens", "seed", "lr", "beta", "warmup", "kl_coef", "lora",
@@ -48,11 +49,6 @@ def summary_for(path: str, name: str, marks: tuple) -> dict:
     return experiment_summary(read_experiment(store, load_experiment(store, name)))
 
 
-def plural(n: int, word: str) -> str:
-    """'1 step', '3 steps'."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def fmt(v, f: str = "{:.3f}") -> str:
     return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f.format(v)
 
@@ -71,19 +67,12 @@ def config_form(families: list[str], key: str = "train") -> dict:
     cols = st.columns(4)
     for j, name in enumerate(FORM_FIELDS):
         f, col = fields[name], cols[j % 4]
-        label, meta, kind = name.replace("_", " ").capitalize(), f.metadata, field_kind(f)
-        lo, hi = meta.get("lo"), meta.get("hi")
-        if kind == "bool":
-            out[name] = col.checkbox(label, value=defaults[name], help=meta["help"], key=f"{key}_{name}")
-        elif kind == "int":
-            out[name] = int(col.number_input(label, int(lo) if lo is not None else None,
-                                             int(hi) if hi is not None else None, int(defaults[name]),
-                                             help=meta["help"], key=f"{key}_{name}"))
-        else:
-            low = None if lo is None else (math.nextafter(lo, math.inf) if meta.get("lo_open") else float(lo))
-            out[name] = float(col.number_input(label, low, None if hi is None else float(hi), float(defaults[name]),
-                                               format="%.2e" if name == "lr" else "%.3f", help=meta["help"],
-                                               key=f"{key}_{name}"))
+        label = name.replace("_", " ").capitalize()
+        if field_kind(f) == "bool":
+            out[name] = col.checkbox(label, value=defaults[name], help=f.metadata["help"], key=f"{key}_{name}")
+        else:  # the field's bounds, default and help (ui.number_field, as Explore's sampling settings)
+            out[name] = number_field(col, f, label, f"{key}_{name}", value=defaults[name],
+                                     format=None if field_kind(f) == "int" else "%.2e" if name == "lr" else "%.3f")
     return out
 
 
@@ -151,42 +140,28 @@ def train_with_progress(tr: Trainer, todo: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- an experiment
-def experiment_view(store: Store, db_path: str) -> None:
-    """Pick an experiment; its curves with bands, the paired differences, and the probe of every method side by
-    side at one step."""
-    names = store.experiment_names()
-    if not names:
-        st.info(f"No experiments in {md(db_path)} yet. Run one from a terminal, e.g. `python -m mrtpo experiment "
-                f"--task instructions --methods gdpo,mrtpo --seeds 3 --steps 30 --out runs/exp` "
-                f"(docs/training.md); it appears here while it runs.")
-        return
-    q = st.query_params.get("experiment")
-    if st.session_state.get("train_exp") not in names:
-        st.session_state["train_exp"] = q if q in names else names[-1]
-    name = st.selectbox("Experiment", names, key="train_exp", help=f"experiments in {db_path}")
-    st.query_params["experiment"] = name
-    exp = load_experiment(store, name)
-    runs = {(m, j): store.get_run(exp.run_name(m, j)) for m, j, _ in exp.runs()}
-    marks = tuple((r.steps_done, r.updated) if r else None for r in runs.values())
-    with guard("reading the experiment"):
-        summary = summary_for(db_path, name, marks)
+def _experiment_header(name: str, exp, runs: dict) -> None:
+    """The experiment's one-line description, and how far it has run."""
     b = exp.base
     finished = sum(1 for r in runs.values() if r and r.steps_done >= exp.steps)
     st.markdown(f"**{md(name)}** — {md(b['task'])} · model {md(b['model'])} · {md(', '.join(exp.methods))} · "
-                f"{exp.seeds} seeds × "
-                f"{exp.steps} steps · G={b['group_size']} × B={b['prompts_per_step']} · lr {b['lr']:g} · "
+                f"{plural(exp.seeds, 'seed')} × "
+                f"{plural(exp.steps, 'step')} · G={b['group_size']} × B={b['prompts_per_step']} · lr {b['lr']:g} · "
                 f"β {b['beta']:g} (warmup {b['warmup']}) · ρ {md(b.get('measure', 'js'))} · v_k "
                 f"{md(INFO_LABELS.get(b.get('info', 'rule'), ''))}{' · LoRA' if b['lora'] else ''} (an arm's own "
                 f"fields are in its name)")
     if finished < len(runs):
-        st.info(f"In progress: {finished} of {len(runs)} runs finished. The table and curves use the steps every "
-                f"method of a seed has stored so far, each Δ the steps its arm and the baseline have; press "
+        st.info(f"In progress: {finished} of {plural(len(runs), 'run')} finished. The table and curves use the steps "
+                f"every method of a seed has stored so far, each Δ the steps its arm and the baseline have; press "
                 f"**Refresh** to update.")
         st.button("Refresh", key="train_exp_refresh")
     st.caption("The runs of one seed share the prompts and the sampling streams (schedule seed): at step 1 every "
                "method samples the same groups, later they differ only through their policies. Band: min–max over "
                "seeds.")
-    base = exp.methods[0]
+
+
+def _experiment_numbers(summary: dict, base: str) -> None:
+    """Each paired Δ AUC with its interval and verdict, the methods' table and the reward curves."""
     cols = st.columns(max(1, len(summary["paired"])))
     for c, (m, p) in zip(cols, summary["paired"].items()):
         lo, hi = p["ci95"]
@@ -195,8 +170,8 @@ def experiment_view(store: Store, db_path: str) -> None:
                       "cluster bootstrap over seeds, then units")
         verdict = ("includes 0: no difference shown at this scale" if lo is not None and hi is not None and
                    lo <= 0 <= hi else f"excludes 0: {m} {'above' if (lo or 0) > 0 else 'below'} {base}")
-        c.caption(f"95 % interval [{fmt(lo, '{:+.4f}')}, {fmt(hi, '{:+.4f}')}] over n = {p['n']} units "
-                  f"({p['n_seeds']} seeds) — {verdict}; the smallest Δ these seeds could detect: "
+        c.caption(f"95 % interval [{fmt(lo, '{:+.4f}')}, {fmt(hi, '{:+.4f}')}] over n = {plural(p['n'], 'unit')} "
+                  f"({plural(p['n_seeds'], 'seed')}) — {verdict}; the smallest Δ these seeds could detect: "
                   f"{fmt(p.get('detectable'), '{:.4f}')}")
     table = pd.DataFrame([{"method": m, "AUC": v["auc"], "final (last 5 steps)": v["final"],
                            f"steps to {fmt(summary['threshold'])}": v["steps_to_threshold"],
@@ -206,12 +181,14 @@ def experiment_view(store: Store, db_path: str) -> None:
     st.subheader("Reward curves")
     st.plotly_chart(charts.band_curves(summary), key="train_exp_curves", width="stretch")
 
+
+def _probe_shift(store: Store, exp, runs: dict) -> None:
+    """The probe of every method side by side at one step: how each method's training moved the relevance."""
     st.subheader("Relevance shift on the probe, method by method")
     c1, c2, c3, c4 = st.columns(4)
     seed = c1.selectbox("Seed", list(range(exp.seeds)), key="train_exp_seed")
     have = [m for m in exp.methods if runs[(m, seed)] is not None]
-    probes = {m: store.probe(runs[(m, seed)].id) for m in have}
-    probes = {m: p for m, p in probes.items() if p}
+    probes = {m: p for m in have if (p := store.probe(runs[(m, seed)].id))}
     if not probes:
         st.caption("These runs have no probe responses.")
         return
@@ -241,3 +218,27 @@ def experiment_view(store: Store, db_path: str) -> None:
         with col:
             st.html(f"<style>{render.CSS}.mrtpo .lab{{flex:0 0 95px}}</style>"  # narrower labels in columns
                     f"{panels.probe_shift_html(probes[m][pi]['tokens'], reward, a, b, int(step), vmax, vdiff)}")
+
+
+def experiment_view(store: Store, db_path: str) -> None:
+    """Pick an experiment; its curves with bands, the paired differences, and the probe of every method side by
+    side at one step."""
+    names = store.experiment_names()
+    if not names:
+        st.info(f"No experiments in {md(db_path)} yet. Run one from a terminal, e.g. `python -m mrtpo experiment "
+                f"--task instructions --methods gdpo,mrtpo --seeds 3 --steps 30 --out runs/exp` "
+                f"(docs/training.md); it appears here while it runs.")
+        return
+    q = st.query_params.get("experiment")
+    if st.session_state.get("train_exp") not in names:
+        st.session_state["train_exp"] = q if q in names else names[-1]
+    name = st.selectbox("Experiment", names, key="train_exp", help=f"experiments in {db_path}")
+    st.query_params["experiment"] = name
+    exp = load_experiment(store, name)
+    runs = {(m, j): store.get_run(exp.run_name(m, j)) for m, j, _ in exp.runs()}
+    marks = tuple((r.steps_done, r.updated) if r else None for r in runs.values())
+    with guard("reading the experiment"):
+        summary = summary_for(db_path, name, marks)
+    _experiment_header(name, exp, runs)
+    _experiment_numbers(summary, exp.methods[0])
+    _probe_shift(store, exp, runs)

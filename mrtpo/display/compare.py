@@ -5,7 +5,7 @@ AUROC against what the checker read and the seconds it costs for the group.
 
 :func:`compare_result` does the model work once per group (:func:`mrtpo.replay.measured_groups`: one replay with
 P_all's attention, the entropies, the rewards); :func:`compare_rows` reads a row per measure off it with no model call;
-:func:`compare_html` draws them with :func:`mrtpo.views.render.token_row` on one shared color scale.
+:func:`compare_html` draws them with :func:`mrtpo.display.render.token_row` on one shared color scale.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from mrtpo.core.faithfulness import pair_metrics, token_labels
+from mrtpo.core.faith_metrics import pair_metrics, token_labels
 from mrtpo.core.measures import ORACLE
+from mrtpo.display.render import token_row
 from mrtpo.replay import ReplayConfig, ReplayResult, measured_groups
-from mrtpo.views.render import token_row
 
 if TYPE_CHECKING:
     from mrtpo.groups import ScoredGroup

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from mrtpo.core.credit import BETA, CreditConfig, TokenCredit, assign_credit, relevance_tensor, reward_matrix
-from mrtpo.core.faithfulness import pair_metrics
+from mrtpo.core.faith_metrics import pair_metrics
 from mrtpo.groups import ScoredGroup
 from mrtpo.replay.noreplay import with_context
 from mrtpo.replay.results import ReplayResult
@@ -48,7 +48,7 @@ class TokenView:
         return self.token_adv_per_reward[i][reward] - float(self.per_reward[i, self.reward_names.index(reward)])
 
     def faithfulness(self, i: int, reward: str):
-        """:class:`mrtpo.core.faithfulness.PairMetrics` of response ``i``'s relevance for ``reward`` against its
+        """:class:`mrtpo.core.faith_metrics.PairMetrics` of response ``i``'s relevance for ``reward`` against its
         evidence (None without evidence, or for a reward not replayed)."""
         if not self.evidence or reward in self.skipped:
             return None

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from mrtpo.display import stored_step_view
+from mrtpo.display.panels import prompt_diff_html, stored_sample_html
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import SampleTry, sample_group, sample_until_varied, varied_rewards
 from mrtpo.model import load_model, sample
@@ -15,8 +17,6 @@ from mrtpo.store import Store
 from mrtpo.tasks import get_family
 from mrtpo.templates import ALL, Template
 from mrtpo.train import PHASES, TrainConfig, Trainer
-from mrtpo.views import stored_step_view
-from mrtpo.views.panels import prompt_diff_html, stored_sample_html
 from tests.train.test_train import ToyFamily as TrainToyFamily
 
 
@@ -112,9 +112,8 @@ def test_sample_until_varied_stops_at_the_first_seed_where_a_reward_varies(tiny)
     # greedy sampling gives the same group for every seed: one try
     calls = []
     group, tries = sample_until_varied(None, fam, ex, 5, n=1, temperature=0.0,
-                                       sample_fn=lambda s: calls.append(s) or sample(tiny, ex.prompt, n=1,
-                                                                                     max_new_tokens=4,
-                                                                                     temperature=0.0, seed=s))
+                                       sample_fn=lambda c: calls.append(c.seed) or sample(tiny, ex.prompt, c,
+                                                                                          max_new_tokens=4))
     assert calls == [0] and len(tries) == 1
     with pytest.raises(MrtpoError, match="tries must be an integer >= 1"):
         sample_until_varied(tiny, fam, ex, 0)

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from mrtpo.core.spans import cells, owner_spans
+from mrtpo.display import render
 from mrtpo.model import token_offsets, tokenize_response
 from mrtpo.model.tokens import decode
-from mrtpo.views import render
 
 # Arabic (2 bytes a character), Latin with an accent and an emoji (4 bytes), CJK (3 bytes), a lone combining accent
 TEXTS = ["مرحبا", "héllo 👋 world", "日本語のテキスト、漢字。", "\u0301"]
@@ -144,11 +144,11 @@ def alpha(v: float, vmax: float, kind: str) -> float:
 
 
 def _view(lm):
+    from mrtpo.display import token_view
     from mrtpo.groups import ScoredGroup
     from mrtpo.model import Sample
     from mrtpo.replay import replay_group
     from mrtpo.tasks.base import Example
-    from mrtpo.views import token_view
 
     info = {"a": "Answer in Arabic.", "b": "Wave to the user."}
     R = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
@@ -158,7 +158,7 @@ def _view(lm):
 
 
 def test_heatmaps_draw_each_character_once_with_the_sum_of_its_tokens(lm):
-    from mrtpo.views import view_to_json
+    from mrtpo.display import view_to_json
 
     v = _view(lm)
     for i, text in enumerate(TEXTS):
@@ -262,8 +262,8 @@ def _read(tmp_path, rows):
 
 def _check_log_drawing(rows, texts, groups_of):
     """The run viewer's heatmaps and token table of logged rows: each character once, sums and means by cell."""
-    from mrtpo.views.log_tokens import token_table
-    from mrtpo.views.log_view import log_view, series_html
+    from mrtpo.display.log_tokens import token_table
+    from mrtpo.display.log_view import log_view, series_html
 
     v, lg = log_view(rows, "mrtpo")
     for i, (r, text) in enumerate(zip(rows, texts)):

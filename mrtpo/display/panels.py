@@ -1,4 +1,4 @@
-"""Smaller HTML panels of the app's other pages, in :mod:`mrtpo.views.render`'s colors and CSS: a relevance
+"""Smaller HTML panels of the app's other pages, in :mod:`mrtpo.display.render`'s colors and CSS: a relevance
 row before/after a template edit, a stored training sample, a token position, a prompt diff, a probe's shift."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Sequence
 import numpy as np
 
 from mrtpo.core.advantages import parse_method
+from mrtpo.display import TokenView
+from mrtpo.display.render import REL, legend, limits, token_row
 from mrtpo.replay import ResponseRelevance
-from mrtpo.views import TokenView
-from mrtpo.views.render import REL, legend, limits, token_row
 
 
 def relevance_diff_html(before: ResponseRelevance, after: ResponseRelevance, rewards: Sequence[str]) -> str:
@@ -41,7 +41,7 @@ def stored_sample_html(view: TokenView, i: int, row: dict) -> str:
     estimator's uniform advantage Â_ik / scale (the whole response one color), the method's token row A'_ikt and
     the stored relevance ρ; then the combined advantage (uniform vs the trainer's token advantages).
 
-    view: :func:`mrtpo.views.stored_step_view` of the step; row: the stored row of response ``i``
+    view: :func:`mrtpo.display.stored_step_view` of the step; row: the stored row of response ``i``
     (``Store.samples``), for its rewards, reasons and which rewards were replayed.  Colors are scaled per response
     (the largest |advantage| and ρ of this response), so a small advantage is still visible; the legend gives the
     limits.  A response-level method, or a reward not replayed (constant in its group), has no token row."""

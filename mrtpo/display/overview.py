@@ -17,8 +17,8 @@ Per response × reward (:func:`overview_html`):
 One response × one reward is then drawn in full on demand (:func:`full_html`: the method's row, what it moved, ρ
 and the oracle's ρ, one under another, the hottest spans outlined and numbered; GDPO's uniform row collapsed to
 its number).  A response of at most :data:`LONG_TOKENS` tokens is drawn in full directly
-(:func:`mrtpo.views.render.response_html`): below that length every row fits in a screen or two and an overview
-costs more reading than it saves.  Cells, colors, tooltips and legends are :mod:`mrtpo.views.render`'s.
+(:func:`mrtpo.display.render.response_html`): below that length every row fits in a screen or two and an overview
+costs more reading than it saves.  Cells, colors, tooltips and legends are :mod:`mrtpo.display.render`'s.
 """
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ import numpy as np
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.spans import cell_values
-from mrtpo.views.render import (
+from mrtpo.display.render import (
     CSS as BASE_CSS,
 )
-from mrtpo.views.render import (
+from mrtpo.display.render import (
     Limits,
     combined_tips,
     diverging_color,
@@ -49,7 +49,7 @@ from mrtpo.views.render import (
     token_cells_html,
     token_row,
 )
-from mrtpo.views.token_view import TokenView
+from mrtpo.display.token_view import TokenView
 
 LONG_TOKENS = 300  # a response with more tokens is drawn overview first
 STRIP_BINS = 160  # the most marks a strip has
@@ -145,7 +145,7 @@ class HotSpan:
 
     reward: str
     rank: int  # 1 = the hottest
-    cells: tuple[int, int]  # [first, end) cells of the row (mrtpo.views.render.token_cells)
+    cells: tuple[int, int]  # [first, end) cells of the row (mrtpo.display.render.token_cells)
     tokens: tuple[int, int]  # [first, end) tokens
     chars: tuple[int, int]  # [start, end) characters of the response's text
     text: str
@@ -158,7 +158,7 @@ _CHARS: dict = {}
 
 def char_spans(tokens: Sequence[dict]) -> list[tuple[int, int]]:
     """Each token's [start, end) characters: its ``start`` / ``end`` when every token has them, else from the lengths
-    of the texts before it (kept for the last token lists: :func:`mrtpo.views.render.kept`)."""
+    of the texts before it (kept for the last token lists: :func:`mrtpo.display.render.kept`)."""
     def make():
         if tokens and all("start" in t and "end" in t for t in tokens):
             return [(int(t["start"]), int(t["end"])) for t in tokens]
@@ -208,7 +208,7 @@ def _hot_spans(view: TokenView, i: int, reward: str, n: int, width: int) -> list
 
 
 def _lim(view: TokenView, i: int, scale: str, vmax: tuple[float, float] | None) -> Limits:
-    """The color limits of response ``i``'s views, as :func:`mrtpo.views.render.response_html` takes them."""
+    """The color limits of response ``i``'s views, as :func:`mrtpo.display.render.response_html` takes them."""
     if vmax is not None:
         return Limits(vmax[0], limits(view, "group").moved, vmax[1])
     return limits(view, scale, i)
@@ -283,7 +283,7 @@ def overview_html(view: TokenView, i: int, scale: str = "response", vmax: tuple[
                   link: str | None = None, n_hot: int = HOT_SPANS, snippets: bool = True) -> str:
     """The overview of response ``i`` (the module docstring): per reward its value, GDPO's uniform share as a
     number, the strip with the hottest spans' numbered marks and (``snippets``) the spans themselves; a reward not
-    replayed is one line; then the combined advantage.  Colors as :func:`mrtpo.views.render.response_html` takes
+    replayed is one line; then the combined advantage.  Colors as :func:`mrtpo.display.render.response_html` takes
     them (``scale``, ``vmax``).  ``link``: attributes that make the hottest spans and an "open" button per reward
     open the full view (the export's script)."""
     lim = _lim(view, i, scale, vmax)

@@ -1,7 +1,7 @@
 """A logged step as the run viewer shows it (rows of :mod:`mrtpo.creditlog`, from mrtpo's credit log or another
-trainer's log; no model): the step's table of responses × rewards, a group's :class:`~mrtpo.views.TokenView` made
+trainer's log; no model): the step's table of responses × rewards, a group's :class:`~mrtpo.display.TokenView` made
 from what the log holds (:func:`log_view`: the per-reward token advantages and ρ as logged, drawn by
-:func:`mrtpo.views.render.response_html` beside GDPO's uniform rows, as Explore draws a sampled group), the
+:func:`mrtpo.display.render.response_html` beside GDPO's uniform rows, as Explore draws a sampled group), the
 per-token series of a log without per-reward credit as heatmap rows (:func:`series_html`), and a row's reference
 or ground truth (:func:`reference`)."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ import numpy as np
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.spans import cell_values, owner_spans
 from mrtpo.creditlog import CreditRow, CreditStep
+from mrtpo.display.render import token_cells, token_row
+from mrtpo.display.token_view import TokenView
 from mrtpo.errors import MrtpoError
-from mrtpo.views.render import token_cells, token_row
-from mrtpo.views.token_view import TokenView
 
 # the names under which logs keep a task's answer (TRL / verl columns, OpenRLHF's ref_response), in this order
 REFERENCE_KEYS = ("ground_truth", "reference", "answer", "solution", "target", "label", "ref_response")
@@ -91,7 +91,7 @@ def step_table(step: CreditStep, width: int = 80) -> list[dict]:
 
 @dataclass
 class LogGroup:
-    """What :func:`mrtpo.views.render.response_html` reads of a group besides the view: each response's reasons
+    """What :func:`mrtpo.display.render.response_html` reads of a group besides the view: each response's reasons
     ({reward: the checker's reason}) and verifier information (not logged: None)."""
 
     reasons: list[dict[str, str]]

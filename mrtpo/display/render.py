@@ -7,7 +7,7 @@ Every number is in the hover tooltip: one CSS rule (:data:`CSS`, ``[data-tip]:ho
 tooltip flips to stay in the window); a legend says what the colors mean.
 The tokens a reward's checker read (its evidence, ``Score.evidence``) are underlined in that reward's rows with a
 dark bar that stays readable over every color (class ``ev``), and the relevance row's label gives that response's
-token AUROC and lift (:mod:`mrtpo.core.faithfulness`).
+token AUROC and lift (:mod:`mrtpo.core.faith_metrics`).
 
 A character split over several tokens (the bytes of a multi-byte character) is drawn once, as one cell
 (:mod:`mrtpo.core.spans`): advantages are summed over its tokens, relevance ρ averaged; its tooltip lists every
@@ -22,12 +22,12 @@ from typing import Sequence
 import numpy as np
 
 from mrtpo.core.advantages import parse_method
-from mrtpo.core.faithfulness import token_labels
+from mrtpo.core.faith_metrics import token_labels
 from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.core.spans import cell_values, cells, text_cells
+from mrtpo.display import TokenView, faithfulness_table
+from mrtpo.display.style import CSS, NEG, POS, REL, diverging_color, sequential_color  # noqa: F401 - render's names
 from mrtpo.groups import ScoredGroup
-from mrtpo.views import TokenView, faithfulness_table
-from mrtpo.views.style import CSS, NEG, POS, REL, diverging_color, sequential_color  # noqa: F401 - render's names
 
 
 def _esc_token(text: str) -> str:
@@ -193,7 +193,7 @@ def limits(view: TokenView, scale: str = "response", i: int | None = None,
 
     adv   = max |v| over the uniform shares Â_ik / scale (``per_reward``), the token rows A'_ikt, and the combined
             A_i (``final``) and A_it (``token_adv``);
-    moved = max |A'_ikt − Â_ik / scale| (:meth:`mrtpo.views.TokenView.moved`);
+    moved = max |A'_ikt − Â_ik / scale| (:meth:`mrtpo.display.TokenView.moved`);
     rel   = max ρ_ikt.
     A limit of 0 (nothing to color) becomes 1, so every color stays transparent and no division by 0 happens."""
     if scale not in SCALES:
@@ -357,7 +357,7 @@ def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
 
 
 def faithfulness_html(view: TokenView) -> str:
-    """The group's faithfulness table (:func:`mrtpo.views.faithfulness_table`) as HTML; '' without evidence."""
+    """The group's faithfulness table (:func:`mrtpo.display.faithfulness_table`) as HTML; '' without evidence."""
     rows = faithfulness_table(view)
     if not rows:
         return ""

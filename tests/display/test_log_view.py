@@ -1,4 +1,4 @@
-"""A logged group as the run viewer draws it (mrtpo.views.log_view), hand-worked on small rows; the curves built
+"""A logged group as the run viewer draws it (mrtpo.display.log_view), hand-worked on small rows; the curves built
 step by step equal those built at once."""
 import math
 import re
@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from mrtpo.creditlog import CreditRow, CreditStep
-from mrtpo.errors import MrtpoError
-from mrtpo.views import render
-from mrtpo.views.log_view import (
+from mrtpo.display import render
+from mrtpo.display.log_view import (
     first_informative,
     group_of,
     has_credit,
@@ -19,7 +18,8 @@ from mrtpo.views.log_view import (
     step_table,
     token_series,
 )
-from mrtpo.views.run_stats import add_step, component_curves
+from mrtpo.display.run_stats import add_step, component_curves
+from mrtpo.errors import MrtpoError
 
 
 def _row(index, rewards, adv, tok, rel, final, group=0, text="ab", scale=2.0):

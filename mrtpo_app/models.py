@@ -1,0 +1,103 @@
+"""The app's models: loaded once per process and shared by every session (``st.cache_resource``), the sidebar's model
+preloaded in a background thread so that the first Sample click finds it ready, or nearly.
+
+Nothing here imports torch at import time: the library's model side (torch, transformers) is imported inside the
+functions that load a model, first by the preload thread (:func:`preload_model`), so a page renders before it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import streamlit as st
+
+from mrtpo.model.defaults import DEFAULT_MODEL
+from mrtpo_app.timer import counted, mark_ran
+
+if TYPE_CHECKING:
+    from mrtpo.model import LoadedModel
+
+MODEL_ENV = "MRTPO_MODEL"  # the sidebar's default model (tests set "tiny-random")
+
+
+DEVICES = ["auto", "cpu", "cuda"]
+
+
+def default_model_name() -> str:
+    """The sidebar's default model: ``$MRTPO_MODEL`` or ``"default"`` (SmolLM2-135M-Instruct)."""
+    return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
+
+
+_PRELOADS: dict[tuple[str, str], Future] = {}  # started, not yet taken by _model
+
+
+_PRELOADED: set[tuple[str, str]] = set()  # ever started (a model is preloaded once per process)
+
+
+_PRELOAD_LOCK = threading.Lock()
+
+
+_PRELOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtpo-preload")
+
+
+def load_model(name: str, device: str = "auto") -> LoadedModel:
+    """:func:`mrtpo.model.load_model` (its import — torch, transformers — happens here, in the thread that loads),
+    frozen: the app only samples and replays with it, so its cast weight copies are made once and kept."""
+    from mrtpo.model import load_model as load
+
+    lm = load(name, device)
+    lm.frozen = True
+    return lm
+
+
+def preload_model(name: str, device: str = "auto") -> None:
+    """Start loading ``name`` on ``device`` in a background thread (once per process), so that the model is ready,
+    or nearly, when the first Sample click asks for it: the sidebar calls this on every run; the load overlaps with
+    the page's start (torch and transformers are first imported there, so the page does not wait for them). The
+    thread runs :func:`_preload` (no Streamlit call); :func:`_load_model` takes its result, or its error, as its
+    own."""
+    key = (name, device)
+    with _PRELOAD_LOCK:
+        if key not in _PRELOADED:
+            _PRELOADED.add(key)
+            _PRELOADS[key] = _PRELOADER.submit(_preload, name, device)
+
+
+def _preload(name: str, device: str) -> LoadedModel:
+    """The preload thread's work: the model, then the rest of the library's model side a first group needs (imported
+    here, in the background, so the click that waits for this model finds them imported)."""
+    lm = load_model(name, device)
+    import mrtpo.display  # noqa: F401
+    import mrtpo.groups  # noqa: F401
+    import mrtpo.replay  # noqa: F401
+
+    return lm
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _load_model(name: str, device: str = "auto") -> LoadedModel:
+    mark_ran()
+    with _PRELOAD_LOCK:
+        started = _PRELOADS.pop((name, device), None)
+    return started.result() if started is not None else load_model(name, device)
+
+
+_model = counted(_load_model)  # the model loader, counted: a Timer around a load already done says "cached"
+
+
+CONVERTING = ("Converting the default model (SmolLM2-135M-Instruct) once: about 20 s. Later loads take about a "
+              "second.")
+
+
+def get_model(name: str, device: str = "auto") -> LoadedModel:
+    """The model ``name`` on ``device``, loaded once per process and shared by every session (MrtpoError if missing).
+
+    The first load of the default model on a machine converts it (about 20 s): a spinner says so."""
+    from mrtpo.model import default_model_cached
+
+    if name == DEFAULT_MODEL and not default_model_cached():
+        with st.spinner(CONVERTING):
+            return _model(name, device)
+    return _model(name, device)
