@@ -112,27 +112,25 @@ class LlamaStep:
         holding positions < pos; writes this position's keys and values; → (n, H)."""
         freqs = pos * self.inv_freq
         cos, sin = self._cos_sin(torch.cat((freqs, freqs)))  # (d,)
-        return self._layers(self.embed[ids[:, None]], cos, sin, buf, pos, None, False)[:, 0]
+        return self._layers(self.embed[ids[:, None]], cos, sin, buf, pos)[:, 0]
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, buf: torch.Tensor, past: int,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+                past_seen: torch.Tensor | None = None) -> torch.Tensor:
         """A pass of many tokens (the replay's): ids (b, L) at ``positions`` (b, L) after ``past`` cached keys: ``buf``
         (layers, 2, b, kv_heads, ≥ past + L, d) holds them in [0, past); the pass writes its keys and values at
-        [past, past + L). ``mask`` (b, 1, L, past + L) bool: which keys each query sees (every query must see one);
-        None: every cached key and, among its own, itself and those before it. → final hidden states (b, L, H)."""
+        [past, past + L). A query sees the past keys its row sees (``past_seen`` (b, past) bool, None: all; a row
+        may see none) and, among its own, itself and those before it (a row's padding comes after its tokens, so
+        its tokens never see it). → final hidden states (b, L, H)."""
         L = ids.shape[1]
         freqs = positions.float()[..., None] * self.inv_freq  # (b, L, d/2), as the rotary embedding's product
         cos, sin = self._cos_sin(torch.cat((freqs, freqs), dim=-1)[:, None])  # (b, 1, L, d)
-        dtype = self.embed.dtype
-        if mask is None and L > 1 and past > 0:  # SDPA's is_causal lines queries up with the first keys
-            mask = torch.ones(L, past + L, dtype=torch.bool).tril(past)[None, None]
-        if mask is not None:  # additive (0 / −inf): the same results, and SDPA's CPU kernel reads it 5-15 % faster
-            mask = torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
-        return self._layers(self.embed[ids], cos, sin, buf, past, mask, mask is None and L > 1)
+        attend = _Attention(self.embed.dtype, self.embed.device, ids.shape[0], L, past, past_seen)
+        return self._layers(self.embed[ids], cos, sin, buf, past, attend)
 
-    def _layers(self, x, cos, sin, buf, past, mask, causal) -> torch.Tensor:
+    def _layers(self, x, cos, sin, buf, past, attend: "_Attention | None" = None) -> torch.Tensor:
         """x (b, L, H) through every layer and the final norm, keys and values written into ``buf`` at [past,
-        past + L); cos, sin broadcast against (b, heads, L, d)."""
+        past + L); cos, sin broadcast against (b, heads, L, d); ``attend``: the pass's attention (None: a decoding
+        step, every cached key seen)."""
         b, L, _ = x.shape
         d, end = self.head_dim, past + L
         nq, nkv = self.heads * d, self.kv_heads * d
@@ -143,12 +141,68 @@ class LlamaStep:
             q = qk[:, :self.heads]  # (b, heads, L, d)
             buf[i, 0, :, :, past:end] = qk[:, self.heads:]
             buf[i, 1, :, :, past:end] = qkv[..., nq + nkv:].view(b, L, self.kv_heads, d).transpose(1, 2)
-            a = F.scaled_dot_product_attention(q, buf[i, 0, :, :, :end], buf[i, 1, :, :, :end], attn_mask=mask,
-                                               is_causal=causal, scale=d ** -0.5, enable_gqa=True)  # (b, heads, L, d)
+            keys, values = buf[i, 0, :, :, :end], buf[i, 1, :, :, :end]  # (b, kv_heads, end, d)
+            if attend is None:
+                a = F.scaled_dot_product_attention(q, keys, values, scale=d ** -0.5, enable_gqa=True)
+            else:
+                a = attend(q, keys, values, d ** -0.5)  # (b, heads, L, d)
             x = x + rows_linear(a.transpose(1, 2).reshape(b, L, nq), w_o, None)
             g, u = rows_linear(self._rms(x, w_post), w_gu, None).chunk(2, dim=-1)
             x = x + rows_linear(F.silu(g) * u, w_down, None)
         return self._rms(x, self.norm)
+
+
+SPLIT_MIN = 256  # own tokens per row from which a CPU pass attends to its past and its own keys apart
+
+
+class _Attention:
+    """A pass's attention: L queries per row after ``past`` cached keys, each seeing the past keys its row sees and
+    its own causally.
+
+    One masked call computes every (query, key) pair, the half the causal mask hides included: at L = 4,000 own
+    tokens that is as many FLOPs as the rest of the layer. On a CPU, from ``SPLIT_MIN`` own tokens, the pass runs
+    two calls of SDPA's flash kernel instead — the past under the rows' mask, the own keys with ``is_causal`` (whose
+    blocks above the diagonal are skipped) — each returning its log-sum-exp, and merges them exactly:
+
+        out = (e^{lse₁} o₁ + e^{lse₂} o₂) / (e^{lse₁} + e^{lse₂}) = o₂ + σ(lse₁ − lse₂) (o₁ − o₂)
+
+    (a row that sees no past key: lse₁ = −∞, σ = 0; the kernel itself gives such a row lse₁ = 0, o₁ = 0). Otherwise, and on other devices, one call with the additive
+    mask (0 / −∞: the same results, and SDPA's CPU kernel reads it 5-15 % faster than a bool one)."""
+
+    def __init__(self, dtype, device, b: int, L: int, past: int, past_seen: torch.Tensor | None):
+        self.past, self.L = past, L
+        self.split = past > 0 and L >= SPLIT_MIN and device.type == "cpu"
+        seen = past_seen if past_seen is not None else torch.ones(b, past, dtype=torch.bool)  # (b, past)
+        if self.split:
+            self.mask = _additive(seen[:, None, None, :], dtype)  # (b, 1, 1, past)
+            self.blind = ~seen.any(dim=1)[:, None, None]  # (b, 1, 1): rows that see no past key
+        elif past > 0:  # SDPA's is_causal lines queries up with the first keys: a full mask
+            own = torch.ones(L, L, dtype=torch.bool).tril()  # (L, L)
+            full = torch.cat([seen[:, None, :].expand(b, L, past), own.expand(b, L, L)], dim=2)  # (b, L, past + L)
+            self.mask = _additive(full[:, None], dtype).to(device)  # (b, 1, L, past + L)
+        else:
+            self.mask = None
+        self.causal = past == 0 and L > 1
+
+    def __call__(self, q, keys, values, scale):
+        """q (b, heads, L, d), keys and values (b, kv_heads, past + L, d) → (b, heads, L, d)."""
+        if not self.split:
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.mask, is_causal=self.causal,
+                                                  scale=scale, enable_gqa=True)
+        rep = q.shape[1] // keys.shape[1]
+        k, v = (x.repeat_interleave(rep, dim=1) if rep > 1 else x for x in (keys, values))  # (b, heads, past + L, d)
+        p = self.past
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        o1, lse1 = flash(q, k[:, :, :p], v[:, :, :p], 0.0, False, attn_mask=self.mask, scale=scale)
+        o2, lse2 = flash(q, k[:, :, p:], v[:, :, p:], 0.0, True, scale=scale)  # (b, heads, L, d), (b, heads, L)
+        lse1 = lse1.masked_fill(self.blind, float("-inf"))  # the kernel gives a row that sees no key 0 (and o₁ = 0)
+        w = torch.sigmoid(lse1 - lse2)[..., None]  # (b, heads, L, 1) float32: the past's share of the weight
+        return torch.lerp(o2.float(), o1.float(), w).to(q.dtype)
+
+
+def _additive(seen: torch.Tensor, dtype) -> torch.Tensor:
+    """A bool mask (True: seen) as SDPA's additive one: 0 where seen, −∞ elsewhere."""
+    return torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, float("-inf"))
 
 
 def _fuse(params: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor:

@@ -271,10 +271,8 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
                 buf[:, :, j, :, s.start : s.start + len(s.tokens)] = kv[a]
                 a = s.parent
     if own is not None:
-        # key κ is seen from query q of row j when it holds a token of the row (its past or its own) and κ ≤ C + q
-        seen = None if bool(mask.all()) and C == 0 else (
-            mask[:, None, None, :] & torch.ones(L, C + L, dtype=torch.bool).tril(C)[None, None])
-        h = own.forward(input_ids.to(device), pos.to(device), buf, C, seen)  # (b, L, H)
+        # a row's queries see its past (mask[:, :C]) and its own keys causally (its padding comes after its tokens)
+        h = own.forward(input_ids.to(device), pos.to(device), buf, C, mask[:, :C])  # (b, L, H)
         for j in keep:
             kv[batch[j]] = buf[:, :, j, :, C : C + len(segs[batch[j]].tokens)].clone()  # (layers, 2, kv_heads, n, d)
     else:
