@@ -166,8 +166,10 @@ class _Attention:
 
         out = (e^{lse₁} o₁ + e^{lse₂} o₂) / (e^{lse₁} + e^{lse₂}) = o₂ + σ(lse₁ − lse₂) (o₁ − o₂)
 
-    (a row that sees no past key: lse₁ = −∞, σ = 0; the kernel itself gives such a row lse₁ = 0, o₁ = 0). Otherwise, and on other devices, one call with the additive
-    mask (0 / −∞: the same results, and SDPA's CPU kernel reads it 5-15 % faster than a bool one)."""
+    (a row that sees no past key: lse₁ = −∞, σ = 0; the kernel itself gives such a row lse₁ = 0, o₁ = 0). Measured
+    on the default model, T = 2,000, K = 3, G = 4 (AMD AVX512-BF16): the replay 70.8 → 57.6 s. Otherwise, and on
+    other devices, one call with the additive mask (0 / −∞: the same results, and SDPA's CPU kernel reads it 5-15 %
+    faster than a bool one)."""
 
     def __init__(self, dtype, device, b: int, L: int, past: int, past_seen: torch.Tensor | None):
         self.past, self.L = past, L

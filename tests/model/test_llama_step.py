@@ -209,8 +209,8 @@ def test_past_and_own_keys_apart_merge_to_the_attention_over_all(dtype, monkeypa
     att = L_Attention(dtype, torch.device("cpu"), b, n, past, seen)
     assert att.split and not one_call.split
     got = att(q, keys, values, d ** -0.5)
-    visible = torch.cat([seen[:, None, :].expand(b, n, past), torch.ones(n, n, dtype=torch.bool).tril().expand(b, n, n)],
-                        dim=2)[:, None]  # (b, 1, n, past + n)
+    causal = torch.ones(n, n, dtype=torch.bool).tril().expand(b, n, n)
+    visible = torch.cat([seen[:, None, :].expand(b, n, past), causal], dim=2)[:, None]  # (b, 1, n, past + n)
     k64, v64 = (x.double().repeat_interleave(heads // kv_heads, dim=1) for x in (keys, values))
     scores = (q.double() @ k64.transpose(-1, -2) * d ** -0.5).masked_fill(~visible, float("-inf"))
     want = torch.softmax(scores, dim=-1) @ v64  # (b, heads, n, d)
