@@ -145,7 +145,7 @@ def warm_session(browser, url: str) -> tuple[float, str]:
     t0 = time.perf_counter()
     page.goto(url, wait_until="domcontentloaded")
     page.wait_for_selector(IDLE, timeout=60_000)
-    seed = page.get_by_label("Seed")
+    seed = page.get_by_role("spinbutton", name="Seed")  # (the box; its help is a button)
     seed.fill("1")
     seed.press("Enter")
     page.wait_for_selector(IDLE, timeout=60_000)

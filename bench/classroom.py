@@ -34,7 +34,7 @@ def open_student(browser, url: str, family: str, seed: int):
     page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
     page.goto(f"{url}/?family={family}", wait_until="domcontentloaded")
     page.wait_for_selector(IDLE, timeout=300_000)
-    box = page.get_by_label("Seed")
+    box = page.get_by_role("spinbutton", name="Seed")  # (the box; its help is a button)
     box.fill(str(seed))
     box.press("Enter")
     page.wait_for_timeout(300)
