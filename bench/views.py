@@ -185,12 +185,23 @@ def main(argv=None) -> int:
     p.add_argument("--T", type=int, default=2000)
     p.add_argument("--K", type=int, default=3)
     p.add_argument("--app", action="store_true", help="also time Explore through AppTest")
+    p.add_argument("--no-doc", action="store_true", help="print only (do not write docs/benchmarks.md)")
     a = p.parse_args(argv)
+    from bench import report
+
+    print(report.machine())
     figures = measure(a.G, a.T, a.K)
     if a.app:
         figures.update(measure_app(a.G, a.T, a.K))
     for name, v in figures.items():
         print(f"{name:45s} {v:.3f}" if isinstance(v, float) else f"{name:45s} {v}")
+    if not a.no_doc:
+        rows = [(name, f"{v:.3f}" if isinstance(v, float) else v) for name, v in figures.items()]
+        text = (f"G = {a.G} responses × T = {a.T:,} tokens × K = {a.K} rewards (synthetic, no model)"
+                f"{'; Explore through AppTest' if a.app else ''}. Targets: export ≤ 5 MB; overview and full view "
+                f"≤ 3 s; β re-colors ≤ 1 s.\n\n" + report.table(("figure", "value"), rows))
+        path = report.update_section("views", report.section("bench/views.py", text))
+        print(f"written to {path} (section views)")
     return 0
 
 

@@ -23,9 +23,30 @@ def test_synthetic_group_is_long_real_looking_and_well_formed():
     assert r2.skipped == ["reward_2"] and np.ptp(g2.rewards[:, 2]) == 0
 
 
+FIGURES = ("export size (MB)", "export build (s)", "overview build (s)", "full view build (s)",
+           "β re-color: view + overview + full (s)")
+
+
 def test_bench_prints_every_figure(capsys):
-    assert B.main(["--G", "2", "--T", "400", "--K", "2"]) == 0
+    assert B.main(["--G", "2", "--T", "400", "--K", "2", "--no-doc"]) == 0
     out = capsys.readouterr().out
-    for name in ("export size (MB)", "export build (s)", "overview build (s)", "full view build (s)",
-                 "β re-color: view + overview + full (s)"):
+    assert out.startswith("machine: measured ") and "written to" not in out
+    for name in FIGURES:
         assert name in out
+
+
+def test_bench_writes_its_section(tmp_path, monkeypatch):
+    from bench import report
+
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# B\n\n<!-- bench:views -->\nold\n<!-- /bench:views -->\n\nafter\n", encoding="utf-8")
+    real = report.update_section
+    monkeypatch.setattr(report, "update_section", lambda name, text: real(name, text, doc))
+    assert B.main(["--G", "2", "--T", "300", "--K", "2"]) == 0
+    text = doc.read_text(encoding="utf-8")
+    assert "old" not in text and text.endswith("<!-- /bench:views -->\n\nafter\n")
+    assert "G = 2 responses × T = 300 tokens × K = 2 rewards" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| figure")]
+    cells = {r.split(" | ")[0][2:]: r.split(" | ")[1].rstrip(" |") for r in rows}  # one row per figure
+    assert set(FIGURES) <= set(cells) and cells["group"] == "2 × 300 tokens × 2 rewards"
+    assert 0 < float(cells["export size (MB)"]) < 5
