@@ -134,6 +134,12 @@ def test_relevance_rollouts_faithfulness_and_train_say_it_too(tmp_path, capsys, 
         assert what == f"step {step}/2" and bound and tokens > 0  # before the step's work
 
 
+def _sigint_default():
+    """In the child before Python starts: SIGINT back to its default, so Python installs KeyboardInterrupt (a shell
+    starts background jobs with SIGINT ignored, and Python keeps an inherited "ignore")."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_long_replay_stops_within_seconds(tmp_path):
     """SIGINT while a replay of 8 × ~3,000 tokens × 8 rewards runs: exit 130, 'interrupted', within a few seconds."""
     text = " ".join(f"the river bends by stone {i} and the fox waits" for i in range(70))[:3000]
@@ -143,7 +149,8 @@ def test_ctrl_c_during_a_long_replay_stops_within_seconds(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MRTPO_ASK_ABOVE_S": "0"}
     p = subprocess.Popen([sys.executable, "-m", "mrtpo", "relevance", "--input", str(inp), "--output",
                           str(tmp_path / "o.jsonl"), "--model", "tiny-random", "--device", "cpu"],
-                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+                         preexec_fn=_sigint_default)  # a suite run in the background inherits SIGINT ignored
     lines = []
     for line in p.stderr:
         lines.append(line)
