@@ -7,8 +7,8 @@ around them. Measured on the default model (8 rows, bf16 weight copies, Intel AM
 through the model's layers, 23 ms here, hidden states bit-identical. q/k/v and gate/up each multiply as one matrix
 (the Decoder's cast copies are re-laid so the separate weights are views of it: no second copy), and few rows
 multiply as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`), faster for bf16 on AMX too. The replay's passes
-(:meth:`LlamaStep.forward`: many tokens per row after a cached past, one mask per pass) gain less — their products
-are larger — about 6 % of the replay's decoder time on the same machine.
+(:meth:`LlamaStep.forward`: many tokens per row after a cached past, one :class:`_Attention` per pass) gain
+less — their products are larger — about 6 % of the replay's decoder time on the same machine.
 """
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ class _Attention:
     faster than a bool one)."""
 
     def __init__(self, dtype, device, b: int, L: int, past: int, past_seen: torch.Tensor | None):
-        self.past, self.L = past, L
+        self.past = past
         self.split = past > 0 and L >= SPLIT_MIN and device.type == "cpu"
         seen = past_seen if past_seen is not None else torch.ones(b, past, dtype=torch.bool)  # (b, past)
         if self.split:
