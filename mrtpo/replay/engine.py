@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from mrtpo.core.advantages import active_rewards
-from mrtpo.core.js import js_distance
 from mrtpo.core.measures import ORACLE, measure_relevance, needs_attention, needs_replay, needs_rewording
 from mrtpo.errors import MrtpoError
 from mrtpo.model import Decoder, LoadedModel, Sample, check_length, compute_dtype, decoder_stack
@@ -41,6 +40,7 @@ from mrtpo.replay.noreplay import response_tokens as _response_tokens
 from mrtpo.replay.noreplay import text_and_offsets as _text_and_offsets
 from mrtpo.replay.passes import replay_progress, sequences
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
+from mrtpo.replay.vocab import chain, fused_chain, logprobs, use_fused
 from mrtpo.templates import ALL, REWORDINGS, Template, TemplateError, reworded_key
 
 if TYPE_CHECKING:
@@ -51,9 +51,11 @@ if TYPE_CHECKING:
 class ReplayConfig:
     token_budget: int = 2048  # max batch × padded new tokens per forward pass (small batches pad less)
     kv_budget: int = 4096  # max batch × padded (cached + new) tokens per forward pass: bounds the KV copies
-    # max (1 + K) × tokens × vocab logits per projection (16 MiB in bf16, 32 MiB in float32); the log-softmax and
-    # JS then run over JS_LOGITS of them at a time
-    logits_budget: int = 1 << 23
+    # max (1 + K) × tokens × vocab logits per projection (64 MiB in bf16, 128 MiB in float32); the log-softmax and
+    # JS then run over JS_LOGITS of them at a time (eager) or the whole chunk (fused). Each projection reads the
+    # whole head: at V = 152k, K = 3 a budget of 2^23 projected 52 rows per read of its 175 MB (2^25: 220 rows,
+    # the projection 26 % faster there, 35 % at 256k; bench/vocab.py)
+    logits_budget: int = 1 << 25
     # KV reuse over a trie of the group's sequences: every shared prefix (the task prompt; the items before the
     # one left out; verifier text that is the same for several responses) runs once and its KV cache serves
     # every sequence through it.  False: every (response, variant) sequence runs in full (still batched).
@@ -67,10 +69,14 @@ class ReplayConfig:
     # the sampling temperature at which the ``entropy`` measure reads the policy where the sampler did not record it
     # (one forward under the sampling prompt; ≤ 0: 1, the greedy policy's own distribution)
     temperature: float = TEMPERATURE
+    # the element-wise vocabulary chain (log-softmax, JS) compiled into one fused kernel (mrtpo.replay.vocab: the
+    # same numbers within float32 rounding, 4-7x faster on a CPU): "auto" on a CPU when the replay is large enough to
+    # pay for compiling it or it is compiled already; "on"; "off" (eager)
+    fused: str = "auto"
 
 
 Response = str | Sample | Sequence[int]
-# logits per step of the element-wise chain (2 MiB in float32, e.g. 2 tokens × 4 variants of a 49k vocabulary: its
+# logits per step of the eager element-wise chain (2 MiB in float32, e.g. 2 tokens × 4 variants of a 49k vocabulary: its
 # temporaries stay in cache; measured fastest on the AMX machine against 2^17, 2^18 and 2^20)
 JS_LOGITS = 1 << 19
 
@@ -129,7 +135,7 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool 
 
 def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype, measure: str = "js",
             attn: list[dict[str, np.ndarray]] | None = None, dec: Decoder | None = None,
-            tick: Callable[[int], None] | None = None) -> ReplayResult:
+            tick: Callable[[int], None] | None = None, fused: bool = False) -> ReplayResult:
     """JS + normalization from final hidden states ``hidden_of(i, variant) -> (T, H)``, in vocab-bounded chunks.
 
     Per chunk of a response's tokens, one matrix product projects every variant onto the vocabulary (in
@@ -137,7 +143,8 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
     (logits_k = logits_all + W·(h_k − h_all)): both distributions then share the rounding of logits_all, and
     their difference is as exact as the hidden states allow. ``dec``: the replay's Decoder, which keeps the head's
     cast, transposed copy where it keeps its weights (a frozen model's). ``tick(rows)`` after each chunk: the
-    (1 + K′) · n rows of its n tokens are done (progress).
+    (1 + K′) · n rows of its n tokens are done (progress). ``fused``: the element-wise chain compiled
+    (:func:`mrtpo.replay.vocab.fused_chain`), else eager.
 
     Long: the replay's hot kernel (``bench/replay.py``: the vocabulary products and the element-wise JS chain are
     most of a replay); the reused logits buffer, the chunk sizes and the per-response accumulators are shared by its
@@ -154,17 +161,12 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
     exact = dtype == torch.float32
     others = plan.variants[1:]  # every P_\\k, then every P_k′
     chunk = max(1, stats.pop("logits_budget") // (Wt.shape[1] * (1 + len(others))))
-
-    def logprobs(z: torch.Tensor) -> torch.Tensor:
-        if bias is not None:
-            z = z + bias
-        if cap:
-            z = torch.tanh(z / cap) * cap
-        return torch.log_softmax(z, dim=-1)
-
     rows_max = min(chunk, max((len(r) for r in plan.resp_ids), default=1)) * (1 + len(others))
     zbuf = torch.empty((rows_max, Wt.shape[1]), dtype=dtype, device=Wt.device)  # reused: fresh blocks page-fault
-    sub = max(1, JS_LOGITS // (Wt.shape[1] * (1 + len(others))))  # tokens per step of the element-wise chain
+    # tokens per call of the element-wise chain: eager, a few at a time (its temporaries stay in the CPU's cache; over
+    # the whole chunk they stream through memory ~15 times); compiled, the whole chunk (it has no temporaries)
+    sub = chunk if fused else max(1, JS_LOGITS // (Wt.shape[1] * (1 + len(others))))
+    step = fused_chain if fused else chain
     out = []
     for i, rid in enumerate(plan.resp_ids):
         T = len(rid)
@@ -182,20 +184,14 @@ def _finish(lm, plan: _Plan, hidden_of, t0: float, stats: dict, dtype: torch.dty
             m = (1 + len(todo)) * n
             z = torch.matmul(torch.cat(rows).to(dtype), Wt, out=zbuf[:m]).view(1 + len(todo), n, -1)
             at = torch.tensor(todo, dtype=torch.long)
-            # the element-wise chain (log-softmax, JS) over a few tokens at a time, every variant at once: its
-            # temporaries stay in the CPU's cache (over the whole chunk they stream through memory ~15 times)
-            for u in range(0, n, sub):
+            for u in range(0, n, sub):  # (1 + |todo|, n', V) logits at a time, every variant at once
                 a, b = s + u, s + min(u + sub, n)
                 y = ids[a:b]  # (n', 1)
-                z_all = z[0, u : u + sub].float()  # (n', V)
-                lp = logprobs(z_all)
-                lp_all[a:b] = lp.gather(1, y)[:, 0].cpu()
                 if not todo:
+                    lp_all[a:b] = logprobs(z[0, u : u + sub].float(), bias, cap).gather(1, y)[:, 0].cpu()
                     continue
-                z_k = z[1:, u : u + sub]  # (|todo|, n', V): logits, or (below float32) their differences
-                lq = logprobs(z_k if exact else z_k + z_all)
-                D[at, a:b] = js_distance(lp, lq, p=lp.exp()).cpu()  # (|todo|, n')
-                LQ[at, a:b] = lq.gather(2, y.expand(len(todo), -1, -1))[..., 0].cpu()
+                lp_y, d, lq_y = step(z[:, u : u + sub], y, exact, bias, cap)  # (n',), (|todo|, n'), (|todo|, n')
+                lp_all[a:b], D[at, a:b], LQ[at, a:b] = lp_y.cpu(), d.cpu(), lq_y.cpu()
             for j in set(range(len(others))) - set(todo):  # not projected: the variant's distribution is P_all's
                 LQ[j, s : s + n] = lp_all[s : s + n]
             if tick is not None:
@@ -294,6 +290,8 @@ def replay_groups(
     plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
                    needs_rewording(measure) if reword is None else reword) for g in groups]
     dtype = compute_dtype(lm, cfg.precision)
+    V = lm.model.get_output_embeddings().weight.shape[0]
+    fused = use_fused(cfg.fused, lm.device, V * sum(len(r) * len(p.variants) for p in plans for r in p.resp_ids))
     keys, seqs, want = sequences(plans)
     pad = lm.tokenizer.pad_token_id
     dec = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen)
@@ -313,7 +311,7 @@ def replay_groups(
         stats = {"prefix_tokens": _common_prefix(trie, paths), "forward_tokens": passes.forward_tokens,
                  "forward_passes": passes.forward_passes + extra, "logits_budget": cfg.logits_budget}
         res = _finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], t0, stats, dtype, measure, attn[g], dec,
-                      tick)
+                      tick, fused)
         res.attention_seconds = t_attn
         out.append(attach_context(res, groups[g].responses, _names(groups[g].verifier_info), groups[g].rewards))
     if not read_attention:

@@ -10,7 +10,8 @@ from bench import app, generate, learning, localization, replay, train, trl_step
 ROOT = Path(__file__).resolve().parents[2]
 
 
-SCRIPTS = ["app", "credit_methods", "generate", "learning", "localization", "replay", "scaling", "train", "trl_step"]
+SCRIPTS = ["app", "credit_methods", "generate", "learning", "localization", "replay", "scaling", "train", "trl_step",
+           "vocab"]
 # each script's --help, in one process (the imports of torch and mrtpo once): prints "name rc" and whether --no-doc
 # is offered
 HELP = """
