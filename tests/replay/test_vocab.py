@@ -15,6 +15,12 @@ PROMPT = "Schema: users(id, name, age). List the names of users older than 30."
 RESPONSES = ["```sql\nSELECT name FROM users WHERE age > 30\n```", "SELECT * FROM users;"]
 
 
+@pytest.fixture(autouse=True)
+def own_state(monkeypatch):
+    """Each test its own policy state: a chain compiled here must not make "auto" compile in later tests' replays."""
+    monkeypatch.setattr(vocab, "_state", {"warm": False, "broken": False})
+
+
 def _reference(z, y, exact, bias, cap):
     """The chain from its definition in float64: log-softmax of cap(z + b), scipy's JS."""
     z = z.double()
@@ -70,7 +76,6 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
     """Where compiling fails (here: torch.compile raises, as without a C++ compiler), one warning and the eager
     chain's numbers; later calls go straight to the eager chain and "auto" stops choosing the compiled one."""
     monkeypatch.setattr(vocab, "_compiled", None)
-    monkeypatch.setattr(vocab, "_state", {"warm": False, "broken": False})
     calls = []
 
     def broken(fn, **kw):
@@ -95,7 +100,6 @@ def test_compile_failure_falls_back_to_eager(monkeypatch):
 
 
 def test_use_fused_policy(monkeypatch):
-    monkeypatch.setattr(vocab, "_state", {"warm": False, "broken": False})
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert not vocab.use_fused("auto", cpu, vocab.FUSE_MIN_LOGITS - 1)  # too small to pay for compiling
     assert vocab.use_fused("auto", cpu, vocab.FUSE_MIN_LOGITS)
@@ -113,3 +117,27 @@ def test_bad_fused_value_refused_before_work(tiny, monkeypatch):
     monkeypatch.setattr(engine, "shared_hidden", lambda *a, **k: pytest.fail("a forward pass ran"))
     with pytest.raises(MrtpoError, match="fused must be one of"):
         replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(fused="fast"))
+
+
+def test_fused_chain_in_a_worker_thread():
+    """The app replays in a worker thread: the compiled chain runs (and compiles, when first) there too."""
+    import threading
+
+    g = torch.Generator().manual_seed(2)
+    z, y = torch.randn(3, 4, 300, generator=g), torch.randint(0, 300, (4, 1), generator=g)
+    got, errors = [], []
+
+    def work():
+        try:
+            got.append(vocab.fused_chain(z, y, True))
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback to the eager chain would warn
+        t = threading.Thread(target=work)
+        t.start()
+        t.join(timeout=300)
+    assert not errors and got and not vocab._state["broken"]
+    for a, b in zip(got[0], vocab.chain(z, y, True)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
