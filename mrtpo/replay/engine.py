@@ -31,6 +31,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model import Decoder, LoadedModel, Sample, check_length, compute_dtype, decoder_stack
 from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.defaults import TEMPERATURE
+from mrtpo.model.heap import keep_freed_memory
 from mrtpo.model.llama_step import llama_step
 from mrtpo.model.rates import record
 from mrtpo.replay.attention import info_attention, info_span
@@ -54,7 +55,8 @@ class ReplayConfig:
     # max (1 + K) × tokens × vocab logits per projection (64 MiB in bf16, 128 MiB in float32); the log-softmax and
     # JS then run over JS_LOGITS of them at a time (eager) or the whole chunk (fused). Each projection reads the
     # whole head: at V = 152k, K = 3 a budget of 2^23 projected 52 rows per read of its 175 MB (2^25: 220 rows,
-    # the projection 26 % faster there, 35 % at 256k; bench/vocab.py)
+    # the projection 26 % faster there, 35 % at 256k; bench/vocab.py). A chunk above glibc's 32 MiB ceiling needs
+    # mrtpo.model.heap's thresholds, or the chain's temporaries fault in fresh pages at every step
     logits_budget: int = 1 << 25
     # KV reuse over a trie of the group's sequences: every shared prefix (the task prompt; the items before the
     # one left out; verifier text that is the same for several responses) runs once and its KV cache serves
@@ -286,6 +288,7 @@ def replay_groups(
         return [replay_free(lm, g.prompt, g.verifier_info, g.responses, g.rewards, measure, g.sampling_prompt,
                             cfg.temperature, precision=cfg.precision) for g in groups]
     check_model(lm.model, lm.tokenizer, lm.name)  # a model it cannot run is refused before any work
+    keep_freed_memory()  # the vocabulary chain's temporaries reuse warm pages (mrtpo.model.heap)
     t0 = time.perf_counter()
     plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
                    needs_rewording(measure) if reword is None else reword) for g in groups]
