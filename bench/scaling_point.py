@@ -261,9 +261,11 @@ def measure(p: Point, models: dict | None = None) -> dict:
     # warm-up: one response of the same length (the vocabulary side's shapes, most of the passes'), so that first
     # calls (kernels made for a new shape, the head paged in) are not timed
     w_prompt, w_info, w_resp, _ = synthetic_group(lm, p.T, p.K, 1, p.seed + 1)
-    replay_group(lm, w_prompt, w_info, w_resp, template, config=cfg)
     best = None
+    # the peak above the loaded model counts from before the warm-up: the process keeps freed memory for reuse
+    # (mrtpo.model.heap), so a peak counted from after it would miss what the warm-up left mapped
     with PeakMemory(lm.device) as mem:
+        replay_group(lm, w_prompt, w_info, w_resp, template, config=cfg)
         for _ in range(max(1, p.repeats)):
             with phase_timers(sync) as spent:
                 sync()

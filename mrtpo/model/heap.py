@@ -9,6 +9,9 @@ took 4.6-5.7 s instead of 1.1-1.2 s in every replay after the first, 1.5 million
 16 MiB chunks it depended on the order of the replays. :func:`keep_freed_memory` fixes both thresholds once per
 process — blocks under 64 MiB from the heap, the heap trimmed only past 256 MiB free — so that the temporaries'
 pages stay mapped; the process keeps at most that much freed memory (its peak resident size did not change).
+The price, measured: in a process that had held another model before (a benchmark running V = 152k, then 256k),
+the 256k replay's other allocations (hidden-state casts, copies) took 1.7 s instead of 0.4 s of a 14 s replay —
+bench/vocab.py therefore runs each vocabulary in a fresh process, as a CLI call or a server with one model does.
 Where the user set ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` their choice stands; where the C library
 has no ``mallopt`` (macOS, Windows) nothing changes.
 """

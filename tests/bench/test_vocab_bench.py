@@ -8,11 +8,15 @@ from mrtpo.replay import ReplayConfig, engine, replay_group
 
 def test_rows_and_ratios():
     before = {"seconds": 10.0, "vocabulary": 5.0, "projection": 3.0, "chain": 1.5}
+    budget = {"seconds": 9.0, "vocabulary": 4.0, "projection": 2.0, "chain": 1.5}
     after = {"seconds": 8.0, "vocabulary": 3.0, "projection": 2.0, "chain": 0.75}
-    got = B.rows([{"V": 151_936, "head_flop_share": 0.45, "before": before, "after": after, "d_max_diff": 6e-8}])
+    got = B.rows([{"V": 151_936, "head_flop_share": 0.45, "before": before, "budget": budget, "after": after,
+                   "d_max_diff": 6e-8}])
     assert got == [
         ["151,936", "before", "10.00", "5.00", "3.00", "1.50", "0.50", "50%", "45%", ""],
+        ["151,936", "budget", "9.00", "4.00", "2.00", "1.50", "0.50", "44%", "45%", ""],
         ["151,936", "after", "8.00", "3.00", "2.00", "0.75", "0.25", "38%", "45%", ""],
+        ["151,936", "budget ÷ before", "0.900", "0.800", "0.667", "1.000", "", "", "", ""],
         ["151,936", "after ÷ before", "0.800", "0.600", "0.667", "0.500", "", "", "", "6.0e-08"],
     ]
     assert len(got[0]) == len(B.HEADER)
