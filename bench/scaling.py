@@ -8,9 +8,9 @@ Default point: the default model (SmolLM2-135M), K = 3 rewards, G = 4 responses 
 size), T = 100 tokens a response. From there one factor moves at a time (K also through the default point's 3):
 
 - ``--quick``: T ∈ {100, 250, 500, 1,000, 2,000, 4,000}, K ∈ {1, 2, 4, 8}, G ∈ {1, 4, 8, 16}, V ∈ {49,152,
-  151,936, 256,000} on full-depth random models, best of 1
+  151,936, 256,000} on full-depth random models, best of 1 (3 at T ≤ 250)
 - full: T ∈ {100, 250, 500, 1,000, 2,000, 4,000}, K ∈ {1, 2, 4, 8}, G ∈ {1, 4, 8, 16}, V ∈ {49,152, 151,936,
-  256,000} on full-depth random models, best of 2
+  256,000} on full-depth random models, best of 2 (3 at T ≤ 250)
 
 T: tokens a response; K: rewards; G: responses; V: the vocabulary — 49,152 (SmolLM2, Llama 2), 151,936 (Qwen 2 / 2.5
 / 3), 256,000 (Gemma 2) — on random Llama models of the default model's width, heads and MLP, so that only V changes
@@ -71,12 +71,16 @@ class Grid:
     V: tuple[int, ...]
     layers: int
     repeats: int
+    # best of at least this many at T ≤ SHORT_T: a replay of a few seconds moves ±15 % run to run, and the T factor's
+    # ratio is read against the T = 100 point (best of 1 there put the day's four --quick runs at 0.52-0.61)
+    short_repeats: int = 1
 
 
+SHORT_T = 250
 QUICK = Grid(T=(100, 250, 500, 1000, 2000, 4000), K=(1, 2, 4, 8), G=(1, 4, 8, 16), V=(49_152, 151_936, 256_000),
-             layers=0, repeats=1)
+             layers=0, repeats=1, short_repeats=3)
 FULL = Grid(T=(100, 250, 500, 1000, 2000, 4000), K=(1, 2, 4, 8), G=(1, 4, 8, 16), V=(49_152, 151_936, 256_000),
-            layers=0, repeats=2)
+            layers=0, repeats=2, short_repeats=3)
 
 
 def describe(grid: Grid) -> str:
@@ -86,7 +90,8 @@ def describe(grid: Grid) -> str:
 
     depth = f"{grid.layers}-layer" if grid.layers else "full-depth"
     return (f"T ∈ {values(grid.T)}, K ∈ {values(grid.K)}, G ∈ {values(grid.G)}, V ∈ {values(grid.V)} on {depth} "
-            f"random models, best of {grid.repeats}")
+            f"random models, best of {grid.repeats}"
+            + (f" ({grid.short_repeats} at T ≤ {SHORT_T})" if grid.short_repeats > grid.repeats else ""))
 
 
 def fit_exponent(xs: Sequence[float], ys: Sequence[float]) -> float:
@@ -102,11 +107,15 @@ def grid_points(grid: Grid, model: str = "default", device: str = "auto", dtype:
     """(factor, value, Point) for every point of ``grid``: the default point where it lies on a factor's axis
     (T = 100, K = 3, G = 4: the same Point, measured once), the V factor on random models."""
     base = Point(**DEFAULT_POINT, model=model, device=device, dtype=dtype, repeats=grid.repeats)
+
+    def at(p: Point) -> Point:  # short points: best of more
+        return replace(p, repeats=max(grid.repeats, grid.short_repeats)) if p.T <= SHORT_T else p
+
     out = []
     for f in ("T", "K", "G"):
         values = sorted(set(getattr(grid, f)) | {DEFAULT_POINT[f]})
-        out += [(f, v, replace(base, **{f: v})) for v in values]
-    out += [("V", v, replace(base, vocab=v, layers=grid.layers or None)) for v in grid.V]
+        out += [(f, v, at(replace(base, **{f: v}))) for v in values]
+    out += [("V", v, at(replace(base, vocab=v, layers=grid.layers or None))) for v in grid.V]
     return out
 
 
@@ -371,9 +380,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         peaks = gemm_peaks([r for _, _, r in rows])
         s = summarize(rows)
         where = "; ".join(f"{dev} {dt} {pk / 1e9:,.0f} GFLOPS" for (dev, dt), pk in peaks.items())
+        short = f" ({g.short_repeats} at T ≤ {SHORT_T})" if g.short_repeats > g.repeats else ""
         text = (f"Grid {'--quick' if a.quick else 'full'} on {device_name(rows)}: base model `{a.model}`, default "
                 f"point T = 100, K = 3, "
-                f"G = 4; best of {g.repeats} after a warm-up, each point in a fresh process on a CPU; GEMM peak "
+                f"G = 4; best of {g.repeats}{short} after a warm-up, each point in a fresh process on a CPU; GEMM peak "
                 f"{where}; the whole run {time.perf_counter() - t0:,.0f} s.\n\n"
                 + points_table(rows, peaks) + "\n\n" + summary_table(s))
         print(text)

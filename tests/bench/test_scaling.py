@@ -201,17 +201,18 @@ def test_a_point_in_its_own_process_matches_the_one_here():
 
 def test_the_quick_grid_is_the_documented_one():
     assert S.describe(S.QUICK) == ("T ∈ {100, 250, 500, 1,000, 2,000, 4,000}, K ∈ {1, 2, 4, 8}, G ∈ {1, 4, 8, 16}, "
-                                   "V ∈ {49,152, 151,936, 256,000} on full-depth random models, best of 1")
+                                   "V ∈ {49,152, 151,936, 256,000} on full-depth random models, best of 1 "
+                                   "(3 at T ≤ 250)")
     doc = words((ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8"))
     for g in (S.QUICK, S.FULL):
         assert S.describe(g) in words(S.__doc__) and S.describe(g) in doc
     assert S.chosen_grid(S.parse(["--quick"])) == S.QUICK and S.chosen_grid(S.parse([])) == S.FULL
     assert S.chosen_grid(S.parse(["--quick", "--T", "100,2_000", "--repeats", "3", "--layers", "0"])) == \
-        S.Grid(T=(100, 2000), K=S.QUICK.K, G=S.QUICK.G, V=S.QUICK.V, layers=0, repeats=3)
+        S.Grid(T=(100, 2000), K=S.QUICK.K, G=S.QUICK.G, V=S.QUICK.V, layers=0, repeats=3, short_repeats=3)
     pts = S.grid_points(S.QUICK)
     assert len(pts) == 18 and len({p for _, _, p in pts}) == 16  # T 6 + K 5 + G 4 + V 3; the default point thrice
     assert {p.layers for f, _, p in pts if f == "V"} == {None} and {p.vocab for f, _, p in pts if f != "V"} == {None}
-    assert all(p.repeats == 1 for _, _, p in pts)
+    assert all(p.repeats == (3 if p.T <= 250 else 1) for _, _, p in pts)  # short points: best of 3
 
 
 def test_bad_values_are_refused_by_flag(capsys):
