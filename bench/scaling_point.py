@@ -137,36 +137,42 @@ class PeakMemory:
 
 
 @contextlib.contextmanager
-def phase_timers(sync=lambda: None):
-    """Seconds spent in each of :data:`PHASES` (the decoder passes, the vocabulary side) while the block runs, by
-    wrapping those functions of :mod:`mrtpo.replay.engine` (``sync`` before and after each: CUDA's work is
-    asynchronous); restored after. RuntimeError naming the function if the engine no longer has it."""
-    from mrtpo.replay import engine
+def timers(targets: dict, sync=lambda: None):
+    """Seconds spent in the functions ``targets`` names — {key: [(owner, attribute name), ...]}, each call's time
+    added to its key — while the block runs, by wrapping them (``sync`` before and after each call: CUDA's work is
+    asynchronous); restored after. RuntimeError naming a function that is not there (nothing is wrapped then)."""
+    places = [(key, owner, name) for key, pairs in targets.items() for owner, name in pairs]
+    saved = [(owner, name, getattr(owner, name, None)) for _, owner, name in places]
+    for (key, owner, name), (_, _, fn) in zip(places, saved):
+        if not callable(fn):
+            raise RuntimeError(f"{getattr(owner, '__name__', owner)}.{name} is gone: the benchmark times the "
+                               f"replay's {key} by wrapping it (update its targets)")
+    spent = dict.fromkeys(targets, 0.0)
+    for (key, owner, name), (_, _, fn) in zip(places, saved):
 
-    spent = dict.fromkeys(PHASES, 0.0)
-    saved = {name: getattr(engine, name, None) for name in PHASES.values()}
-    for phase, name in PHASES.items():
-        if not callable(saved[name]):
-            raise RuntimeError(f"mrtpo.replay.engine.{name} is gone: bench/scaling_point.py times the replay's "
-                               f"{phase} side by wrapping it (update PHASES)")
-    for phase, name in PHASES.items():
-        fn = saved[name]
-
-        def timed(*a, _fn=fn, _phase=phase, **kw):
+        def timed(*a, _fn=fn, _key=key, **kw):
             sync()
             t0 = time.perf_counter()
             try:
                 return _fn(*a, **kw)
             finally:
                 sync()
-                spent[_phase] += time.perf_counter() - t0
+                spent[_key] += time.perf_counter() - t0
 
-        setattr(engine, name, timed)
+        setattr(owner, name, timed)
     try:
         yield spent
     finally:
-        for name, fn in saved.items():
-            setattr(engine, name, fn)
+        for owner, name, fn in saved:
+            setattr(owner, name, fn)
+
+
+def phase_timers(sync=lambda: None):
+    """:func:`timers` of :data:`PHASES` (the decoder passes, the vocabulary side): those functions of
+    :mod:`mrtpo.replay.engine`."""
+    from mrtpo.replay import engine
+
+    return timers({phase: [(engine, name)] for phase, name in PHASES.items()}, sync)
 
 
 def random_model(base, vocab: int, layers: int | None, min_positions: int = 0, seed: int = 0):
@@ -290,9 +296,10 @@ def measure(p: Point, models: dict | None = None) -> dict:
     }
 
 
-def run_isolated(p: Point, timeout: float | None = None) -> dict:
-    """:func:`measure` of ``p`` in a fresh Python process (this file), with this process's ``mrtpo`` first on the
-    path. RuntimeError with the child's last output lines when it fails."""
+def run_script(script: Path, args: list[str], what: str, timeout: float | None = None) -> dict:
+    """Run the Python file ``script`` with ``args`` in a fresh process, this process's ``mrtpo`` and ``bench`` first
+    on the path; its last ``RESULT {json}`` line, parsed. RuntimeError naming ``what`` with the child's last output
+    lines when it fails."""
     import os
     import subprocess
 
@@ -301,13 +308,18 @@ def run_isolated(p: Point, timeout: float | None = None) -> dict:
     env = dict(os.environ)
     roots = [str(Path(mrtpo.__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1])]
     env["PYTHONPATH"] = os.pathsep.join(roots + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(asdict(p))], env=env,
-                         capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run([sys.executable, str(Path(script).resolve()), *args], env=env, capture_output=True,
+                         text=True, timeout=timeout)
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if out.returncode != 0 or not lines:
         tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"point {asdict(p)} failed (exit {out.returncode}):\n{tail}")
+        raise RuntimeError(f"{what} failed (exit {out.returncode}):\n{tail}")
     return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def run_isolated(p: Point, timeout: float | None = None) -> dict:
+    """:func:`measure` of ``p`` in a fresh Python process (this file, :func:`run_script`)."""
+    return run_script(Path(__file__), [json.dumps(asdict(p))], f"point {asdict(p)}", timeout)
 
 
 def main(argv: list[str]) -> int:

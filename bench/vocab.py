@@ -22,7 +22,6 @@ docs/benchmarks.md unless --no-doc.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -38,34 +37,14 @@ VOCABS = (49_152, 151_936, 256_000)
 STATES = {"before": {"logits_budget": 1 << 23, "fused": "off"}, "budget": {"fused": "off"}, "after": {"fused": "on"}}
 
 
-@contextlib.contextmanager
 def stage_timers():
     """Seconds inside the engine's vocabulary step (``_finish``), its projections (``torch.matmul``, called there
-    only) and its element-wise chain (``chain`` / ``fused_chain``), by wrapping them from here; restored after."""
+    only) and its element-wise chain (``chain`` / ``fused_chain``): :func:`bench.scaling_point.timers` of those."""
+    from bench.scaling_point import timers
     from mrtpo.replay import engine
 
-    spent = {"vocabulary": 0.0, "projection": 0.0, "chain": 0.0}
-    saved = {"_finish": engine._finish, "chain": engine.chain, "fused_chain": engine.fused_chain}
-    real_matmul = torch.matmul
-
-    def timed(fn, key):
-        def run(*a, **kw):
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **kw)
-            finally:
-                spent[key] += time.perf_counter() - t0
-        return run
-
-    engine._finish = timed(saved["_finish"], "vocabulary")
-    engine.chain, engine.fused_chain = timed(saved["chain"], "chain"), timed(saved["fused_chain"], "chain")
-    torch.matmul = timed(real_matmul, "projection")
-    try:
-        yield spent
-    finally:
-        torch.matmul = real_matmul
-        for name, fn in saved.items():
-            setattr(engine, name, fn)
+    return timers({"vocabulary": [(engine, "_finish")], "projection": [(torch, "matmul")],
+                   "chain": [(engine, "chain"), (engine, "fused_chain")]})
 
 
 def head_flop_share(lm) -> float:
@@ -125,15 +104,10 @@ HEADER = ("V", "replay", "seconds", "vocabulary side", "projection", "element-wi
 def isolated(V: int, T: int, G: int, K: int) -> dict:
     """:func:`measure` of one V in a fresh Python process (this file with ``--one``): a process that held the other
     vocabularies' models first ran the large one's allocations slower (the "rest" 1.6-2.5 s instead of 0.4 s)."""
-    import json
-    import subprocess
+    from bench.scaling_point import run_script
 
-    cmd = [sys.executable, __file__, "--one", str(V), "--T", str(T), "--G", str(G), "--K", str(K)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
-    if out.returncode or not last.startswith("RESULT "):
-        raise RuntimeError(f"bench/vocab.py --one {V} failed (exit {out.returncode}): {out.stderr[-2000:]}")
-    return json.loads(last.removeprefix("RESULT "))
+    args = ["--one", str(V), "--T", str(T), "--G", str(G), "--K", str(K)]
+    return run_script(Path(__file__), args, f"bench/vocab.py --one {V}")
 
 
 def main(argv=None) -> int:
