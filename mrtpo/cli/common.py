@@ -146,9 +146,11 @@ def error_text(e: Exception) -> str:
     return f"internal error ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); please report it"
 
 
-def compare_args(p: argparse.ArgumentParser) -> None:
-    """``--sql-compare`` and ``--tools-compare``: how the task's checker compares a reply with the reference."""
+def example_args(p: argparse.ArgumentParser) -> None:
+    """``--sql-compare`` and ``--tools-compare`` (how the task's checker compares a reply with the reference) and
+    ``--items`` (the checklist task's items per example)."""
     from mrtpo.tasks import COMPARE_MODES
+    from mrtpo.tasks.checklist_items import MAX_ITEMS
 
     p.add_argument("--sql-compare", choices=COMPARE_MODES["sql"], default=None,
                    help="sql task: rows compared as mrtpo does (strict: multisets, order when the reference's "
@@ -158,13 +160,16 @@ def compare_args(p: argparse.ArgumentParser) -> None:
                    help="tools task: values compared leniently (lenient: '5' == 5, any case) or as BFCL's AST "
                         "checker does (bfcl: exact types, BFCL's string clean-up); default: the examples' own "
                         "(bfcl: data: bfcl)")
+    p.add_argument("--items", type=V.int_flag(1, MAX_ITEMS), default=None, metavar="K",
+                   help=f"checklist task: the first K items of each example as its rewards (1-{MAX_ITEMS}; default: "
+                        "all of them)")
 
 
 def _compared(fam, a, examples: list) -> list:
-    from mrtpo.tasks import apply_compare
+    from mrtpo.tasks import apply_options
 
-    return apply_compare(fam, examples, sql_compare=getattr(a, "sql_compare", None),
-                         tools_compare=getattr(a, "tools_compare", None))
+    return apply_options(fam, examples, sql_compare=getattr(a, "sql_compare", None),
+                         tools_compare=getattr(a, "tools_compare", None), items=getattr(a, "items", None))
 
 
 def task_examples(fam, a) -> list:

@@ -9,8 +9,8 @@ from mrtpo.cli.common import (
     POSITIVE,
     Progress,
     check_output,
-    compare_args,
     credit_args,
+    example_args,
     examples_inputs,
     load_model_arg,
     load_template,
@@ -241,7 +241,7 @@ def register(sub) -> None:
     p.add_argument("--example", default=None, help="example id or index (default 0)")
     p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
                                                      "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")
-    compare_args(p)
+    example_args(p)
     p.add_argument("--responses", default=None, help='JSONL lines {"response"} instead of sampling')
     p.add_argument("--input", default=None,
                    help='group JSON {"prompt", "verifier_info", "responses", "rewards", "reward_names"?}')

@@ -15,7 +15,7 @@ from mrtpo.cli.common import (
     POSITIVE,
     Progress,
     check_output,
-    compare_args,
+    example_args,
     examples_inputs,
     load_template,
     measure_list,
@@ -91,7 +91,7 @@ def register(sub) -> None:
     task_arg(p)
     p.add_argument("--examples", default=None, help="your own examples (the family's JSONL format) or a "
                                                      "benchmark: bfcl:CATEGORY, spider:DIR, bird:DIR, IFEval's file")
-    compare_args(p)
+    example_args(p)
     p.add_argument("--limit", type=POSITIVE, default=20, help="the first N examples (default 20)")
     sampling_args(p)  # per example: a group of --group-size responses, the same --seed for every example
     p.add_argument("--measure", nargs="+", type=measure_list, default=None, metavar="NAME",

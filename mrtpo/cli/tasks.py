@@ -7,9 +7,9 @@ import sys
 from mrtpo import validate as V
 from mrtpo.cli.common import (
     LINES_EPILOG,
-    compare_args,
     credit_args,
     error_text,
+    example_args,
     lines_summary,
     model_args,
     pick_example,
@@ -97,7 +97,7 @@ def register(sub) -> None:
     task_arg(p)
     p.add_argument("--example", default="0", help="example id or index")
     p.add_argument("--examples", default=None, help=EXAMPLES_HELP)
-    compare_args(p)
+    example_args(p)
     sampling_args(p)
     model_args(p)
     p.set_defaults(fn=cmd_sample)
@@ -105,7 +105,7 @@ def register(sub) -> None:
     p = sub.add_parser("score", help="score given responses against task examples", epilog=LINES_EPILOG)
     task_arg(p)
     p.add_argument("--examples", default=None, help=EXAMPLES_HELP)
-    compare_args(p)
+    example_args(p)
     p.add_argument("--responses", required=True, help='JSONL lines {"example_id", "response"}; for a list of '
                                                       "tool calls, the response is the JSON list as text")
     credit_args(p, "info")

@@ -9,7 +9,8 @@ from mrtpo.train import TrainConfig
 
 PER_RUN_FIELDS = ("method", "seed", "schedule_seed")  # set per run; every other TrainConfig field is shared
 #: the fields the runs are paired on and the summary reports: the experiment's, never an arm's
-FIXED_FIELDS = ("model", "device", "task", "examples", "example_ids", "sql_compare", "tools_compare", "group_size",
+FIXED_FIELDS = ("model", "device", "task", "examples", "example_ids", "sql_compare", "tools_compare", "items",
+                "group_size",
                 "prompts_per_step")
 LOG_FIELDS = ("credit_log", "credit_log_groups")  # an experiment's runs write no credit log
 

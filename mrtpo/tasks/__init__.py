@@ -1,4 +1,4 @@
-"""Task families by name: ``get_family("sql" | "instructions" | "tools")``."""
+"""Task families by name: ``get_family("sql" | "instructions" | "tools" | "checklist")``."""
 from __future__ import annotations
 
 import importlib
@@ -12,9 +12,11 @@ _FAMILIES = {
     "sql": "mrtpo.tasks.sql:SqlTask",
     "instructions": "mrtpo.tasks.instructions:InstructionsTask",
     "tools": "mrtpo.tasks.tools:ToolsTask",
+    "checklist": "mrtpo.tasks.checklist:ChecklistTask",
 }
 _ALIASES = {"text-to-sql": "sql", "ifeval": "instructions", "instruction": "instructions",
-            "tool": "tools", "tool-calling": "tools"}
+            "tool": "tools", "tool-calling": "tools",
+            "checklists": "checklist"}
 _cache: dict[str, TaskFamily] = {}
 #: each family's comparison modes (the first: the default of its JSONL files); kept here, light, for the CLI's
 #: flags and TrainConfig (the families' own ``compare_modes`` are the same, a test checks it)
@@ -36,9 +38,11 @@ def get_family(name: str) -> TaskFamily:
     return _cache[key]
 
 
-def apply_compare(family: TaskFamily, examples: list[Example], **modes: str | None) -> list[Example]:
-    """``examples`` compared as ``modes`` asks (``sql_compare="bird"``, ``tools_compare="bfcl"``; None: the
-    examples' own).  A mode given for another family is an error naming its flag."""
+def apply_options(family: TaskFamily, examples: list[Example], *, items: int | None = None,
+                  **modes: str | None) -> list[Example]:
+    """``examples`` as a command's options ask: compared as ``modes`` asks (``sql_compare="bird"``,
+    ``tools_compare="bfcl"``; None: the examples' own), and for the checklist task their first ``items`` items
+    (None: all).  An option given for another family is an error naming its flag."""
     for key, mode in modes.items():
         if mode is None:
             continue
@@ -46,6 +50,10 @@ def apply_compare(family: TaskFamily, examples: list[Example], **modes: str | No
         if name != family.name:
             raise MrtpoError(f"--{name}-compare applies to the {name} task, not '{family.name}'")
         examples = family.with_compare(examples, mode)
+    if items is not None:
+        if not hasattr(family, "with_items"):
+            raise MrtpoError(f"--items applies to the checklist task, not '{family.name}'")
+        examples = family.with_items(examples, items)
     return examples
 
 
@@ -93,5 +101,5 @@ def resolve_examples(spec: str | None) -> str | None:
     return path if prefix is None else f"{prefix}:{path}"
 
 
-__all__ = ["BENCHMARKS", "COMPARE_MODES", "Example", "Score", "TaskFamily", "apply_compare", "examples_paths",
+__all__ = ["BENCHMARKS", "COMPARE_MODES", "Example", "Score", "TaskFamily", "apply_options", "examples_paths",
            "family_names", "get_family", "resolve_examples"]

@@ -14,6 +14,7 @@ from mrtpo.creditlog.writer_rows import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
 from mrtpo.tasks import COMPARE_MODES, family_names, resolve_examples
+from mrtpo.tasks.checklist_items import MAX_ITEMS
 from mrtpo.templates import Template
 
 MAX_STEPS = 1_000_000  # the most steps a run may be asked for (``train --steps``, an experiment's steps)
@@ -57,6 +58,8 @@ class TrainConfig:
                                         "examples' own)", choices=COMPARE_MODES["sql"])
     tools_compare: str | None = opt(None, "tools task: values compared as lenient | bfcl (BFCL's AST checker; "
                                           "default: the examples' own)", choices=COMPARE_MODES["tools"])
+    items: int | None = opt(None, "checklist task: the first K items of each example as its rewards (default: all "
+                                  "of them)", lo=1, hi=MAX_ITEMS)
     example_ids: list[str] | None = opt(None, "train on these example ids only")
     credit: CreditConfig = part(CreditConfig)
     sampling: SamplingConfig = part(SamplingConfig, omit=("seed",))  # the sampling seeds: the schedule's

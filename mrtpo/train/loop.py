@@ -50,7 +50,7 @@ from mrtpo.groups import score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
 from mrtpo.replay import ReplayConfig, replay_scored_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
-from mrtpo.tasks import apply_compare, get_family
+from mrtpo.tasks import apply_options, get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.train.config import TrainConfig, check_run_examples
 from mrtpo.train.policy import Policy
@@ -145,7 +145,8 @@ class Trainer:
     def _examples(self) -> list:
         cfg = self.config
         exs = self.family.load_examples(cfg.examples) if cfg.examples else self.family.examples()
-        exs = apply_compare(self.family, exs, sql_compare=cfg.sql_compare, tools_compare=cfg.tools_compare)
+        exs = apply_options(self.family, exs, sql_compare=cfg.sql_compare, tools_compare=cfg.tools_compare,
+                            items=cfg.items)
         if cfg.example_ids:
             by_id = {e.id: e for e in exs}
             missing = [i for i in cfg.example_ids if i not in by_id]

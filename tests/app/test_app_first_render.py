@@ -68,7 +68,8 @@ def test_explore_first_render_imports_no_torch():
     assert r["held"] == [["_preload", "tiny-random", "auto"]]  # the model's load was asked for, in the background
     assert "Sample group" in r["buttons"]
     assert r["info"] == ["Press **Sample group** to sample, score and replay a group."]
-    assert r["families"] == ["sql", "instructions", "tools"]  # the sidebar works: every family without torch
+    # the sidebar works: every family without torch
+    assert r["families"] == ["sql", "instructions", "tools", "checklist"]
 
 
 def test_click_while_the_model_preloads_gets_heatmaps():

@@ -38,12 +38,12 @@ def test_every_command_that_prints_progress_has_quiet():
 def test_task_lists_its_choices_in_help(capsys, cmd):
     rc, out, _ = _run(capsys, cmd, "--help")
     assert rc == 0 and "task family: " + " | ".join(family_names()) in " ".join(out.split())
-    assert family_names() == ["sql", "instructions", "tools"]
+    assert family_names() == ["sql", "instructions", "tools", "checklist"]
 
 
 def test_an_unknown_task_is_a_message_naming_the_families(capsys):
     rc, _, err = _run(capsys, "score", "--task", "nope", "--responses", "x.jsonl")
-    assert rc == 2 and "unknown task family 'nope'; choose one of: sql, instructions, tools" in err
+    assert rc == 2 and "unknown task family 'nope'; choose one of: sql, instructions, tools, checklist" in err
 
 
 @pytest.mark.parametrize("argv", [["explain", "--html", "x.html", "--foo"], ["sample", "--task", "sql", "--foo", "1"],

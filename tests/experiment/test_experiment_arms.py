@@ -28,15 +28,15 @@ def test_arms_that_train_the_same_config_are_refused():
 
 @pytest.mark.parametrize("arm, field", [("mrtpo:model=default", "model"), ("mrtpo:task=sql", "task"),
                                         ("mrtpo:group_size=8", "group_size"), ("mrtpo:examples=x.jsonl", "examples"),
-                                        ("mrtpo:device=cuda", "device")])
+                                        ("mrtpo:device=cuda", "device"), ("mrtpo:items=2", "items")])
 def test_an_arm_may_not_set_what_the_runs_are_paired_on(arm, field):
     """`mrtpo:model=default` was accepted while the summary said tiny-random."""
     with pytest.raises(MrtpoError) as e:
         X.ExperimentConfig("e", ["gdpo", arm], 1, 1, exp_config().base)
     assert str(e.value).startswith(f"arm {arm!r}: {field} is the experiment's, the same for every arm (the runs are "
                                    f"paired on model, device, task, examples, example_ids, sql_compare, "
-                                   f"tools_compare, group_size, prompts_per_step); set it for the whole experiment "
-                                   f"with --{field.replace('_', '-')}")
+                                   f"tools_compare, items, group_size, prompts_per_step); set it for the whole "
+                                   f"experiment with --{field.replace('_', '-')}")
 
 
 def test_credit_log_is_not_an_arm_setting(tmp_path, capsys, monkeypatch):

@@ -47,7 +47,7 @@ def test_an_empty_examples_file_says_so(tmp_path):
     for name, text in (("empty.jsonl", ""), ("blank.jsonl", "\n\n  \n")):
         path = tmp_path / name
         path.write_text(text)
-        for family in ("sql", "instructions", "tools"):
+        for family in ("sql", "instructions", "tools", "checklist"):
             with pytest.raises(TaskFileError) as e:
                 get_family(family).load_examples(path)
             assert str(e.value) == f"{path}: the examples file is empty (no examples in it)"

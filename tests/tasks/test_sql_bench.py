@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from mrtpo.errors import MrtpoError, TaskFileError
-from mrtpo.tasks import apply_compare, get_family
+from mrtpo.tasks import apply_options, get_family
 from mrtpo.tasks.sql_compare import compare_rows, order_matters
 
 ITEMS = [(1, "pen", 3.0, "Paris"), (2, "ink", 1.5, "Lyon"), (3, "cap", 3.0, "Paris"), (4, "mug", 7.25, "Nice")]
@@ -99,9 +99,9 @@ def test_spider_and_bird_folders_load(task, bench):
     assert task.score(b[2], f"```sql\n{ref}\n```")["correct"].value == 1.0
     info = task.verifier_info(b[1], "```sql\nSELECT 1\n```")["correct"]
     assert "as BIRD compares results" in info
-    assert apply_compare(task, b, sql_compare="strict")[0].data["compare"] == "strict"
+    assert apply_options(task, b, sql_compare="strict")[0].data["compare"] == "strict"
     with pytest.raises(MrtpoError, match="--sql-compare applies to the sql task"):
-        apply_compare(get_family("tools"), [], sql_compare="bird")
+        apply_options(get_family("tools"), [], sql_compare="bird")
 
 
 def _snapshot(folder):
