@@ -50,6 +50,10 @@ def register(sub) -> None:
                    help="mean reward for 'steps to threshold' (default: halfway from step 1 to the best final value)")
     p.add_argument("--bootstrap", type=V.int_flag(100), default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--db", default=None, help="run store (default $MRTPO_RUNS or runs/mrtpo.db)")
+    p.add_argument("--drop-checkpoints", action="store_true",
+                   help="delete each run's checkpoint once it has all its steps (full fine-tuning keeps the weights "
+                        "and AdamW's moments per run: several GB for the default model); such a run cannot be "
+                        "trained further, its stored steps stay")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (a bar per run on a terminal, else a line per run and per step)")
     add_config_flags(p, exclude=NOT_SHARED)
@@ -133,7 +137,7 @@ def cmd_experiment(a) -> int:
         return on_step
 
     try:
-        run_experiment(store, exp, log=log, on_run=on_run)
+        run_experiment(store, exp, log=log, on_run=on_run, keep_checkpoints=not a.drop_checkpoints)
     finally:
         for close in closers:
             close()

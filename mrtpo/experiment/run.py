@@ -216,7 +216,7 @@ def prepare(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = la
 
 def run_experiment(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = lambda m: None,
                    on_run: Callable[[str, int, int], Callable[[int, dict], None] | None] | None = None,
-                   family=None) -> None:
+                   family=None, keep_checkpoints: bool = True) -> None:
     """Train every run of the experiment up to ``cfg.steps`` (see module docstring: resumable, checked).
 
     The experiment is claimed first (:func:`prepare`): a second process on the same experiment is refused at once,
@@ -224,19 +224,23 @@ def run_experiment(store: Store, cfg: ExperimentConfig, log: Callable[[str], Non
     ``on_run(run name, steps stored at the start, steps)`` is called before a run trains and may return a per-step
     callback ``(step, metrics)``. Each run's last step is checkpointed, so a finished run never recomputes.
     ``family`` overrides the task family named by the config (as for :class:`mrtpo.train.Trainer`).
+    ``keep_checkpoints`` False: a run's checkpoint files are deleted once it holds ``cfg.steps`` steps (a full
+    fine-tuning checkpoint holds the weights and AdamW's two moments; the summary reads only the stored steps), and
+    that run can then not be trained further (:meth:`mrtpo.store.Store.drop_checkpoint_files`).
     """
     owner = prepare(store, cfg, log)
     with store.holding(owner):
         for _, _, name in cfg.runs():
-            if store.require_run(name).steps_done >= cfg.steps:
-                continue
-            tr = Trainer(None, store, name, log=log, family=family)
-            try:
-                cb = on_run(name, tr.steps_done, cfg.steps) if on_run else None
-                tr.train(until=cfg.steps, callback=cb, checkpoint_last=True, owner=owner)
-            finally:
-                tr.close()
-            del tr
+            if store.require_run(name).steps_done < cfg.steps:
+                tr = Trainer(None, store, name, log=log, family=family)
+                try:
+                    cb = on_run(name, tr.steps_done, cfg.steps) if on_run else None
+                    tr.train(until=cfg.steps, callback=cb, checkpoint_last=True, owner=owner)
+                finally:
+                    tr.close()
+                del tr
+            if not keep_checkpoints:
+                store.drop_checkpoint_files(store.require_run(name).id, owner=owner)
 
 
 @dataclass
@@ -331,6 +335,13 @@ def _paired(data: ExperimentData, m: str, n_boot: int, boot_seed: int) -> dict:
            "seed_diffs": [auc(pc[m][j]) - auc(pc[base][j]) for j in range(J)]}
     mde = detectable_diff(out["seed_diffs"])
     out["detectable"] = mde if np.isfinite(mde) else None  # None: fewer than 2 seeds, or no spread
+    # the same over the last FINAL_WINDOW steps of the experiment: the difference in final reward
+    late = pair.copy()
+    late[:, :max(0, pair.shape[1] - FINAL_WINDOW)] = False
+    fd = [(data.units[m][j] - data.units[base][j])[late[j]].ravel() for j in range(J)]
+    fd = [d for d in fd if d.size]
+    out["final_diff"] = float(np.mean(np.concatenate(fd))) if fd else float("nan")
+    out["final_ci95"] = list(cluster_bootstrap_ci(fd, n_boot, boot_seed)) if fd else [float("nan")] * 2
     return out
 
 
@@ -348,6 +359,8 @@ def _definitions(base: str, n_boot: int, boot_seed: int) -> dict[str, str]:
         "steps_to_threshold": f"first step where the seed-mean curve, trailing mean over {SMOOTH_WINDOW} "
                               f"steps, reaches the threshold",
         "band": "min–max over seeds",
+        "final_diff": f"mean over the paired units of the last {FINAL_WINDOW} steps of (method − {base}), with its "
+                      f"cluster-bootstrap interval final_ci95",
         "detectable": "the smallest Δ AUC the seeds' spread could detect: (t_{0.975,n−1} + t_{0.80,n−1}) · "
                       "sd(per-seed AUC differences) / √n (paired t-test, α = 0.05, power 0.8)",
     }

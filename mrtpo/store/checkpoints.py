@@ -106,6 +106,17 @@ class Checkpoints:
                 except OSError:
                     pass
 
+    def drop_checkpoint_files(self, run_id: int, *, owner: str) -> None:
+        """Delete every checkpoint file of the run (a finished run's weights, when only its stored steps matter).
+        The store still records its last checkpoint, so training the run further is refused by
+        :meth:`load_checkpoint` with a message naming the missing file; its steps are never recomputed."""
+        self.check_owner(run_id, owner)
+        d = self.checkpoint_dir(run_id)
+        for p in [*d.glob("step-*.pt"), *d.glob(".step-*.tmp")]:
+            try:
+                p.unlink(missing_ok=True)
+            except OSError:
+                pass
 
 
 def _fsync_dir(d: Path) -> None:

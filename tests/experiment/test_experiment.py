@@ -159,6 +159,18 @@ def test_summarize_by_hand():
     assert s["threshold"] == pytest.approx(0.425)
     assert s["methods"]["mrtpo"]["steps_to_threshold"] == 2 and s["methods"]["gdpo"]["steps_to_threshold"] is None
     assert s["complete"] and s["steps"] == 3 and s["seeds"] == 2
+    # S = 3 < 5: the final difference is over every step, like the AUC's
+    assert p["final_diff"] == pytest.approx(p["auc_diff"]) and p["final_ci95"] == pytest.approx([lo, hi])
+
+
+def test_final_difference_is_over_the_last_five_steps():
+    # 7 steps, one seed pair: mrtpo − gdpo is 0 on steps 1-2 and 0.1, 0.2, 0.3, 0.4, 0.5 on steps 3-7
+    base = [0.2] * 7 + [0.4] * 7
+    m = [0.2, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7] + [0.4, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    s = X.experiment_summary(_data(base, m, S=7), n_boot=300)
+    p = s["paired"]["mrtpo"]
+    assert p["final_diff"] == pytest.approx(0.3) and p["auc_diff"] == pytest.approx(1.5 / 7)
+    assert p["final_ci95"] == pytest.approx(S.cluster_bootstrap_ci([[0.1, 0.2, 0.3, 0.4, 0.5]] * 2, 300, 0))
 
 
 def test_summarize_uses_only_steps_every_method_has_and_checks_pairing():
@@ -230,6 +242,22 @@ def test_experiment_runs_are_paired_and_summarized(tmp_path):
     assert s["paired"]["mrtpo"]["n"] == 8 and s["paired"]["mrtpo"]["auc_diff"] == pytest.approx(np.mean(diffs))
     assert s["methods"]["mrtpo"]["auc"] - s["methods"]["gdpo"]["auc"] == pytest.approx(np.mean(diffs))
     assert set(s["curves"]["gdpo"]) == {"mean", "reward/ascii", "reward/lower", "reward/all_pass"}
+
+
+def test_dropped_checkpoints_keep_the_steps_and_refuse_more_training(tmp_path):
+    st = Store(tmp_path / "r.db")
+    exp = exp_config("dropexp")
+    X.run_experiment(st, exp, family=ToyFamily(), keep_checkpoints=False)
+    runs = [st.require_run(n) for _, _, n in exp.runs()]
+    assert all(r.steps_done == 2 and r.last_checkpoint == 2 for r in runs)
+    assert not list(st.checkpoint_root.rglob("*.pt"))  # every run's weights gone, its steps kept
+    before = X.experiment_summary(X.read_experiment(st, exp), n_boot=200)
+    X.run_experiment(st, exp, family=ToyFamily(), keep_checkpoints=False)  # finished: nothing to train or load
+    assert X.experiment_summary(X.read_experiment(st, exp), n_boot=200)["paired"] == before["paired"]
+    longer = X.ExperimentConfig("dropexp", exp.methods, exp.seeds, 3, exp.base)
+    with pytest.raises(MrtpoError, match="checkpoint .* of step 2 is missing"):
+        X.run_experiment(st, longer, family=ToyFamily())
+    assert st.require_run(exp.run_name("gdpo", 0)).steps_done == 2  # nothing dropped or recomputed
 
 
 @pytest.mark.parametrize("every, resumes_at", [(10, 0), (1, 1)])  # no checkpoint yet: recomputed; else resumed
