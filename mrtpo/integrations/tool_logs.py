@@ -26,7 +26,7 @@ one viewer reads them all beside mrtpo's own credit log.
   the same prompt tokens.
 
 - ``trl`` and ``verl``: TRL's completions parquet and verl's JSONL dumps (:mod:`mrtpo.integrations.rollouts`): prompt,
-  completion, rewards (TRL: every numeric column but ``step`` and ``advantage``; verl: ``score``, a number or
+  completion, rewards (TRL: every numeric or boolean column but ``step`` and ``advantage``; verl: ``score``, a number or
   {reward: value}) and TRL's logged ``advantage``; the other text columns (a ``reference``, ``ground_truth``, ...)
   go to ``extra``; no tokens.  Groups: rows of a step with the same prompt.
 
@@ -45,6 +45,9 @@ import numbers
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
+from mrtpo import validate as V
 from mrtpo.creditlog import CreditLogError, CreditRow, CreditStep, read_credit_log
 from mrtpo.creditlog.access import check_log_folder
 from mrtpo.creditlog.files import NO_META, STEP_FILE, Bad, first_rows, json_rows
@@ -80,11 +83,13 @@ def _number(v, path, n, name, null: bool = False) -> float | None:
 
 
 def _reward(v, path, n, name) -> float | None:
-    """A reward cell: None / NaN → None (not scored), else a finite number."""
-    real = isinstance(v, numbers.Real) and not isinstance(v, bool)
-    if v is None or (real and math.isnan(float(v))):
-        return None
-    return _number(float(v) if real else v, path, n, name)
+    """A reward cell by the rule of every reader of rewards (:func:`mrtpo.validate.reward`: a number, true / false as
+    1 / 0, text refused); None / NaN → None (not scored)."""
+    try:
+        x = V.reward(v, name)
+    except V.BadValue as e:
+        raise CreditLogError(path, n, name, e.problem) from None
+    return None if math.isnan(x) else x
 
 
 def _series(obj: dict, name: str, path, n, T: int | None = None, required: bool = False) -> list | None:
@@ -162,7 +167,7 @@ def board_row(obj: dict, path, n: int) -> CreditRow:
         extra["ref_reward"] = _number(obj["ref_reward"], path, n, "ref_reward")
     kl = None if ref is None else [None if a is None or b is None else a - b for a, b in zip(logp, ref)]
     return CreditRow(step=int(step), group=0, index=0, prompt=obj["prompt"], completion=obj["response"],
-                     rewards={"reward": _number(obj["reward"], path, n, "reward", null=True)},
+                     rewards={"reward": _reward(obj["reward"], path, n, "reward")},
                      tokens=list(toks[:T]), logprob=logp, ref_logprob=ref, kl=kl, extra=extra, source=str(path),
                      row=n)
 
@@ -272,7 +277,7 @@ def read_rollout_log(path: str | Path, fmt: str, after_step: int | None = None,
             vals = dict(score) if isinstance(score, dict) else {"score": score}
         else:
             vals = {k: v for k, v in r.values.items() if k not in ("step", "advantage", "prompt", "completion")
-                    and (v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)))}
+                    and (v is None or isinstance(v, (numbers.Real, np.bool_)))}  # true / false: 1 / 0
         try:
             rewards = {str(k): _reward(v, r.source, r.row, str(k)) for k, v in vals.items()}
         except CreditLogError as e:
