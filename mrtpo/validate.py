@@ -8,13 +8,14 @@ Values: each check takes the value and its ``field`` (a path such as ``rewards[2
 ``PATH: line L: field 'rewards[2][1]': must be a finite number, got inf``.
 
 Numbers: finite, and within float32's range (every number goes into a float32 tensor).  ``nan_ok`` lets ``null``
-and NaN through as NaN: a reward that was not scored (TRL's convention; its advantage is 0).
+and NaN through as NaN: a reward that was not scored (TRL's convention; its advantage is 0).  Rewards have one rule in
+every reader (:func:`reward`): a number, or true / false as 1 / 0; ``null`` / NaN not scored; text refused.
 """
 from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from typing import Any, Callable
 
 from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.wording import plural
@@ -74,19 +75,38 @@ def number(v: Any, field: str, lo: float | None = None, hi: float | None = None,
     return x
 
 
-def number_list(v: Any, field: str, length: int | None = None, nonempty: bool = True, **kw) -> list[float]:
-    """A list of numbers (see :func:`number` for ``kw``), of ``length`` when given."""
+REWARD_VALUE = "a number, true / false (1 / 0) or null (not scored)"
+
+
+def reward(v: Any, field: str) -> float:
+    """A reward value, by the one rule of every reader of rewards (the CLI's inputs, rollout files, other trainers'
+    logs, the credit log): a number (finite, within float32's range) or a boolean — true / false count as 1 / 0, a
+    checker's pass or fail; ``null`` and NaN are NaN (not scored).  Anything else is refused, text too, even ``"1"``
+    (a number in quotes is text): :class:`BadValue`.  A numpy scalar (a parquet cell) counts as its Python value."""
+    if type(v).__module__ == "numpy" and hasattr(v, "item"):
+        v = v.item()
+    if not (v is None or isinstance(v, (int, float))):
+        raise BadValue(field, f"must be {REWARD_VALUE}, got {_shown(v)}")
+    return number(v, field, nan_ok=True)
+
+
+def number_list(v: Any, field: str, length: int | None = None, nonempty: bool = True,
+                each: Callable[[Any, str], float] | None = None, **kw) -> list[float]:
+    """A list of numbers (see :func:`number` for ``kw``), of ``length`` when given; ``each(value, field)`` checks each
+    one instead (:func:`reward` for rewards)."""
     if not isinstance(v, list):
         raise BadValue(field, f"must be a list of numbers, got {_shown(v)}")
     if length is not None and len(v) != length:
         raise BadValue(field, f"has {plural(len(v), 'number')}, expected {length}")
     if nonempty and not v:
         raise BadValue(field, "is empty")
-    return [number(x, f"{field}[{i}]", **kw) for i, x in enumerate(v)]
+    check = each or (lambda x, f: number(x, f, **kw))
+    return [check(x, f"{field}[{i}]") for i, x in enumerate(v)]
 
 
 def number_matrix(v: Any, field: str, rows: int | None = None, cols: int | None = None, **kw) -> list[list[float]]:
-    """A rectangular N × K list of number lists (N, K ≥ 1; a flat list of numbers is N × 1)."""
+    """A rectangular N × K list of number lists (N, K ≥ 1; a flat list of numbers is N × 1); ``kw`` as
+    :func:`number_list` takes them."""
     if not isinstance(v, list):
         raise BadValue(field, f"must be a list of rows (N rows × K numbers), got {_shown(v)}")
     if not v:

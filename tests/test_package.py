@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,10 +16,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The wheel, built from a clean copy of the checkout's files (no stale build/ folder can leak into it)."""
-    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+def _checkout_copy(src: Path) -> Path:
+    """A clean copy of the checkout's files in ``src`` (no stale build/ folder can leak into a build)."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True, capture_output=True,
                            text=True).stdout.splitlines()
     for f in files:
@@ -27,10 +26,36 @@ def wheel(tmp_path_factory) -> Path:
             (src / f).symlink_to(os.readlink(ROOT / f))
         elif (ROOT / f).is_file():
             shutil.copy2(ROOT / f, src / f)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(src)], check=True, capture_output=True)
+    return src
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, str]:
+    """The wheel, built from a clean copy of the checkout's files, and what the build wrote on stderr."""
+    src, out = _checkout_copy(tmp_path_factory.mktemp("src")), tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                        str(out), str(src)], check=True, capture_output=True, text=True)
     (whl,) = out.glob("mrtpo-*.whl")
-    return whl
+    return whl, r.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(built) -> Path:
+    return built[0]
+
+
+def test_the_build_and_the_set_ups_editable_install_end_quietly(built, tmp_path):
+    """A newcomer's first command (make setup: an editable install) printed two screens of setuptools warnings
+    (mrtpo_app.pages absent from `packages`, then the editable-install notice)."""
+    assert "arning" not in built[1], built[1]
+    src = _checkout_copy(tmp_path / "src")
+    quiet = re.search(r"^QUIET_EDITABLE := PYTHONWARNINGS='([^']*)'$", (ROOT / "Makefile").read_text(), re.M)
+    assert quiet and "$(QUIET_EDITABLE) $(BIN)/pip install -q -e '.[app]'" in (ROOT / "Makefile").read_text()
+    build = f"from setuptools import build_meta as b; b.build_editable({str(tmp_path)!r})"  # what pip install -e runs
+    r = subprocess.run([sys.executable, "-c", build], cwd=src, env=dict(os.environ, PYTHONWARNINGS=quiet.group(1)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and list(tmp_path.glob("mrtpo-*.editable-*.whl")), r.stderr
+    assert "arning" not in r.stderr and "Editable installation" not in r.stderr, r.stderr
 
 
 @pytest.fixture(scope="module")

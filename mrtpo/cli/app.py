@@ -55,6 +55,11 @@ def cmd_app(a) -> NoReturn:
     env = dict(os.environ)
     if a.logs_root:
         for d in a.logs_root:
+            if not d.strip():  # Path('') is the current folder: an empty value must not serve it
+                raise MrtpoError(f"--logs-root {d!r}: empty; give a folder (`--logs-root .` for the current one)")
+            if os.pathsep in d:  # $MRTPO_LOGS_ROOT splits on it: the server would read other folders
+                raise MrtpoError(f"--logs-root {d}: contains {os.pathsep!r}, which separates roots; repeat "
+                                 "--logs-root for each folder")
             if not Path(d).expanduser().is_dir():
                 raise MrtpoError(f"--logs-root {d}: " + ("not a folder" if Path(d).exists() else "no such folder"))
         env[ROOT_ENV] = os.pathsep.join(str(Path(d).expanduser().resolve()) for d in a.logs_root)

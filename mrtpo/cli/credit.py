@@ -51,7 +51,7 @@ def _check_case(obj: dict, n: int) -> str | None:
                 raise V.BadValue("rewards", f"must be an object {{reward: number}} with verifier_info's rewards "
                                             f"({', '.join(obj['verifier_info'])}), got {V._shown(r)}")
             for k, v in r.items():
-                V.number(v, f"rewards.{k}", nan_ok=True)
+                V.reward(v, f"rewards.{k}")
     except V.BadValue as e:
         return f"line {n}: {e}"
     return None
@@ -280,7 +280,7 @@ def cmd_advantages(a) -> int:
     if not isinstance(data, dict) or "rewards" not in data:
         raise MrtpoError(f"{a.input}: expected a list of reward rows or an object with a 'rewards' field")
     try:
-        rows = V.number_matrix(data["rewards"], "rewards", nan_ok=True)
+        rows = V.number_matrix(data["rewards"], "rewards", each=V.reward)
         N, K = len(rows), len(rows[0])
         names = data.get("reward_names") or [f"r{k}" for k in range(K)]
         if isinstance(names, list) and len(names) != K:

@@ -69,7 +69,7 @@ def _explain_input(path: str):
         names = V.string_list(names, "reward_names", distinct=True)
         if set(names) != set(infos[0]):
             raise V.BadValue("reward_names", f"names {sorted(names)}, but verifier_info has {sorted(infos[0])}")
-        rewards = V.number_matrix(d["rewards"], "rewards", rows=G, cols=len(names), nan_ok=True)
+        rewards = V.number_matrix(d["rewards"], "rewards", rows=G, cols=len(names), each=V.reward)
         gid = d.get("id", "input")
         if not isinstance(gid, (str, int)) or isinstance(gid, bool):
             raise V.BadValue("id", f"must be a string or an integer, got {V._shown(gid)}")

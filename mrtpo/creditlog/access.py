@@ -1,5 +1,7 @@
 """Which files a log reader may open, and how.
 
+- A folder this user may not list or look into is a :class:`CreditLogError` saying so (:func:`check_log_folder`),
+  never a raw ``PermissionError``.
 - Only regular files: a device, a FIFO or a socket is refused before a byte of it is read (``/dev/zero`` never fills
   memory, a FIFO never blocks the reader); :func:`open_log_file` is how the readers open a log file.
 - Where a viewer serves other people (the app on a class server), only files under its **logs roots**
@@ -13,6 +15,7 @@ A refusal is a :class:`RefusedPath` naming the path; nothing of it has been read
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import stat
 from contextvars import ContextVar
@@ -116,6 +119,42 @@ def check_log_file(path: str | Path) -> None:
         raise CreditLogError(path, 0, "", "cannot read: it is a folder, not a file")
     if not stat.S_ISREG(mode):
         raise RefusedPath(path, 0, "", f"{_kind(mode)}, not a regular file: not read")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this user id
+        return f"uid {os.getuid()}" if hasattr(os, "getuid") else "this user"
+
+
+def folder_error(folder: str | Path, e: OSError) -> CreditLogError:
+    """The :class:`CreditLogError` for a folder a reader may not look into (``e``: what listing it or looking up a
+    file in it raised), naming the folder and what to do."""
+    if isinstance(e, PermissionError):
+        return CreditLogError(folder, 0, "", f"cannot read this folder: permission denied (the user this runs as, "
+                                             f"{_user()}, may not list it or open its files); give that user read "
+                                             f"access (its owner: `chmod -R a+rX {folder}`) or copy the log to a "
+                                             "folder it can read")
+    return CreditLogError(folder, 0, "", f"cannot read this folder: {e.strerror or e}")
+
+
+def check_log_folder(folder: str | Path) -> None:
+    """Before a reader looks into ``folder``: when it is a folder, this user must be able to list it and look up its
+    files (read and search permission), else :class:`CreditLogError` (:func:`folder_error`) rather than a raw
+    ``PermissionError`` later or an empty listing (``Path.glob`` skips what it may not read).  Anything else passes:
+    the caller says what a missing path or a file is."""
+    try:
+        if not stat.S_ISDIR(os.stat(folder).st_mode):
+            return
+    except OSError:
+        return
+    try:
+        with os.scandir(folder) as entries:
+            next(entries, None)
+        os.stat(os.path.join(folder, os.curdir))  # a lookup inside: needs search permission
+    except OSError as e:
+        raise folder_error(folder, e) from None
 
 
 def open_log_file(path: str | Path) -> BinaryIO:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, Sequence
 
-from mrtpo.creditlog.access import check_log_file, open_log_file
+from mrtpo.creditlog.access import check_log_file, check_log_folder, folder_error, open_log_file
 from mrtpo.creditlog.format import FORMAT, META_FILE, VERSION, CreditLogError, CreditRow, check_meta, check_row
 from mrtpo.creditlog.owner import LogOwner, check_run, check_same_run, may_write, refusal
 from mrtpo.errors import MrtpoError
@@ -215,6 +215,7 @@ def read_meta(folder: str | Path) -> dict:
     if not Path(folder).is_dir():
         raise CreditLogError(folder, 0, "", "no such folder" if not Path(folder).exists() else
                              "not a folder (a credit log is a folder holding meta.json and step-NNNNNN.jsonl files)")
+    check_log_folder(folder)
     if not path.is_file():
         raise CreditLogError(folder, 0, "", NO_META)
     check_log_file(path)
@@ -227,11 +228,15 @@ def read_meta(folder: str | Path) -> dict:
 def step_files(folder: str | Path, after_step: int | None = None) -> list[tuple[int, Path]]:
     """(step, path) of the step files in ``folder`` after ``after_step`` (all: None), in step order; the folder is
     listed, no file is opened."""
+    try:
+        names = os.listdir(folder)
+    except OSError as e:
+        raise folder_error(folder, e) from None
     out = []
-    for p in Path(folder).iterdir():
-        m = STEP_FILE.match(p.name)
+    for name in names:
+        m = STEP_FILE.match(name)
         if m and (after_step is None or int(m.group(1)) > after_step):
-            out.append((int(m.group(1)), p))
+            out.append((int(m.group(1)), Path(folder) / name))
     return sorted(out)
 
 
@@ -350,10 +355,10 @@ def read_step_file(path: str | Path, step: int | None = None, bad: Bad | None = 
 def read_credit_log(folder: str | Path, after_step: int | None = None, bad: Bad | None = None) -> CreditLog:
     """The credit log in ``folder``: its meta and the steps after ``after_step`` (every step: None), reading only
     those steps' files.  :class:`CreditLogError` (an :class:`MrtpoError`) names the file, the row and the field of
-    any problem: no ``meta.json``, another format or a newer version, a line that is not JSON, a missing field, a
-    row of another run than the log's (:func:`mrtpo.creditlog.owner.check_run`).  With ``bad`` given, a row that
-    cannot be read is passed to it and skipped, and the other rows and steps are read (a step whose rows are all bad
-    has none); rows of another run are never skipped: they are an error."""
+    any problem: a folder this user may not read, no ``meta.json``, another format or a newer version, a line that
+    is not JSON, a missing field, a row of another run than the log's (:func:`mrtpo.creditlog.owner.check_run`).
+    With ``bad`` given, a row that cannot be read is passed to it and skipped, and the other rows and steps are read
+    (a step whose rows are all bad has none); rows of another run are never skipped: they are an error."""
     meta = read_meta(folder)
     steps = [CreditStep(s, str(p), read_step_file(p, s, bad)) for s, p in step_files(folder, after_step)]
     for st in steps:

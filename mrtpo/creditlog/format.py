@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from mrtpo import validate as V
 from mrtpo.errors import MrtpoError
 from mrtpo.wording import plural
 
@@ -120,6 +121,16 @@ def _num_or_null(v) -> str:
     return "" if v is None or not _num(v) else f"must be a number or null, got {_shown(v)}"
 
 
+def _reward(v) -> str:
+    """A reward by the rule of every reader of rewards (:func:`mrtpo.validate.reward`): a number or true / false
+    (1 / 0); null: not scored."""
+    try:
+        V.reward(v, "")
+    except V.BadValue as e:
+        return e.problem
+    return ""
+
+
 def _text(v) -> str:
     return "" if isinstance(v, str) else f"must be text, got {_shown(v)}"
 
@@ -174,7 +185,7 @@ ROW_FIELDS: dict[str, tuple[Callable[[Any], str], str | None]] = {
     "completion": (_text, None),
     "token_ids": (_ids, "list"),
     "offsets": (_or_null(_offsets), "list"),
-    "rewards": (_dict_of(_num_or_null, "number or null"), None),
+    "rewards": (_dict_of(_reward, V.REWARD_VALUE), None),
     "reasons": (_or_null(_dict_of(_text, "text")), None),
     "advantage": (_num, None),
     "reward_advantages": (_dict_of(_num_or_null, "number"), None),
@@ -225,7 +236,8 @@ def check_row(obj: Any, path: str | Path, row: int) -> CreditRow:
                                                    f"{len(text)} characters")
     return CreditRow(
         step=obj["step"], group=obj["group"], index=obj["index"], prompt=obj["prompt"], completion=text,
-        rewards=dict(obj["rewards"]), time=float(obj["time"]), token_ids=list(obj["token_ids"]), offsets=offsets,
+        rewards={k: None if v is None else float(v) for k, v in obj["rewards"].items()}, time=float(obj["time"]),
+        token_ids=list(obj["token_ids"]), offsets=offsets,
         tokens=None if offsets is None else [text[a:b] for a, b in offsets], reasons=obj["reasons"],
         advantage=float(obj["advantage"]), reward_advantages=dict(obj["reward_advantages"]),
         center=float(obj["center"]), scale=float(obj["scale"]), token_advantages=obj["token_advantages"],

@@ -12,11 +12,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from mrtpo import validate as V
 from mrtpo.core.credit import BETA, METHOD
 from mrtpo.display import TokenView, token_view, view_to_json
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup
-from mrtpo.integrations.rollouts import RolloutFileError, RolloutGroup, RolloutRow, _number, _plain, group_rows
+from mrtpo.integrations.rollouts import RolloutFileError, RolloutGroup, RolloutRow, _plain, group_rows
 from mrtpo.jsonl import InputFileError, parse_json, read_text
 from mrtpo.model import TooLong
 from mrtpo.tasks.base import Example
@@ -84,7 +85,10 @@ class RolloutVerifierInfo:
                 raise RolloutFileError(row.source, row.row, k, "missing: the verifier template names this reward "
                                        "column, but the row has none "
                                        f"(numeric columns: {', '.join(numeric) or 'none'})")
-            vals.append(_number(row.values[k], row.source, row.row, k, "a number (reward value)"))
+            try:  # the rule of every reader of rewards
+                vals.append(V.reward(_plain(row.values[k]), k))
+            except V.BadValue as e:
+                raise RolloutFileError(row.source, row.row, k, e.problem) from None
         return vals
 
 

@@ -10,6 +10,9 @@ Two input formats (one row = one sampled completion):
   ``score`` is a number (one reward named ``score``) or an object ``{reward: value}``; numeric extra fields can be
   rewards too.
 
+A reward cell follows the rule of every reader of rewards (:func:`mrtpo.validate.reward`): a number, or true / false
+as 1 / 0; null / NaN not scored; text refused (even ``"1"``).
+
 Rows are grouped by (step, prompt). Which columns are the rewards, and what each reward's checker reads, comes
 from :class:`mrtpo.integrations.rollout_explain.RolloutVerifierInfo` (the CLI's ``--verifier-template``): a JSON
 object ``{reward column: text}``, where the text uses the row's fields as plain named placeholders (``{reference}``,
@@ -164,8 +167,8 @@ def _content_text(c: Any) -> str | None:
 
 
 def _number(v: Any, path, row: int, column: str, what: str = "a number") -> float:
-    """A reward / advantage cell as float; None and NaN → NaN ("not scored", as TRL logs a None reward); ±inf and
-    anything that is not a number are errors naming the row and column."""
+    """An advantage or step cell as float (a reward cell: :func:`mrtpo.validate.reward`); None and NaN → NaN; ±inf
+    and anything that is not a number are errors naming the row and column."""
     v = _plain(v)
     x = None
     if v is None:

@@ -26,14 +26,15 @@ one viewer reads them all beside mrtpo's own credit log.
   the same prompt tokens.
 
 - ``trl`` and ``verl``: TRL's completions parquet and verl's JSONL dumps (:mod:`mrtpo.integrations.rollouts`): prompt,
-  completion, rewards (TRL: every numeric column but ``step`` and ``advantage``; verl: ``score``, a number or
+  completion, rewards (TRL: every numeric or boolean column but ``step`` and ``advantage``; verl: ``score``, a number or
   {reward: value}) and TRL's logged ``advantage``; the other text columns (a ``reference``, ``ground_truth``, ...)
   go to ``extra``; no tokens.  Groups: rows of a step with the same prompt.
 
-Every problem is a :class:`mrtpo.creditlog.CreditLogError` naming the file, the row (line) and the field; a file in
-none of the formats says which fields each one needs.  The readers take ``bad``: given, a row that cannot be read (a
-torn line, a missing field, an infinity) is passed to it and skipped, and the rest of the log is read.  ``NaN`` (what
-Python's ``json.dumps`` writes) is "no value" in every reader: a reward not scored, a per-token value missing (null).
+Every problem is a :class:`mrtpo.creditlog.CreditLogError` naming the file, the row (line) and the field (a folder
+this user may not read: the folder and what to do); a file in none of the formats says which fields each one needs.
+The readers take ``bad``: given, a row that cannot be read (a torn line, a missing field, an infinity) is passed to it
+and skipped, and the rest of the log is read.  ``NaN`` (what Python's ``json.dumps`` writes) is "no value" in every
+reader: a reward not scored, a per-token value missing (null).
 Format detection (:func:`detect_format`) reads a file's first rows only.
 """
 from __future__ import annotations
@@ -44,7 +45,11 @@ import numbers
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
+from mrtpo import validate as V
 from mrtpo.creditlog import CreditLogError, CreditRow, CreditStep, read_credit_log
+from mrtpo.creditlog.access import check_log_folder
 from mrtpo.creditlog.files import NO_META, STEP_FILE, Bad, first_rows, json_rows
 from mrtpo.creditlog.format import META_FILE
 from mrtpo.wording import plural
@@ -78,11 +83,13 @@ def _number(v, path, n, name, null: bool = False) -> float | None:
 
 
 def _reward(v, path, n, name) -> float | None:
-    """A reward cell: None / NaN → None (not scored), else a finite number."""
-    real = isinstance(v, numbers.Real) and not isinstance(v, bool)
-    if v is None or (real and math.isnan(float(v))):
-        return None
-    return _number(float(v) if real else v, path, n, name)
+    """A reward cell by the rule of every reader of rewards (:func:`mrtpo.validate.reward`: a number, true / false as
+    1 / 0, text refused); None / NaN → None (not scored)."""
+    try:
+        x = V.reward(v, name)
+    except V.BadValue as e:
+        raise CreditLogError(path, n, name, e.problem) from None
+    return None if math.isnan(x) else x
 
 
 def _series(obj: dict, name: str, path, n, T: int | None = None, required: bool = False) -> list | None:
@@ -160,7 +167,7 @@ def board_row(obj: dict, path, n: int) -> CreditRow:
         extra["ref_reward"] = _number(obj["ref_reward"], path, n, "ref_reward")
     kl = None if ref is None else [None if a is None or b is None else a - b for a, b in zip(logp, ref)]
     return CreditRow(step=int(step), group=0, index=0, prompt=obj["prompt"], completion=obj["response"],
-                     rewards={"reward": _number(obj["reward"], path, n, "reward", null=True)},
+                     rewards={"reward": _reward(obj["reward"], path, n, "reward")},
                      tokens=list(toks[:T]), logprob=logp, ref_logprob=ref, kl=kl, extra=extra, source=str(path),
                      row=n)
 
@@ -169,6 +176,7 @@ def read_board(path: str | Path, after_step: int | None = None, bad: Bad | None 
     """An OpenRLHF board JSONL file, or every ``*.jsonl`` in a folder (name order), as steps after ``after_step``;
     ``bad``: see the module's docstring."""
     path = Path(path)
+    check_log_folder(path)
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     if not files:
         raise CreditLogError(path, 0, "", "no .jsonl files in this folder")
@@ -221,18 +229,22 @@ def prime_row(obj: dict, path, n: int, decode: Decode | None = None) -> CreditRo
 def prime_files(path: Path, after_step: int | None = None) -> list[Path]:
     """The rank files of a prime-rl export: a file; a ``step_<N>`` folder; or the ``token_exports`` folder (or the
     run's output folder holding it), whose steps are read once their ``STABLE`` file is there (every rank done)."""
+    check_log_folder(path)
     if path.is_file():
         return [path]
     if (path / "token_exports").is_dir():
         path = path / "token_exports"
+        check_log_folder(path)
     ranks = sorted(path.glob("rank_*.jsonl"))
     if ranks:
         return ranks
     steps = []
     for d in path.glob("step_*"):
         tail = d.name[len("step_"):]
-        if d.is_dir() and tail.isdigit() and (after_step is None or int(tail) > after_step) and \
-                (d / "STABLE").exists():
+        if d.is_dir() and tail.isdigit() and (after_step is None or int(tail) > after_step):
+            check_log_folder(d)
+            if not (d / "STABLE").exists():
+                continue
             steps.append((int(tail), d))
     return [f for _, d in sorted(steps) for f in sorted(d.glob("rank_*.jsonl"))]
 
@@ -265,7 +277,7 @@ def read_rollout_log(path: str | Path, fmt: str, after_step: int | None = None,
             vals = dict(score) if isinstance(score, dict) else {"score": score}
         else:
             vals = {k: v for k, v in r.values.items() if k not in ("step", "advantage", "prompt", "completion")
-                    and (v is None or (isinstance(v, numbers.Real) and not isinstance(v, bool)))}
+                    and (v is None or isinstance(v, (numbers.Real, np.bool_)))}  # true / false: 1 / 0
         try:
             rewards = {str(k): _reward(v, r.source, r.row, str(k)) for k, v in vals.items()}
         except CreditLogError as e:
@@ -300,6 +312,7 @@ def log_folder(path: str | Path) -> Path:
     child (two or more: a :class:`CreditLogError` naming them, one must be given); TRL's output folder (a
     ``completions`` child folder of parquet files, ``log_completions=True``) → that child; anything else as it is."""
     path = Path(path)
+    check_log_folder(path)
     logs = credit_logs_in(path)
     if len(logs) > 1:
         names = ", ".join(d.name for d in logs[:6]) + (", …" if len(logs) > 6 else "")
@@ -321,6 +334,7 @@ def detect_format(path: str | Path) -> str:
     path = Path(path)
     if not path.exists():
         raise CreditLogError(path, 0, "", "no such file or folder")
+    check_log_folder(path)
     if path.suffix.lower() == ".parquet" or (path.is_dir() and any(path.glob("*.parquet"))):
         return "trl"
     if path.is_dir():

@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import weakref
 
 import torch
 
 from mrtpo.errors import MrtpoError
 from mrtpo.model.load import LoadedModel
+from mrtpo.model.rates import waited
 from mrtpo.model.windows import prefix_mode
 
 # Model plumbing shared by the replay (mrtpo.replay), the sampler and the trainer's log-probs.
@@ -198,11 +200,30 @@ _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module → {dt
 _module_locks_guard = threading.Lock()
 
 
-def _module_lock(module: torch.nn.Module) -> threading.RLock:
+class ModelTurn:
+    """A module's lock (re-entrant): the passes over one model take turns.  A thread that finds it held waits, and
+    tells the time to its measurement (:func:`mrtpo.model.rates.waited`): waiting for another computation is not
+    this one's work."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+
+    def __enter__(self) -> "ModelTurn":
+        if not self._lock.acquire(blocking=False):
+            t0 = time.perf_counter()
+            self._lock.acquire()
+            waited(time.perf_counter() - t0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+
+
+def _module_lock(module: torch.nn.Module) -> ModelTurn:
     with _module_locks_guard:
         lock = _module_locks.get(module)
         if lock is None:
-            lock = _module_locks[module] = threading.RLock()
+            lock = _module_locks[module] = ModelTurn()
         return lock
 
 

@@ -7,20 +7,36 @@ runs the prompt once and then n tokens per decoding step (:func:`sample_tokens`)
 of its passes (``ReplayResult.forward_tokens``).  A phase's rate is its forward tokens over its whole time (for the
 replay the vocabulary side and the tokenizing included), so seconds = tokens / rate estimates the whole phase.
 
-The phases record themselves (:func:`mrtpo.model.sample`, :func:`mrtpo.replay.replay_groups`); estimates read
-:func:`forward_rate`.  A rate is the tokens over the seconds of the last :data:`KEEP` measurements of its key, so a
-run on a busy machine is forgotten after a few others.  A cache that cannot be read or written is ignored (the
-rates then live in memory only).
+The phases measure themselves (:func:`measuring`, in :func:`mrtpo.model.sample` and
+:func:`mrtpo.replay.replay_groups`); estimates read :func:`forward_rate`.
+
+**A run's seconds are the work's own.**  A job's wait in a queue (the app's: :mod:`mrtpo_app.work`) comes before its
+phase starts; inside it, the time a pass waits for the model while another computation of this process holds it
+(passes over one model take turns: :class:`mrtpo.model.decoder.Decoder`) is left out (:func:`waited`).  A run that
+*shared* the machine ran slower than its work needs: another model computation of this process ran at some moment
+of it (another thread's phase, or a block marked :func:`busy`: a trainer's update), or other processes kept more
+than the spare cores busy meanwhile (Linux's ``/proc/stat``; :data:`OTHERS_CPU`).  It is kept, marked shared.
+
+**The rate is robust to a busy hour.**  Per key the last :data:`KEEP` clean runs and the last KEEP shared ones are
+kept; the rate is the median of the clean runs' own rates (tokens / seconds of each), or, while none is clean, the
+median of the shared ones.  A class's hour of shared runs therefore never evicts the clean history, and a few slow
+runs that were not seen sharing do not move the median.  A cache that cannot be read or written is ignored (the
+rates then live in memory only); a file written before runs were marked (``[tokens, seconds]`` per run) is read with
+its runs counted as shared (they were timed with their waits).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import statistics
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 if TYPE_CHECKING:
     import torch
@@ -28,7 +44,8 @@ if TYPE_CHECKING:
     from mrtpo.model.load import LoadedModel
 
 PHASES = ("sample", "replay")
-KEEP = 8  # measurements kept per key
+KEEP = 8  # clean runs kept per key, and as many shared ones
+OTHERS_CPU = 0.5  # cores: other processes busy beyond the cores this work leaves spare by more than this → shared
 RATE_FILE = "rates.json"  # under $MRTPO_CACHE (:func:`mrtpo.model.cache_dir`)
 # effective FLOP/s assumed before anything is measured (a forward token costs about 2 × parameters FLOPs): low on
 # purpose — a first estimate errs long.  Measured for comparison: the default model replays at ~80 GFLOP/s and
@@ -83,13 +100,13 @@ def default_rate(params: int, device: str, phase: str) -> float:
 
 
 class Rates:
-    """Measured rates by :class:`RateKey`: in memory, and in a JSON file {key text: [[tokens, seconds], ...]} that
-    every process of this machine reads and adds to (``path`` None: ``$MRTPO_CACHE/rates.json``)."""
+    """Measured runs by :class:`RateKey`: in memory, and in a JSON file {key text: [[tokens, seconds, clean], ...]}
+    that every process of this machine reads and adds to (``path`` None: ``$MRTPO_CACHE/rates.json``)."""
 
     def __init__(self, path: str | Path | None = None):
         self._path = Path(path) if path is not None else None
         self._lock = threading.Lock()
-        self._runs: dict[str, list[list[float]]] = {}
+        self._runs: dict[str, list[list]] = {}
         self._from: Path | None = None  # the file the memory was read from
 
     @property
@@ -100,7 +117,7 @@ class Rates:
 
         return cache_dir() / RATE_FILE
 
-    def _read(self, path: Path) -> dict[str, list[list[float]]]:
+    def _read(self, path: Path) -> dict[str, list[list]]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -110,10 +127,9 @@ class Rates:
         out = {}
         for k, runs in data.items():
             if isinstance(k, str) and isinstance(runs, list):
-                ok = [[float(t), float(s)] for t, s in (r for r in runs if isinstance(r, list) and len(r) == 2)
-                      if isinstance(t, (int, float)) and isinstance(s, (int, float)) and t > 0 and s > 0]
+                ok = [run for run in map(_run, runs) if run is not None]
                 if ok:
-                    out[k] = ok[-KEEP:]
+                    out[k] = _kept(ok)
         return out
 
     def _sync(self) -> Path:
@@ -122,13 +138,14 @@ class Rates:
             self._runs, self._from = self._read(path), path
         return path
 
-    def record(self, key: RateKey, tokens: int, seconds: float) -> None:
-        """One measurement: ``tokens`` forward tokens in ``seconds`` (ignored unless both are > 0)."""
+    def record(self, key: RateKey, tokens: int, seconds: float, clean: bool = True) -> None:
+        """One run: ``tokens`` forward tokens in ``seconds`` (ignored unless both are > 0); ``clean``: it had the
+        machine to itself (False: it shared it, see the module docstring)."""
         if not (tokens > 0 and seconds > 0):
             return
         with self._lock:
             path = self._sync()
-            runs = (self._runs.get(key.text(), []) + [[float(tokens), float(seconds)]])[-KEEP:]
+            runs = _kept(self._runs.get(key.text(), []) + [[float(tokens), float(seconds), bool(clean)]])
             self._runs[key.text()] = runs
             merged = {**self._read(path), key.text(): runs}  # other keys as other processes left them
             try:
@@ -140,22 +157,138 @@ class Rates:
             except OSError:
                 pass  # a cache that cannot be written: the rate lives in memory
 
-    def rate(self, key: RateKey) -> float | None:
-        """Σ tokens / Σ seconds of the key's last :data:`KEEP` measurements; None when it has none."""
+    def runs(self, key: RateKey) -> list[tuple[float, float, bool]]:
+        """The key's kept runs, oldest first: (tokens, seconds, clean)."""
         with self._lock:
             self._sync()
-            runs = self._runs.get(key.text())
-        if not runs:
-            return None
-        return sum(t for t, _ in runs) / sum(s for _, s in runs)
+            return [tuple(r) for r in self._runs.get(key.text(), [])]
+
+    def rate(self, key: RateKey) -> float | None:
+        """The median of the tokens / seconds of the key's kept clean runs, else of its shared ones; None when it
+        has none."""
+        runs = self.runs(key)
+        pool = [t / s for t, s, clean in runs if clean] or [t / s for t, s, _ in runs]
+        return statistics.median(pool) if pool else None
+
+
+def _run(r) -> list | None:
+    """A stored run as [tokens, seconds, clean], or None when it is not one; an older file's [tokens, seconds] counts
+    as shared."""
+    if not isinstance(r, list) or len(r) not in (2, 3):
+        return None
+    t, s, clean = (*r, False) if len(r) == 2 else r
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (t, s)) or not isinstance(clean, bool):
+        return None
+    return [float(t), float(s), clean] if 0 < t < math.inf and 0 < s < math.inf else None
+
+
+def _kept(runs: list[list]) -> list[list]:
+    """``runs`` (oldest first) less all but the last :data:`KEEP` clean ones and the last KEEP shared ones."""
+    keep = {id(r) for flag in (True, False) for r in [r for r in runs if r[2] is flag][-KEEP:]}
+    return [r for r in runs if id(r) in keep]
 
 
 RATES = Rates()  # the process's rates (the file under $MRTPO_CACHE)
 
 
-def record(lm: LoadedModel, dtype: torch.dtype, phase: str, tokens: int, seconds: float) -> None:
-    """Record a measurement of ``lm`` in :data:`RATES`."""
-    RATES.record(rate_key(lm, dtype, phase), tokens, seconds)
+# ---------------------------------------------------------------------------------------------- measuring a run
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # /proc/stat's unit: 1 / _HZ s
+_active: list = []  # the works running in this process (:class:`Work`)
+_active_lock = threading.Lock()
+_current = threading.local()  # the measurement running in this thread
+
+
+class Work:
+    """Model work running in one thread; ``shared`` once work of another thread has run beside it."""
+
+    def __init__(self):
+        self.thread, self.shared = threading.get_ident(), False
+
+
+@contextlib.contextmanager
+def busy(work: Work | None = None) -> Iterator[Work]:
+    """Mark the block as model work of this thread (a trainer's update): a measured run of another thread that
+    overlaps it is shared (and so is ``work``)."""
+    work = work or Work()
+    with _active_lock:
+        for other in _active:
+            if other.thread != work.thread:
+                other.shared = work.shared = True
+        _active.append(work)
+    try:
+        yield work
+    finally:
+        with _active_lock:
+            _active.remove(work)
+
+
+def waited(seconds: float) -> None:
+    """This thread waited ``seconds`` for the model while another computation held it: the measurement running in
+    this thread (if any) leaves them out."""
+    m = getattr(_current, "measurement", None)
+    if m is not None:
+        m.waited += seconds
+
+
+def machine_cpu() -> tuple[float, int] | None:
+    """(seconds the machine's CPUs have been busy since it started, summed over them; how many CPUs) from Linux's
+    ``/proc/stat``; None where it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            lines = f.read().splitlines()
+        head = lines[0].split()
+        v = [int(x) for x in head[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError, IndexError):
+        return None
+    if head[0] != "cpu" or len(v) < 8:
+        return None
+    n = sum(1 for line in lines if line.startswith("cpu") and line[3:4].isdigit())
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / _HZ, max(n, 1)
+
+
+class Measurement(Work):
+    """One run of a phase being measured (:func:`measuring`): the block sets :attr:`tokens` (its forward tokens)."""
+
+    def __init__(self, key: RateKey, threads: int):
+        super().__init__()
+        self.key, self.threads, self.tokens, self.waited = key, threads, 0, 0.0
+        self._cpu = (machine_cpu(), time.process_time())
+        self.t0 = time.perf_counter()
+
+    def others_busy(self, wall: float) -> bool:
+        """Whether other processes kept more than the cores this work leaves spare busy by over :data:`OTHERS_CPU`
+        on average during its ``wall`` seconds (False where the machine's CPU time is not known)."""
+        (before, own), after = self._cpu, machine_cpu()
+        if before is None or after is None:
+            return False
+        others = (after[0] - before[0]) - (time.process_time() - own)
+        spare = max(after[1] - self.threads, 0)
+        return others > (spare + OTHERS_CPU) * wall + 2 / _HZ  # (+ the counters' granularity)
+
+
+@contextlib.contextmanager
+def measuring(lm: LoadedModel, dtype: torch.dtype, phase: str, rates: Rates | None = None
+              ) -> Iterator[Measurement]:
+    """Measure the block as one run of ``phase`` of ``lm`` in ``dtype``: when it ends without an error, its
+    ``tokens`` and its own seconds (its wall time less what it :func:`waited`) are recorded in ``rates``
+    (default :data:`RATES`), clean unless it shared the machine (module docstring).  Nothing is recorded for a block
+    that raised (a Cancel) or left ``tokens`` at 0."""
+    if lm.device.type == "cpu":
+        import torch
+
+        threads = torch.get_num_threads()
+    else:
+        threads = 1
+    m = Measurement(rate_key(lm, dtype, phase), threads)
+    outer, _current.measurement = getattr(_current, "measurement", None), m
+    try:
+        with busy(m):
+            yield m
+    finally:
+        _current.measurement = outer
+    wall = time.perf_counter() - m.t0
+    shared = m.shared or m.others_busy(wall)
+    (rates or RATES).record(m.key, m.tokens, wall - m.waited, clean=not shared)
 
 
 def forward_rate(lm: LoadedModel, dtype: torch.dtype, phase: str, rates: Rates | None = None) -> tuple[float, bool]:

@@ -3,7 +3,6 @@ decoding step writes the cache in place.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -16,7 +15,7 @@ from mrtpo.model.defaults import SamplingConfig
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.llama_step import llama_step
 from mrtpo.model.load import LoadedModel
-from mrtpo.model.rates import record, sample_tokens
+from mrtpo.model.rates import measuring, sample_tokens
 from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
 
@@ -54,8 +53,8 @@ def sample(lm: LoadedModel, prompt: str, config: SamplingConfig | None = None, *
 
     ``progress(steps done, max_new_tokens)`` is called after each decoding step (the last call says
     ``max_new_tokens`` when every row stopped early); an exception it raises stops the sampling there (a Cancel) and
-    is raised from here. None: no calls, the same samples. The forward tokens and seconds are recorded as this
-    machine's sampling rate (:mod:`mrtpo.model.rates`).
+    is raised from here. None: no calls, the same samples. The forward tokens and the sampling's own seconds are
+    recorded as a run of this machine's sampling rate (:func:`mrtpo.model.rates.measuring`).
     """
     cfg = SamplingConfig.of(config, **fields)
     n, max_new_tokens, temperature, top_p = cfg.group_size, cfg.max_new_tokens, cfg.temperature, cfg.top_p
@@ -65,11 +64,11 @@ def sample(lm: LoadedModel, prompt: str, config: SamplingConfig | None = None, *
     check_length(lm, len(ids) + max_new_tokens, "prompt + max_new_tokens")
     gen = generator(lm.device, cfg.seed)
     stop = {t for t in (lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id) if t is not None}
-    t0 = time.perf_counter()
-    out, ent = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop,
-                          exact_draws=precision == "model", gen=gen, few_rows=precision == "auto", progress=progress,
-                          entropy=True)
-    record(lm, dtype, "sample", sample_tokens(len(ids), n, out.shape[1]), time.perf_counter() - t0)
+    with measuring(lm, dtype, "sample") as run:
+        out, ent = sample_ids(lm, ids, n, max_new_tokens, temperature, top_p, dtype, stop,
+                              exact_draws=precision == "model", gen=gen, few_rows=precision == "auto",
+                              progress=progress, entropy=True)
+        run.tokens = sample_tokens(len(ids), n, out.shape[1])
     samples = []
     ent = None if ent is None else ent.cpu().tolist()  # one copy off the device
     for i, row in enumerate(out.tolist()):

@@ -33,7 +33,7 @@ from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.model.heap import keep_freed_memory
 from mrtpo.model.llama_step import llama_step
-from mrtpo.model.rates import record
+from mrtpo.model.rates import measuring
 from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.noreplay import attach_context, replay_free
@@ -276,8 +276,9 @@ def replay_groups(
     one trie, so the passes are fewer and larger (on a CPU a small pass costs mostly the reading of the weights).
     Each result is what :func:`replay_group` gives for its group, up to the rounding of other batches; its
     ``forward_tokens`` / ``forward_passes`` are those of the joint replay, its ``seconds`` run from the joint replay's
-    start to this group's result. The joint replay's forward tokens and seconds are recorded as this machine's replay
-    rate (:mod:`mrtpo.model.rates`; not when P_all's attention is read: its passes are not counted)."""
+    start to this group's result. The joint replay's forward tokens and own seconds are recorded as a run of this
+    machine's replay rate (:func:`mrtpo.model.rates.measuring`; not when P_all's attention is read: its passes are not
+    counted)."""
     cfg = config or ReplayConfig()
     if measure == ORACLE:  # before any model work, as an unknown name
         raise MrtpoError(f"the '{measure}' measure reads each checker's evidence, not a replay: give the scored group "
@@ -289,36 +290,36 @@ def replay_groups(
                             cfg.temperature, precision=cfg.precision) for g in groups]
     check_model(lm.model, lm.tokenizer, lm.name)  # a model it cannot run is refused before any work
     keep_freed_memory()  # the vocabulary chain's temporaries reuse warm pages (mrtpo.model.heap)
-    t0 = time.perf_counter()
-    plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
-                   needs_rewording(measure) if reword is None else reword) for g in groups]
     dtype = compute_dtype(lm, cfg.precision)
-    V = lm.model.get_output_embeddings().weight.shape[0]
-    fused = use_fused(cfg.fused, lm.device, V * sum(len(r) * len(p.variants) for p in plans for r in p.resp_ids))
-    keys, seqs, want = sequences(plans)
-    pad = lm.tokenizer.pad_token_id
-    dec = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen)
-    on_pass, tick = replay_progress(lm, plans, progress)
-    states, trie, passes = shared_hidden(
-        dec, 0 if pad is None else pad, lm.device, seqs, want,
-        cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec), progress=on_pass)
-    hidden = dict(zip(keys, states))
-    read_attention = needs_attention(measure) if attention is None else attention
-    t_attn = time.perf_counter()
-    attn = [_info_attention(lm, plan, dec) if read_attention else None for plan in plans]
-    t_attn = time.perf_counter() - t_attn if read_attention else 0.0
-    extra = sum(1 + sum(len(r) > 0 for r in plan.resp_ids) for plan in plans) if read_attention else 0
-    out = []
-    for g, plan in enumerate(plans):
-        paths = [trie.paths[n] for n, key in enumerate(keys) if key[0] == g]
-        stats = {"prefix_tokens": _common_prefix(trie, paths), "forward_tokens": passes.forward_tokens,
-                 "forward_passes": passes.forward_passes + extra, "logits_budget": cfg.logits_budget}
-        res = _finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], t0, stats, dtype, measure, attn[g], dec,
-                      tick, fused)
-        res.attention_seconds = t_attn
-        out.append(attach_context(res, groups[g].responses, _names(groups[g].verifier_info), groups[g].rewards))
-    if not read_attention:
-        record(lm, dtype, "replay", passes.forward_tokens, time.perf_counter() - t0)
+    with measuring(lm, dtype, "replay") as run:
+        plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards,
+                       needs_rewording(measure) if reword is None else reword) for g in groups]
+        V = lm.model.get_output_embeddings().weight.shape[0]
+        fused = use_fused(cfg.fused, lm.device, V * sum(len(r) * len(p.variants) for p in plans for r in p.resp_ids))
+        keys, seqs, want = sequences(plans)
+        pad = lm.tokenizer.pad_token_id
+        dec = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen)
+        on_pass, tick = replay_progress(lm, plans, progress)
+        states, trie, passes = shared_hidden(
+            dec, 0 if pad is None else pad, lm.device, seqs, want,
+            cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec), progress=on_pass)
+        hidden = dict(zip(keys, states))
+        read_attention = needs_attention(measure) if attention is None else attention
+        t_attn = time.perf_counter()
+        attn = [_info_attention(lm, plan, dec) if read_attention else None for plan in plans]
+        t_attn = time.perf_counter() - t_attn if read_attention else 0.0
+        extra = sum(1 + sum(len(r) > 0 for r in plan.resp_ids) for plan in plans) if read_attention else 0
+        out = []
+        for g, plan in enumerate(plans):
+            paths = [trie.paths[n] for n, key in enumerate(keys) if key[0] == g]
+            stats = {"prefix_tokens": _common_prefix(trie, paths), "forward_tokens": passes.forward_tokens,
+                     "forward_passes": passes.forward_passes + extra, "logits_budget": cfg.logits_budget}
+            res = _finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], run.t0, stats, dtype, measure, attn[g], dec,
+                          tick, fused)
+            res.attention_seconds = t_attn
+            out.append(attach_context(res, groups[g].responses, _names(groups[g].verifier_info), groups[g].rewards))
+        if not read_attention:  # (P_all's attention passes are not counted in the forward tokens)
+            run.tokens = passes.forward_tokens
     return out
 
 

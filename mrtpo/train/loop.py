@@ -48,6 +48,7 @@ from mrtpo.creditlog.train_writer import TrainCreditLog, log_owner, run_inputs, 
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
+from mrtpo.model.rates import busy
 from mrtpo.replay import ReplayConfig, replay_scored_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_options, get_family
@@ -267,8 +268,9 @@ class Trainer:
         return credit, replays, relevance
 
     def _update(self, ro: Rollout, tok_adv: torch.Tensor, mask: torch.Tensor, step: int) -> dict[str, float]:
-        return self.policy.update(self.config, ro.prompt_ids, ro.resp_ids, tok_adv, mask,
-                                  self._own_seed(step, 20_011))
+        with busy():  # model work: a sampling measured beside it (the app's) shared the machine
+            return self.policy.update(self.config, ro.prompt_ids, ro.resp_ids, tok_adv, mask,
+                                      self._own_seed(step, 20_011))
 
     def _one_step(self, checkpoint: bool = False, on_phase=None) -> dict[str, float]:
         s = self.steps_done + 1

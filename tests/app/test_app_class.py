@@ -15,7 +15,7 @@ import pytest
 os.environ["MRTPO_MODEL"] = "tiny-random"
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from mrtpo.model import MAX_NEW_TOKENS, SamplingConfig, load_model, sample  # noqa: E402
+from mrtpo.model import MAX_NEW_TOKENS, SamplingConfig, compute_dtype, load_model, sample  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
 from mrtpo_app import caches as C  # noqa: E402
 from mrtpo_app import work as W  # noqa: E402
@@ -111,6 +111,33 @@ def test_a_waiter_that_leaves_gives_up_its_place():
             order.append("leaver")
     h.join()
     assert order == ["holder"] and turns.waiting() == 0
+
+
+def test_a_job_that_waited_in_the_queue_records_only_its_own_work(tmp_path, monkeypatch):
+    """The rates behind the app's estimates (mrtpo.model.rates): a group sampled after a second in the queue is
+    recorded with the sampling's own seconds, not the wait."""
+    from mrtpo.model import rates as RT
+
+    rates = RT.Rates(tmp_path / "rates.json")
+    monkeypatch.setattr(RT, "RATES", rates)
+    C.sample_cached.clear()
+    prompt, hold, holding = get_family("instructions").example("tea-note").prompt, 1.0, threading.Event()
+
+    def other_job():
+        with W.TURNS.turn():
+            holding.set()
+            time.sleep(hold)
+    t = threading.Thread(target=other_job)
+    t.start()
+    holding.wait(60)
+    t0 = time.perf_counter()
+    with W.job():
+        C.sample_cached("tiny-random", "cpu", prompt, SamplingConfig(2, 8, seed=5))
+    wall = time.perf_counter() - t0
+    t.join()
+    lm = load_model("tiny-random", "cpu")
+    (_, seconds, _), = rates.runs(RT.rate_key(lm, compute_dtype(lm, C.PRECISION), "sample"))
+    assert wall >= hold and seconds < wall - hold / 2
 
 
 def test_memo_computes_a_key_once_and_hands_out_copies():

@@ -201,3 +201,18 @@ def test_a_credit_log_without_meta_says_no_meta_json(tmp_path, monkeypatch):
     assert not at.exception
     msg = _shown(at.error[0].value)
     assert "log: no meta.json: not a credit log" in msg and "none of the formats" not in msg
+
+
+@pytest.mark.parametrize("search", [False, True], ids=["mode-0", "not-listable"])
+def test_an_unreadable_log_folder_is_a_message_saying_what_to_do(tmp_path, monkeypatch, search):
+    from tests.integrations.test_log_reading import lock_folder
+
+    monkeypatch.setenv("MRTPO_LOGS_ROOT", str(tmp_path))
+    R, mask, credit = _credit()
+    _writer(tmp_path).write_step(1, _rows(1, R, mask, credit))
+    lock_folder(monkeypatch, tmp_path / "log", search)
+    at = _page(tmp_path / "log")
+    assert not at.exception
+    msg = _shown(at.error[0].value)
+    assert f"{tmp_path / 'log'}: cannot read this folder: permission denied" in msg and "PermissionError" not in msg
+    assert f"`chmod -R a+rX {tmp_path / 'log'}`" in msg

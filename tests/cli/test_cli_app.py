@@ -47,3 +47,20 @@ def test_a_missing_logs_root_is_refused_before_the_server_starts(tmp_path, capsy
     assert f"error: --logs-root {tmp_path / 'nope'}: no such folder" in capsys.readouterr().err
     assert main(["app", "--logs-root", str(tmp_path / "file")]) == 2
     assert "--logs-root" in capsys.readouterr().err and execve == []
+
+
+@pytest.mark.parametrize("root", ["", "  "])
+def test_an_empty_logs_root_is_refused_not_read_as_the_current_folder(root, tmp_path, monkeypatch, capsys, execve):
+    # Path('') is '.', a folder: an empty value would have served the working folder
+    monkeypatch.chdir(tmp_path)
+    assert main(["app", "--logs-root", root]) == 2
+    assert f"error: --logs-root {root!r}: empty" in capsys.readouterr().err and execve == []
+    assert main(["app", f"--logs-root={root}", "--logs-root", str(tmp_path)]) == 2 and execve == []
+
+
+def test_a_logs_root_holding_the_path_separator_is_refused(tmp_path, capsys, execve):
+    # $MRTPO_LOGS_ROOT splits on os.pathsep: 'x:' would reach the server as the folder x (and an empty part)
+    (tmp_path / f"x{os.pathsep}").mkdir()
+    (tmp_path / "x").mkdir()
+    assert main(["app", "--logs-root", str(tmp_path / f"x{os.pathsep}")]) == 2
+    assert "separates roots" in capsys.readouterr().err and execve == []

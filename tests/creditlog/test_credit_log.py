@@ -161,8 +161,8 @@ def test_bad_rows_are_named_by_file_row_and_field(tmp_path):
     assert msg.endswith("step-000005.jsonl: row 2: field 'rewards': missing")
     assert "field 'token_advantages': token_advantages has 2 values for 4 tokens" in \
         _bad(tmp_path / "b", put("token_advantages", [1.0, 2.0]))
-    assert "row 3: field 'rewards': reward 'format': must be a number or null, got 'high'" in \
-        _bad(tmp_path / "c", put("rewards", {"format": "high", "correct": 1}), line=3)
+    assert ("row 3: field 'rewards': reward 'format': must be a number, true / false (1 / 0) or null (not scored), "
+            "got 'high'") in _bad(tmp_path / "c", put("rewards", {"format": "high", "correct": 1}), line=3)
     assert "field 'reward_token_advantages': reward_token_advantages.format has 1 value for 4 tokens" in \
         _bad(tmp_path / "d", lambda o: json.dumps({**o, "reward_token_advantages": {"format": [1], "correct": []}}))
     assert "row 1: not valid JSON" in _bad(tmp_path / "e", lambda o: "{not json")

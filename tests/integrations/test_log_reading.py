@@ -308,3 +308,98 @@ def test_the_board_fixture_still_reads_whole(tmp_path):
     shutil.copytree(FIX / "board", tmp_path / "board", copy_function=shutil.copy)  # fresh times: not finished
     f = RunFollower(tmp_path / "board")
     assert [s.step for s in f.poll()] == [1] and f.problems == []
+
+
+# ---------------------------------------------------------------------------------------------- a folder not readable
+def lock_folder(monkeypatch, folder: Path, search: bool = False) -> None:
+    """``folder`` as this user sees a folder it may not read (mode 0, or with ``search`` 0o311: entered but not
+    listed), whoever runs the tests (root reads every folder): listing it raises PermissionError, and so does every
+    lookup of a path inside it unless ``search``.  The folder itself can still be looked at (its parent is
+    readable)."""
+    locked = str(folder.resolve())
+
+    def inside(p) -> bool:
+        if isinstance(p, int):
+            return False
+        p = os.path.abspath(os.fsdecode(p))
+        return p.startswith(locked + os.sep) or (p.startswith(locked) and p[len(locked):] in ("/.", "/./"))
+
+    def listing(real):
+        def fake(p=".", *a, **k):
+            if not isinstance(p, int) and os.path.abspath(os.fsdecode(p)) == locked:
+                raise PermissionError(13, "Permission denied", os.fsdecode(p))
+            return real(p, *a, **k)
+        return fake
+
+    def lookup(real):
+        def fake(p, *a, **k):
+            if not search and inside(p):
+                raise PermissionError(13, "Permission denied", os.fsdecode(p))
+            return real(p, *a, **k)
+        return fake
+    for name in ("listdir", "scandir"):
+        monkeypatch.setattr(os, name, listing(getattr(os, name)))
+    for name in ("stat", "lstat", "open"):
+        monkeypatch.setattr(os, name, lookup(getattr(os, name)))
+
+
+def _logs(tmp_path) -> dict[str, Path]:
+    """A credit log with a step, a board folder and a prime-rl export, each in its own folder."""
+    R, mask, credit = _credit()
+    CreditLogWriter(tmp_path / "credit", {"rewards": ["format", "correct"]}).write_step(1, _rows(1, R, mask, credit))
+    (tmp_path / "board").mkdir()
+    (tmp_path / "board" / "rank_0.jsonl").write_text(_board_line(1))
+    shutil.copytree(FIX / "prime_rl", tmp_path / "prime", copy_function=shutil.copy)
+    return {"credit-log": tmp_path / "credit", "board": tmp_path / "board", "prime-rl": tmp_path / "prime"}
+
+
+READERS = {"read_credit_log": read_credit_log, "detect_format": detect_format, "read_run_log": read_run_log,
+           "log_folder": log_folder, "RunFollower.poll": lambda p: RunFollower(p).poll(),
+           "RunFollower.poll (roots)": lambda p: RunFollower(p, roots=[p.parent]).poll()}
+
+
+@pytest.mark.parametrize("search", [False, True], ids=["mode-0", "not-listable"])
+@pytest.mark.parametrize("reader", sorted(READERS))
+def test_an_unreadable_folder_is_a_credit_log_error_naming_it(tmp_path, monkeypatch, reader, search):
+    logs = _logs(tmp_path)
+    for fmt, folder in logs.items():
+        if reader == "read_credit_log" and fmt != "credit-log":
+            continue
+        with monkeypatch.context() as m:
+            lock_folder(m, folder, search)
+            with pytest.raises(CreditLogError) as e:
+                READERS[reader](folder)
+        msg = str(e.value)
+        assert msg.startswith(f"{folder}: cannot read this folder: permission denied (the user this runs as"), msg
+        assert f"give that user read access (its owner: `chmod -R a+rX {folder}`)" in msg
+    # the format readers too, and a prime-rl step folder inside a readable export
+    for read, folder in ((read_board, logs["board"]), (read_prime_rl, logs["prime-rl"]),
+                         (read_prime_rl, logs["prime-rl"] / "token_exports")):
+        with monkeypatch.context() as m:
+            lock_folder(m, folder, search)
+            with pytest.raises(CreditLogError, match=f"{folder}: cannot read this folder: permission denied"):
+                read(folder)
+    with monkeypatch.context() as m:
+        lock_folder(m, logs["prime-rl"] / "token_exports" / "step_2", search)
+        with pytest.raises(CreditLogError, match="step_2: cannot read this folder: permission denied"):
+            read_prime_rl(logs["prime-rl"])
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads every folder")
+@pytest.mark.parametrize("mode", [0, 0o311, 0o644])
+def test_a_really_unreadable_folder_is_a_credit_log_error(tmp_path, mode):
+    logs = _logs(tmp_path)
+    for folder in logs.values():
+        folder.chmod(mode)
+        try:
+            for read in (read_run_log, lambda p: RunFollower(p).poll()):
+                with pytest.raises(CreditLogError, match=f"{folder}: cannot read this folder: permission denied"):
+                    read(folder)
+        finally:
+            folder.chmod(0o755)
+    logs["credit-log"].chmod(mode)
+    try:
+        with pytest.raises(CreditLogError, match="cannot read this folder: permission denied"):
+            read_credit_log(logs["credit-log"])
+    finally:
+        logs["credit-log"].chmod(0o755)

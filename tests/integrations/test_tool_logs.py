@@ -137,5 +137,6 @@ def test_trl_parquet_and_verl_rows(tmp_path):
     (st,) = read_run_log(v)
     assert [r.rewards for r in st.rows] == [{"acc": 1.0, "fmt": 0.0}, {"acc": 0.0, "fmt": None}]
     v.write_text('{"input": "q", "output": "a", "score": "high", "step": 1}\n')
-    with pytest.raises(CreditLogError, match="0.jsonl: row 1: field 'score': must be a number, got 'high'"):
+    with pytest.raises(CreditLogError, match=r"0.jsonl: row 1: field 'score': must be a number, true / false "
+                                               r"\(1 / 0\) or null \(not scored\), got 'high'"):
         read_run_log(v)

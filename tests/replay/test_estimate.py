@@ -3,6 +3,8 @@ then reports; the rates are kept by hand-checkable rules; progress callbacks see
 number; a callback that raises stops a sampling or a replay mid-way and leaves the model as it was; a group replayed
 in parts gives the one-shot numbers."""
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -129,12 +131,12 @@ def test_rates_bookkeeping_by_hand(tmp_path):
     rates.record(key, 3000, 4.0)
     rates.record(key, 0, 1.0)  # nothing measured: ignored
     rates.record(key, 10, 0.0)
-    assert rates.rate(key) == pytest.approx(4000 / 6.0)
-    assert json.loads(path.read_text()) == {"m|cpu|float32|replay": [[1000.0, 2.0], [3000.0, 4.0]]}
-    assert RT.Rates(path).rate(key) == pytest.approx(4000 / 6.0)  # kept for the next process
-    for j in range(RT.KEEP):  # the last KEEP measurements count: the first two are forgotten
+    assert rates.rate(key) == pytest.approx((500 + 750) / 2)  # the median of the runs' own rates
+    assert json.loads(path.read_text()) == {"m|cpu|float32|replay": [[1000.0, 2.0, True], [3000.0, 4.0, True]]}
+    assert RT.Rates(path).rate(key) == pytest.approx(625.0)  # kept for the next process
+    for j in range(RT.KEEP):  # the last KEEP runs count: the first two are forgotten
         rates.record(key, 100 * (j + 1), 1.0)
-    assert rates.rate(key) == pytest.approx(sum(100 * (j + 1) for j in range(RT.KEEP)) / RT.KEEP)
+    assert rates.rate(key) == pytest.approx((100 * (RT.KEEP // 2) + 100 * (RT.KEEP // 2 + 1)) / 2)
     other = RT.Rates(path)  # another process adds its key; neither loses the other's
     other.record(RT.RateKey("m", "cpu", "float32", "sample"), 50, 1.0)
     rates.record(key, 100, 1.0)
@@ -157,12 +159,104 @@ def test_sampling_and_replaying_record_their_rates(tiny, group, tmp_path, monkey
     out = sample(tiny, PROMPT, n=4, max_new_tokens=40, seed=3, precision="model")
     P = len(tiny.encode(tiny.chat_prompt(PROMPT)))
     steps = max(min(len(s.token_ids) + 1, 40) for s in out)  # a row that stopped drew its stop token too
-    (t, sec), = rates._runs["tiny-random|cpu|float32|sample"]
+    (t, sec, _), = rates.runs(RT.rate_key(tiny, tiny.dtype, "sample"))
     assert t == P + 4 * (steps - 1) and sec > 0
     rep = replay_group(tiny, PROMPT, INFO, group, rewards=R, config=ReplayConfig(precision="model"))
-    (t, sec), = rates._runs["tiny-random|cpu|float32|replay"]
+    (t, sec, _), = rates.runs(RT.rate_key(tiny, tiny.dtype, "replay"))
     assert t == rep.forward_tokens and sec == pytest.approx(rep.seconds, rel=0.5)
     assert RT.forward_rate(tiny, tiny.dtype, "replay", rates) == (pytest.approx(t / sec), True)
+
+
+def test_a_busy_hour_does_not_poison_later_estimates(tiny, tmp_path):
+    rates = RT.Rates(tmp_path / "rates.json")
+    key = RT.rate_key(tiny, tiny.dtype, "sample")
+    for j in range(12):  # many runs alone: 100-130 tokens/s
+        rates.record(key, 400 + 40 * j, (400 + 40 * j) / (100 + 3 * j))
+    for _ in range(3):  # a few long runs at 14 tokens/s that were not seen sharing the machine
+        rates.record(key, 14 * 400, 400.0)
+    assert 100 <= rates.rate(key) <= 130  # Σ tokens / Σ seconds of the last 8 runs said 15
+    for _ in range(30):  # a class's hour, seen sharing the machine: kept apart, the clean runs stay
+        rates.record(key, 14 * 400, 400.0, clean=False)
+    assert 100 <= rates.rate(key) <= 130 and RT.Rates(rates.path).rate(key) == rates.rate(key)
+    assert sum(not clean for _, _, clean in rates.runs(key)) == RT.KEEP == sum(c for _, _, c in rates.runs(key))
+    s = estimate_sample(tiny, PROMPT, 4, 40, precision="model", rates=rates)
+    assert s.measured and s.seconds == pytest.approx(s.tokens / rates.rate(key))
+    assert f"at {rates.rate(key):,.0f} tokens/s on this machine" in s.text()
+    # with no clean run kept, the shared ones' median
+    other = RT.RateKey("m", "cpu", "float32", "replay")
+    for r in (10, 12, 50):
+        rates.record(other, r * 10, 10.0, clean=False)
+    assert rates.rate(other) == 12
+
+
+def test_an_older_rates_file_still_loads(tmp_path):
+    path = tmp_path / "rates.json"
+    key = RT.RateKey("m", "cpu", "float32", "sample")
+    # runs written as [tokens, seconds] (timed with their waits: counted as shared), and junk beside them
+    path.write_text(json.dumps({key.text(): [[400, 4], [1400, 10], [900, 60], "x", [1, -1], [True, 1], [1, 2, "y"],
+                                              [float("inf"), 1]],
+                                "other|cpu|float32|sample": {"not": "runs"}}))
+    rates = RT.Rates(path)
+    assert rates.runs(key) == [(400.0, 4.0, False), (1400.0, 10.0, False), (900.0, 60.0, False)]
+    assert rates.rate(key) == 100.0  # the median of 100, 140 and 15 tokens/s
+    rates.record(key, 1200, 10.0)  # a clean run counts over the older ones
+    assert rates.rate(key) == 120.0 and RT.Rates(path).rate(key) == 120.0
+
+
+def _sample(tiny):
+    return sample(tiny, PROMPT, n=2, max_new_tokens=8, seed=1, precision="model")
+
+
+def test_a_run_beside_other_work_is_marked_shared(tiny, tmp_path, monkeypatch):
+    rates = RT.Rates(tmp_path / "rates.json")
+    monkeypatch.setattr(RT, "RATES", rates)
+    key = RT.rate_key(tiny, tiny.dtype, "sample")
+    monkeypatch.setattr(RT, "machine_cpu", lambda: None)  # other processes: not known
+    _sample(tiny)
+    inside, out = threading.Event(), threading.Event()
+
+    def trainer():
+        with RT.busy():  # another thread's model work (a trainer's update)
+            inside.set()
+            out.wait(60)
+    t = threading.Thread(target=trainer)
+    t.start()
+    inside.wait(60)
+    try:
+        _sample(tiny)
+    finally:
+        out.set()
+        t.join()
+    assert [clean for _, _, clean in rates.runs(key)] == [True, False]
+    # other processes keeping every core busy meanwhile (Linux's /proc/stat): shared too
+    clock = iter(range(0, 10**9, 1000))
+    monkeypatch.setattr(RT, "machine_cpu", lambda: (float(next(clock)), 2))
+    _sample(tiny)
+    assert [clean for _, _, clean in rates.runs(key)] == [True, False, False]
+
+
+def test_a_job_that_waited_for_the_model_records_only_its_own_work(tiny, tmp_path, monkeypatch):
+    """Another computation holds the model (the passes over one model take turns) for a second while this one
+    samples: its run's seconds leave the wait out."""
+    from mrtpo.model.decoder import _module_lock, decoder_stack
+
+    rates = RT.Rates(tmp_path / "rates.json")
+    monkeypatch.setattr(RT, "RATES", rates)
+    hold, holding = 1.0, threading.Event()
+
+    def other():
+        with _module_lock(decoder_stack(tiny.model)):
+            holding.set()
+            time.sleep(hold)
+    t = threading.Thread(target=other)
+    t.start()
+    holding.wait(60)
+    t0 = time.perf_counter()
+    _sample(tiny)
+    wall = time.perf_counter() - t0
+    t.join()
+    (_, seconds, _), = rates.runs(RT.rate_key(tiny, tiny.dtype, "sample"))
+    assert wall >= hold and seconds < wall - hold / 2
 
 
 # ---------------------------------------------------------------------------------------------- progress, cancel
