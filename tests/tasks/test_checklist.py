@@ -92,7 +92,7 @@ def test_the_built_in_checklists():
     assert all(len(fam.reward_names(e)) == MAX_ITEMS for e in exs)
     ex = fam.example("beach")
     assert ex.prompt.splitlines()[:3] == ["Write a packing list for a day at the beach.", 'Mention "towel".',
-                                         'Mention "book".']
+                                         'Mention "water".']
     assert fam.replay_prompt(ex) == "Write a packing list for a day at the beach."
     info = fam.rule_info(ex)
     assert list(info) == fam.reward_names(ex) and info["mention:towel"] == 'Mention "towel".'
