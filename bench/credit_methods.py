@@ -1,13 +1,14 @@
 """Is the replay worth it? (not a test; issue 36): the token-credit methods a user could pick instead of MRTPO's
 replayed relevance, side by side on the same sampled groups, against the same evidence, on the same clock.
 
-For each task family (sql, instructions, tools) and each draw (``--seeds``, printed): ``--examples`` examples from
-the ``--start``-th, G = ``--group`` responses each sampled at temperature 1 (the sampler records each token's
-entropy), scored with the checkers' evidence, verifier information ``rule``.  Then, once per group, what the measures
-read (:func:`mrtpo.replay.measured_groups`: one replay, which also reads P_all's attention; the group's rewards) and,
-per measure × family × reward kind (instructions: the constraint's category), the mean token AUROC against the
-evidence (:mod:`mrtpo.core.faith_metrics`; pairs whose evidence is the whole response, nothing, or every token left
-out) with a 95 % bootstrap interval over the groups (clusters: a draw's example; ``--boot`` resamples, seeded), and
+For each task family (sql, instructions, tools; ``checklist:K``: the checklists with their first K items) and each
+draw (``--seeds``, printed): ``--examples`` examples from the ``--start``-th, G = ``--group`` responses each sampled
+at ``--temperature`` (default 1; the sampler records each token's entropy), scored with the checkers' evidence,
+verifier information ``rule``.  Then, once per group, what the measures read (:func:`mrtpo.replay.measured_groups`:
+one replay, which also reads P_all's attention; the group's rewards) and, per measure × family × reward kind
+(instructions: the constraint's category; checklists: the item's kind), the mean token AUROC against the evidence
+(:mod:`mrtpo.core.faith_metrics`; pairs whose evidence is the whole response, nothing, or every token left out) with
+a 95 % bootstrap interval over the groups (clusters: a draw's example; ``--boot`` resamples, seeded), and
 the seconds each measure adds per group on this machine:
 
 - ``uniform`` (GDPO): nothing; ``evidence`` (the oracle, if asked): nothing (it reads the checker);
@@ -17,7 +18,8 @@ the seconds each measure adds per group on this machine:
 - ``attn-contrast``: the pass under P_all that reads the attention (the engine runs it beside the replay);
 - every JS measure (``js``, ``js-support``, ...): the replay's K + 1 passes.
 
-Usage: PYTHONPATH=$PWD python bench/credit_methods.py [--model default] [--families sql,instructions,tools]
+Usage: PYTHONPATH=$PWD python bench/credit_methods.py [--model default]
+       [--families sql,instructions,tools,checklist:2,checklist:4,checklist:8]
        [--measures uniform,entropy,ktae,attn-contrast,js,js-support] [--examples 24] [--group 4]
        [--max-new-tokens 96] [--seeds 0,3] [--start 0] [--boot 2000] [--quick] [--json out.json] [--no-doc]
 
@@ -69,9 +71,11 @@ def bootstrap_ci(clusters: dict, n_boot: int, seed: int = 0) -> tuple[float, flo
     return float(sums.sum() / counts.sum()), float(lo), float(hi), int(counts.sum())
 
 
-def one_group(lm, fam, ex, measures, template, group: int, max_new_tokens: int, seed: int) -> dict:
+def one_group(lm, fam, ex, measures, template, group: int, max_new_tokens: int, seed: int,
+              temperature: float = 1.0) -> dict:
     """One example's group: per measure its pairs [(reward kind, AUROC)] and the seconds it adds."""
-    g = sample_group(lm, fam, ex, n=group, max_new_tokens=max_new_tokens, seed=seed, info="rule")
+    g = sample_group(lm, fam, ex, n=group, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature,
+                     info="rule")
     asked = [m for m in measures if m != "uniform"]
     rep = measured_groups(lm, [g], template, asked, skip_constant=False)[0]
     replay = max(0.0, rep.seconds - rep.attention_seconds - rep.entropy_seconds) if rep.replayed else 0.0
@@ -102,8 +106,16 @@ def one_group(lm, fam, ex, measures, template, group: int, max_new_tokens: int, 
     return {"pairs": pairs, "seconds": seconds}
 
 
+def family_examples(spec: str):
+    """(the family, its built-in examples) of a ``--families`` entry: a family's name, or ``checklist:K`` for the
+    checklists with their first K items."""
+    name, _, k = spec.partition(":")
+    fam = get_family(name)
+    return fam, fam.with_items(fam.examples(), int(k)) if k else fam.examples()
+
+
 def run(lm, families, measures, examples: int, group: int, max_new_tokens: int, seeds, start: int = 0,
-        progress=print) -> dict:
+        progress=print, temperature: float = 1.0) -> dict:
     """Every draw × family × example: {"pairs": {measure: {family: {(seed, example): [(kind, AUROC)]}}},
     "seconds": {measure: [per group]}, "groups": n}."""
     pairs = {m: {f: {} for f in families} for m in measures}
@@ -111,11 +123,11 @@ def run(lm, families, measures, examples: int, group: int, max_new_tokens: int, 
     n = 0
     for seed in seeds:
         for f in families:
-            fam = get_family(f)
+            fam, exs = family_examples(f)
             tpl = template_for(fam)
-            for j, ex in enumerate(fam.examples()[start:start + examples]):
+            for j, ex in enumerate(exs[start:start + examples]):
                 t0 = time.perf_counter()
-                one = one_group(lm, fam, ex, measures, tpl, group, max_new_tokens, seed)
+                one = one_group(lm, fam, ex, measures, tpl, group, max_new_tokens, seed, temperature)
                 for m in measures:
                     pairs[m][f][(seed, j)] = one["pairs"][m]
                     seconds[m].append(one["seconds"][m])
@@ -167,7 +179,8 @@ def tables(summary: dict, families) -> tuple[str, str]:
 def doc_text(a, model: str, summary: dict, families, groups: int) -> str:
     head, kinds = tables(summary, families)
     return (f"Model {model}; verifier information `rule`; draws: seeds {', '.join(map(str, a.seeds))} × "
-            f"{a.examples} examples from #{a.start} × G = {a.group}, {a.max_new_tokens} new tokens, temperature 1 "
+            f"{a.examples} examples from #{a.start} × G = {a.group}, {a.max_new_tokens} new tokens, temperature "
+            f"{a.temperature:g} "
             f"({groups} groups). Mean token AUROC against the checkers' evidence [95 % bootstrap interval over the "
             f"groups, {a.boot} resamples]; seconds each measure adds per group on this machine (`ktae`: its tables; "
             f"`entropy`: the forward under the sampling prompt, 0 where the sampler records it; `attn-contrast`: its "
@@ -179,11 +192,13 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--families", default="sql,instructions,tools")
+    ap.add_argument("--families", default="sql,instructions,tools",
+                    help="comma-separated; checklist:K = the checklists with their first K items")
     ap.add_argument("--measures", default=",".join(MEASURES))
     ap.add_argument("--examples", type=int, default=24, help="examples per family and draw")
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
     ap.add_argument("--seeds", default="0,3", help="one draw of responses per sampling seed (default 0,3)")
     ap.add_argument("--start", type=int, default=0, help="index of the first example")
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -204,7 +219,7 @@ def main(argv=None) -> None:
     print(f"model {lm.name}; measures {', '.join(measures)}; draws: seeds {', '.join(map(str, a.seeds))}; "
           f"{a.examples} examples × G = {a.group} per family, {a.max_new_tokens} new tokens", flush=True)
     res = run(lm, families, measures, a.examples, a.group, a.max_new_tokens, a.seeds, a.start,
-              progress=lambda s: print(s, flush=True))
+              progress=lambda s: print(s, flush=True), temperature=a.temperature)
     summary = summarize(res, a.boot)
     head, kinds = tables(summary, families)
     print(f"\nToken AUROC against the evidence [95 % bootstrap], seconds added per group\n{head}\n\n{kinds}")

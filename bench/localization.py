@@ -51,8 +51,9 @@ except ImportError:
 
 
 def reward_key(family: str, reward: str) -> str:
-    """The row a reward is reported under: its name; for instructions, the constraint's category."""
-    return reward.split(":")[0] if family == "instructions" else reward
+    """The row a reward is reported under: its name; for instructions, the constraint's category; for checklists,
+    the item's kind."""
+    return reward.split(":")[0] if family in ("instructions", "checklist") else reward
 
 
 def hand_marked(lm, family: str, measures: list[str], template: Template | None = None, info: str = "rule") -> dict:

@@ -53,13 +53,24 @@ def test_the_section_it_writes(tmp_path):
                for m in ("uniform", "ktae", "js")}
 
     class A:
-        seeds, examples, start, group, max_new_tokens, boot = [0, 3], 24, 0, 4, 96, 2000
+        seeds, examples, start, group, max_new_tokens, boot, temperature = [0, 3], 24, 0, 4, 96, 2000, 1.0
 
     doc = tmp_path / "b.md"
     doc.write_text("# Benchmarks\n\n<!-- bench:credit-methods -->\n(placeholder)\n<!-- /bench:credit-methods -->\n")
     report.update_section(CM.SECTION, report.section("bench/credit_methods.py", CM.doc_text(
         A, "default", summary, ["sql"], 48), threads=2), doc)
     text = doc.read_text()
-    assert "(placeholder)" not in text and "seeds 0, 3 × 24 examples" in text
+    assert "(placeholder)" not in text and "seeds 0, 3 × 24 examples" in text and "tokens, temperature 1 (" in text
     assert "| `js` | 0.600 [0.550, 0.650] | **0.600 [0.550, 0.650]** | 10 | 1.50 |" in text
     assert "| sql | format | 10 | 0.600 [0.550, 0.650] |" in text
+
+
+def test_checklists_at_k_items_and_their_kinds():
+    from bench.localization import reward_key
+
+    fam, exs = CM.family_examples("checklist:4")
+    assert fam.name == "checklist" and len(exs) == len(fam.examples())
+    assert {len(fam.reward_names(e)) for e in exs} == {4}
+    assert len(fam.reward_names(CM.family_examples("checklist")[1][0])) == 8
+    assert [reward_key("checklist", k) for k in fam.reward_names(exs[0])] == ["mention", "mention", "avoid", "mention"]
+    assert reward_key("sql", "format") == "format"
