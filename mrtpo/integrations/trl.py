@@ -119,13 +119,16 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     Extra arguments: ``verifier_info_fn(prompt, completion, example) -> {reward function name: text}`` (needed by
     MRTPO methods; ``example`` is the dataset row; a function that also takes a keyword ``info`` gets
     ``MRTPOConfig.info``, the regime to build: ``rule``, ``findings`` or ``quoted``, else its texts are the rule by
-    construction) and ``mrtpo_config`` (:class:`MRTPOConfig`).
+    construction), ``replay_prompt_fn(prompt, example) -> str`` (what fills the template's ``{prompt}`` when a
+    completion is replayed; default: the prompt's text, :func:`mrtpo.integrations.trl_text.prompt_text`; a task
+    family's: :mod:`mrtpo.integrations.trl_tasks`) and ``mrtpo_config`` (:class:`MRTPOConfig`).
     After each generation ``self.mrtpo_last`` holds this process' ``trl_advantages`` (B,) as TRL computed them,
     ``advantages`` ((B,) or (B, T)), ``mask`` (B, T) and the replay statistics.
     """
 
     def __init__(self, *args, verifier_info_fn: VerifierInfoFn | None = None,
-                 mrtpo_config: MRTPOConfig | None = None, **kwargs):
+                 mrtpo_config: MRTPOConfig | None = None,
+                 replay_prompt_fn: Callable[[Any, dict], str] | None = None, **kwargs):
         self.mrtpo_config = cfg = mrtpo_config or MRTPOConfig()
         if cfg.tokens and verifier_info_fn is None and needs_replay(cfg.measure):
             raise MrtpoError(f"method '{cfg.method}' reallocates over tokens and needs "
@@ -139,6 +142,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             raise MrtpoError(f"info='{cfg.info}': verifier_info_fn(prompt, completion, example) gives its own texts "
                              f"(the '{INFO}' regime); to build the '{cfg.info}' one, let it take a keyword 'info'")
         self.verifier_info_fn = verifier_info_fn
+        self.replay_prompt_fn = replay_prompt_fn
         self.mrtpo_last: dict = {}
         self._mrtpo_batch: tuple | None = None
         run = None
@@ -251,9 +255,12 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                     R = rewards[g * G:(g + 1) * G][:, cols].float().cpu().numpy()  # the whole group, for skipping
                     if not active_rewards(keys, R)[0]:
                         continue  # every reward constant in the group: Â = 0, nothing to reallocate
-                    todo.append((rows, GroupInput(prompt_text(prompts[rows[0]]),
+                    x = (self.replay_prompt_fn(prompts[rows[0]], inputs[rows[0]]) if self.replay_prompt_fn
+                         else prompt_text(prompts[rows[0]]))
+                    todo.append((rows, GroupInput(x,
                                                   [{k: info[k] for k in keys} for info in infos],
-                                                  [list(ids_list[i]) for i in rows], R)))
+                                                  [list(ids_list[i]) for i in rows], R,
+                                                  sampling_prompt=prompt_text(prompts[rows[0]]))))
                 # every group of the batch through one joint replay (fewer, larger passes)
                 # (ktae, entropy: no replay; the entropy under the prompt at TRL's sampling temperature)
                 results = replay_groups(lm, [gi for _, gi in todo], self.mrtpo_config.template,

@@ -205,3 +205,59 @@ def test_regime_and_oracle_in_trl(tmp_path, tiny):
     tr._generate_and_score_completions(_inputs())
     assert got and set(got) == {"findings"}
     assert make(plain).mrtpo_config.info == "rule"
+
+
+def test_a_task_family_trains_in_trl(tmp_path, tiny):
+    """The checklist family through task_for_trl: positional reward functions score each completion's own example,
+    the replay prompt is the request without its items (P_all is the prompt the completion was sampled under)."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from mrtpo.integrations.trl import MRTPOConfig, MRTPOGRPOTrainer
+    from mrtpo.integrations.trl_tasks import task_for_trl
+    from mrtpo.tasks import get_family
+    from mrtpo.templates import Template
+
+    fam = get_family("checklist")
+    exs = fam.with_items(fam.examples()[:2], 2) + fam.with_items(fam.examples()[2:4], 3)
+    task = task_for_trl(fam, exs)
+    assert task.names == ["checklist_1", "checklist_2", "checklist_3"]
+    f1, _, f3 = task.reward_funcs
+    ids = [exs[0].id, exs[2].id]
+    word = exs[0].data["items"][0]["args"]["word"]
+    assert f1(None, [f"a {word}", "nothing"], example_id=ids) == [1.0, 0.0]
+    assert f3(None, ["x", "x"], example_id=ids)[0] is None  # the first example has 2 items
+    row = task.rows[2]
+    info = task.verifier_info(row["prompt"], [{"role": "assistant", "content": "x"}], row)
+    assert list(info) == task.names and info["checklist_1"] == exs[2].data["items"][0]["wording"]
+    x = task.replay_prompt(row["prompt"], row)
+    assert Template.from_dict(fam.template).fill(x, fam.rule_info(exs[2])) == row["prompt"][0]["content"]
+    with pytest.raises(MrtpoError, match="example_id 'nope' is not one of the task's examples"):
+        f1(None, ["x"], example_id=["nope"])
+
+    # random bytes from the tiny model: items a few of them meet (a digit, a letter), so that the rewards vary
+    from mrtpo.tasks.checklist import ChecklistTask
+
+    mine = [ChecklistTask().parse_example({"id": f"r{i}", "task": "Write anything.", "items": [
+        {"kind": "number"}, {"kind": "mention", "word": w}]}) for i, w in enumerate("ae")]
+    task = task_for_trl(fam, mine)
+    calls = []
+
+    def replay_prompt(prompt, example):
+        calls.append(example["example_id"])
+        return task.replay_prompt(prompt, example)
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=16, multi_objective_aggregation="normalize_then_sum", use_cpu=True,
+                      bf16=False, report_to="none", save_strategy="no", max_steps=1, disable_tqdm=True, seed=0)
+    tr = MRTPOGRPOTrainer(model=copy.deepcopy(tiny.model), reward_funcs=task.reward_funcs, args=args,
+                          train_dataset=Dataset.from_list(task.rows), processing_class=copy.deepcopy(tiny.tokenizer),
+                          verifier_info_fn=task.verifier_info, replay_prompt_fn=replay_prompt,
+                          mrtpo_config=MRTPOConfig(method="mrtpo", beta=0.5, warmup=None))
+    inputs = [dict(task.rows[i]) for i in (0, 1) for _ in range(4)]
+    torch.manual_seed(0)
+    out = tr._generate_and_score_completions(inputs)
+    adv, mask, ref = out["advantages"], tr.mrtpo_last["mask"], tr.mrtpo_last["trl_advantages"]
+    assert ref.abs().max() > 0 and tr.mrtpo_last["replay_forward_tokens"] > 0  # the rewards varied: replayed
+    assert adv.shape == out["completion_ids"].shape and set(calls) <= {"r0", "r1"} and calls
+    torch.testing.assert_close((adv * mask).sum(1) / mask.sum(1), ref, atol=1e-5, rtol=0)
