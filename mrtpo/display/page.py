@@ -100,7 +100,8 @@ def response_data(view: TokenView, i: int, scale: str = "response", vmax: tuple[
         uni = float(view.per_reward[i, j])
         d["rewards"][k] = {"head": render.reward_head(view, i, j, group), "uni": _num(uni),
                            "chip": O.chip(uni, lim.adv), "a": _nums(view.token_adv_per_reward[i][k]),
-                           "rho": _nums(view.relevance[i][k]), "js": _nums(view.js[i][k], 4), "ev": _runs(marks),
+                           "rho": _nums(view.relevance[i][k]),
+                           "js": None if k not in view.js[i] else _nums(view.js[i][k], 4), "ev": _runs(marks),
                            "note": note, "oracle": None if oracle is None else _nums(oracle),
                            "onote": render.oracle_note(note),
                            "hot": [list(h.cells) for h in O.hot_spans(view, i, k)]}

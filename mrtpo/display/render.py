@@ -239,16 +239,27 @@ def reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note
     return f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}{why}{extra}{vk}</div>'
 
 
+JS_NOT_COMPUTED = " | JS not computed"  # a tooltip's JS where no replay computed one (TokenView.js)
+
+
+def js_tip(js: Sequence[float] | None, n: int) -> str:
+    """The JS part of token ``n``'s tooltip: ``JS 0.0123``; "not computed" where the row is None (no replay
+    computed it: a replay-free measure, a reward not replayed); nothing where the value is NaN (computed but not
+    kept: a log)."""
+    if js is None:
+        return JS_NOT_COMPUTED
+    return f" | JS {js[n]:.4f}" if np.isfinite(js[n]) else ""
+
+
 def reward_tips(view: TokenView, i: int, reward: str, start: int = 0, end: int | None = None) -> list[str]:
     """Per token of response ``i`` (tokens ``start`` … ``end`` − 1; default all), the tooltip of ``reward``'s rows:
-    its JS distance (where there is one: a log has none), ρ, the method's and the estimator's advantage, and what
-    the method moved."""
+    its JS distance (:func:`js_tip`), ρ, the method's and the estimator's advantage, and what the method moved."""
     m = parse_method(view.method)
     j = view.reward_names.index(reward)
-    js, rel, ta = view.js[i][reward], view.relevance[i][reward], view.token_adv_per_reward[i][reward]
+    js, rel, ta = view.js[i].get(reward), view.relevance[i][reward], view.token_adv_per_reward[i][reward]
     uni = float(view.per_reward[i, j])
     toks = view.tokens[i]
-    return [f"{toks[n]['text']!r} | reward {reward}{f' | JS {js[n]:.4f}' if np.isfinite(js[n]) else ''} | "
+    return [f"{toks[n]['text']!r} | reward {reward}{js_tip(js, n)} | "
             f"relevance {rel[n]:.3f} | {m.label} advantage {ta[n]:+.4f} | {m.estimator_label} advantage {uni:+.4f} | "
             f"moved {ta[n] - uni:+.4f}" for n in range(start, len(toks) if end is None else end)]
 

@@ -31,6 +31,8 @@ class TokenView:
     tokens: list[list[dict]]  # per response: [{text, start, end}]
     texts: list[str]
     relevance: list[dict[str, np.ndarray]]  # per response: reward -> (T,) (ones for skipped rewards)
+    # per response: reward -> (T,) JS distance d_kt, for the rewards whose JS the replay computed (none where no
+    # replay ran, none for a reward not replayed: "not computed"); NaN where it was computed but not kept (a log)
     js: list[dict[str, np.ndarray]]
     token_adv_per_reward: list[dict[str, np.ndarray]]  # per response: reward -> (T,) A_ikt (weighted)
     token_adv: list[np.ndarray]  # per response: (T,) combined A_it after batch normalization
@@ -100,8 +102,7 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
         per_reward=credit.uniform.numpy(), final=adv.final.numpy(),
         tokens=[r.tokens() for r in replay.responses], texts=[r.text for r in replay.responses],
         relevance=rel,
-        js=[{k: (r.js[k] if k in r.js else np.zeros(len(r.token_ids))) for k in group.reward_names}
-            for r in replay.responses],
+        js=[{k: r.js[k] for k in group.reward_names if k in r.js} for r in replay.responses],  # only those computed
         token_adv_per_reward=per_tok, token_adv=tok,
         diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v)
                      for k, v in adv.diagnostics.items() if k != "zscore"},
