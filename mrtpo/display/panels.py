@@ -9,7 +9,7 @@ import numpy as np
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.display import TokenView
-from mrtpo.display.render import REL, legend, limits, token_row
+from mrtpo.display.render import REL, js_text, legend, limits, token_row
 from mrtpo.replay import ResponseRelevance
 
 
@@ -23,10 +23,10 @@ def relevance_diff_html(before: ResponseRelevance, after: ResponseRelevance, rew
     rows = []
     for k in rewards:
         rb, ra = before.relevance.get(k, np.ones(T)), after.relevance.get(k, np.ones(T))
-        jb, ja = before.js.get(k, np.zeros(T)), after.js.get(k, np.zeros(T))
+        jb, ja = before.js.get(k), after.js.get(k)  # None: not computed (a replay-free measure, not replayed)
         diff = ra - rb
         vd = float(np.abs(diff).max()) if T else 0.0
-        tips = [f"{t['text']!r} | {k} | before: JS {jb[n]:.4f}, ρ {rb[n]:.3f} | after: JS {ja[n]:.4f}, "
+        tips = [f"{t['text']!r} | {k} | before: {js_text(jb, n)}, ρ {rb[n]:.3f} | after: {js_text(ja, n)}, "
                 f"ρ {ra[n]:.3f} | Δρ {diff[n]:+.3f}" for n, t in enumerate(toks)]
         rows.append(f'<div class="reward"><b>{html.escape(k)}</b></div>')
         rows.append(token_row("ρ before", toks, rb, "sequential", vmax, tips))

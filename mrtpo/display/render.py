@@ -239,16 +239,19 @@ def reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note
     return f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}{why}{extra}{vk}</div>'
 
 
-JS_NOT_COMPUTED = " | JS not computed"  # a tooltip's JS where no replay computed one (TokenView.js)
+def js_text(js: Sequence[float] | None, n: int) -> str:
+    """Token ``n``'s JS distance in a tooltip: ``JS 0.0123``; ``JS not computed`` where the row is None (no replay
+    computed it: a replay-free measure, a reward not replayed); "" where the value is NaN (computed but not kept: a
+    log)."""
+    if js is None:
+        return "JS not computed"
+    return f"JS {js[n]:.4f}" if np.isfinite(js[n]) else ""
 
 
 def js_tip(js: Sequence[float] | None, n: int) -> str:
-    """The JS part of token ``n``'s tooltip: ``JS 0.0123``; "not computed" where the row is None (no replay
-    computed it: a replay-free measure, a reward not replayed); nothing where the value is NaN (computed but not
-    kept: a log)."""
-    if js is None:
-        return JS_NOT_COMPUTED
-    return f" | JS {js[n]:.4f}" if np.isfinite(js[n]) else ""
+    """:func:`js_text` as a tooltip's part (`` | JS 0.0123``; nothing where it is "")."""
+    text = js_text(js, n)
+    return f" | {text}" if text else ""
 
 
 def reward_tips(view: TokenView, i: int, reward: str, start: int = 0, end: int | None = None) -> list[str]:

@@ -71,3 +71,17 @@ def test_json_and_tooltips_hold_only_computed_numbers(tiny, group, measure):
         d = P.response_data(v, i)  # the page's numbers for its script: null where not computed
         assert (d["rewards"][VARIED]["js"] is None) == (not replayed)
         assert d["rewards"][CONSTANT] == {"skipped": True, "head": d["rewards"][CONSTANT]["head"]}
+
+
+def test_template_editors_panels_say_not_computed():
+    """The Templates page's before / after (one replay computed the JS, the other ran a replay-free measure):
+    "not computed", never a mean of 0 or ``JS 0.0000``."""
+    from mrtpo.display import panels, relevance_change
+    from mrtpo.replay import ResponseRelevance
+
+    b = ResponseRelevance("ab", [1, 2], [(0, 1), (1, 2)], {"a": np.array([0.1, 0.3])}, {"a": np.array([0.5, 1.5])})
+    a = ResponseRelevance("ab", [1, 2], [(0, 1), (1, 2)], {}, {"a": np.array([1.5, 0.5])})
+    (row,) = relevance_change(b, a, ["a"])
+    assert row["mean JS before"] == pytest.approx(0.2) and row["mean JS after"] is None
+    tips = _tips(panels.relevance_diff_html(b, a, ["a"]))
+    assert tips[0] == "'a' | a | before: JS 0.1000, ρ 0.500 | after: JS not computed, ρ 1.500 | Δρ +1.000"
