@@ -30,6 +30,7 @@ import numpy as np
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.spans import cell_values
+from mrtpo.display.notes import floor_html
 from mrtpo.display.render import (
     CSS as BASE_CSS,
 )
@@ -311,7 +312,7 @@ def overview_html(view: TokenView, i: int, scale: str = "response", vmax: tuple[
     key = (f'<div class="ovkey">{len(view.tokens[i]):,} tokens. Strips: {what} along the response, each mark the '
            "largest value of its stretch; numbered: the hottest spans, where the reward's credit went (the most "
            f"moved toward them, ρ &gt; 1). Hover for the numbers.</div>")
-    return f'<div class="mrtpo ov">{key}{"".join(parts)}</div>'
+    return f'<div class="mrtpo ov">{key}{floor_html(view, i)}{"".join(parts)}</div>'
 
 
 def full_html(view: TokenView, i: int, reward: str, scale: str = "response", group=None,
@@ -325,7 +326,7 @@ def full_html(view: TokenView, i: int, reward: str, scale: str = "response", gro
     toks = view.tokens[i]
     split = any(len(c) > 1 for c in token_cells(toks))
     key = legend(lim.adv, lim.rel, bool(view.evidence), lim.moved if m.tokens else None,
-                 None if vmax is not None else scale, split)
+                 None if vmax is not None else scale, split) + floor_html(view, i)
     if reward == COMBINED:
         parts = ['<div class="reward"><b>combined</b> (sum over rewards, batch-normalized)</div>',
                  f'<div class="uni">{m.estimator_label} (uniform) {chip(float(view.final[i]), lim.adv)} on every '

@@ -23,6 +23,7 @@ import numpy as np
 from mrtpo.core.advantages import parse_method
 from mrtpo.display import overview as O
 from mrtpo.display import render
+from mrtpo.display.notes import floor_html
 from mrtpo.display.page_script import SCRIPT
 from mrtpo.display.token_view import TokenView
 from mrtpo.groups import ScoredGroup
@@ -87,7 +88,7 @@ def response_data(view: TokenView, i: int, scale: str = "response", vmax: tuple[
          "label": f"{view.method} β={view.beta:g}", "moved_label": f"moved by {m.label}: A − Â (±{lim.moved:.3g})",
          "rel_label": "relevance ρ" + ("" if view.measure == "js" else f" ({view.measure})"),
          "legend": render.legend(lim.adv, lim.rel, bool(view.evidence), lim.moved if m.tokens else None,
-                                 None if vmax is not None else scale, split),
+                                 None if vmax is not None else scale, split) + floor_html(view, i),
          "final": _num(view.final[i]), "comb": _nums(view.token_adv[i]),
          "chip": O.chip(float(view.final[i]), lim.adv), "rewards": {}}
     for j, k in enumerate(view.reward_names):

@@ -9,7 +9,8 @@ import numpy as np
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.display import TokenView
-from mrtpo.display.render import REL, js_text, legend, limits, token_row
+from mrtpo.display.notes import floor_html, js_text
+from mrtpo.display.render import REL, legend, limits, token_row
 from mrtpo.replay import ResponseRelevance
 
 
@@ -53,7 +54,7 @@ def stored_sample_html(view: TokenView, i: int, row: dict) -> str:
     replayed = set(row.get("relevance", {}))
     lim = limits(view, "response", i, rewards=names)
     va, vr = lim.adv, max(lim.rel, 1.0)
-    parts = [legend(va, vr)]
+    parts = [legend(va, vr), floor_html(view, i)]
     reasons = row.get("reasons", {})
     for k in names:
         j = view.reward_names.index(k)

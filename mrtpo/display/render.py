@@ -26,6 +26,7 @@ from mrtpo.core.faith_metrics import token_labels
 from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.core.spans import cell_values, cells, text_cells
 from mrtpo.display import TokenView, faithfulness_table
+from mrtpo.display.notes import floor_html, floor_note, js_tip
 from mrtpo.display.style import CSS, NEG, POS, REL, diverging_color, sequential_color  # noqa: F401 - render's names
 from mrtpo.groups import ScoredGroup
 
@@ -239,21 +240,6 @@ def reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note
     return f'<div class="reward"><b>{html.escape(k)}</b> = {view.rewards[i, j]:.3g}{why}{extra}{vk}</div>'
 
 
-def js_text(js: Sequence[float] | None, n: int) -> str:
-    """Token ``n``'s JS distance in a tooltip: ``JS 0.0123``; ``JS not computed`` where the row is None (no replay
-    computed it: a replay-free measure, a reward not replayed); "" where the value is NaN (computed but not kept: a
-    log)."""
-    if js is None:
-        return "JS not computed"
-    return f"JS {js[n]:.4f}" if np.isfinite(js[n]) else ""
-
-
-def js_tip(js: Sequence[float] | None, n: int) -> str:
-    """:func:`js_text` as a tooltip's part (`` | JS 0.0123``; nothing where it is "")."""
-    text = js_text(js, n)
-    return f" | {text}" if text else ""
-
-
 def reward_tips(view: TokenView, i: int, reward: str, start: int = 0, end: int | None = None) -> list[str]:
     """Per token of response ``i`` (tokens ``start`` … ``end`` − 1; default all), the tooltip of ``reward``'s rows:
     its JS distance (:func:`js_tip`), ρ, the method's and the estimator's advantage, and what the method moved."""
@@ -329,7 +315,7 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
                            token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips)))
     split = any(len(c) > 1 for c in token_cells(toks))
     key = legend(va, vr, bool(view.evidence), vm if m.tokens else None, None if vmax is not None else scale, split)
-    return f'<div class="mrtpo">{key}{"".join(parts)}</div>'
+    return f'<div class="mrtpo">{key}{floor_html(view, i)}{"".join(parts)}</div>'
 
 
 def oracle_values(view: TokenView, i: int, reward: str) -> np.ndarray | None:
@@ -361,13 +347,27 @@ def oracle_row(view: TokenView, i: int, reward: str, vmax: float, note: str, hot
 
 
 def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
+    """Per response (numbered from 0, as everywhere): each reward's value and share Â_ik / s, and the advantage;
+    under it why the shares are large where the scale fell below the floor (:func:`floor_note`)."""
     head = "".join(f"<th>{html.escape(k)}</th><th>Â {html.escape(k)}</th>" for k in view.reward_names)
     rows = []
     for i in range(len(view.texts)):
         cells = "".join(f"<td>{view.rewards[i, j]:.3g}</td><td>{view.per_reward[i, j]:+.3f}</td>"
                         for j in range(len(view.reward_names)))
         rows.append(f"<tr><td>{i}</td>{cells}<td>{view.final[i]:+.3f}</td></tr>")
-    return f'<table><tr><th>#</th>{head}<th>advantage</th></tr>{"".join(rows)}</table>'
+    notes: dict[str, list[int]] = {}  # one note per scale (GRPO's differ by group)
+    for i in range(len(view.texts)):
+        if floor_note(view, i):
+            notes.setdefault(floor_note(view, i), []).append(i)
+    foot = "".join(
+        f'<p class="why floor">Â of {"every response" if len(who) == len(view.texts) else _who(who)}: '
+        f"{html.escape(note[0].lower() + note[1:])}</p>" for note, who in notes.items())
+    return f'<table><tr><th>#</th>{head}<th>advantage</th></tr>{"".join(rows)}</table>{foot}'
+
+
+def _who(responses: Sequence[int]) -> str:
+    """``response 3`` / ``responses 0, 2``."""
+    return ("response " if len(responses) == 1 else "responses ") + ", ".join(map(str, responses))
 
 
 def faithfulness_html(view: TokenView) -> str:
