@@ -183,6 +183,14 @@ def group_json(eg: ExplainedGroup) -> dict:
     return out
 
 
+def response_title(i: int, row: RolloutRow, advantage: float, prefix: str = "Response ") -> str:
+    """Response ``i`` of a rollout group as the page and the app name it: numbered from 0 in its group, as every
+    response is (the rewards table's #), then the file row it came from, its advantage and the one logged beside
+    it (``prefix``: the app's "#")."""
+    logged = f" (logged {row.advantage:+.3f})" if row.advantage is not None and not math.isnan(row.advantage) else ""
+    return f"{prefix}{i} (file row {row.row}) — advantage {advantage:+.3f}{logged}"
+
+
 def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") -> str:
     """One self-contained page: per group its prompt, rewards table and every response (short ones in full, long
     ones overview first: :func:`mrtpo.display.page.group_html`)."""
@@ -196,9 +204,6 @@ def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") ->
                     "<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>"
                     f"{html.escape(eg.group.prompt)}</pre>")
         body.append(render.rewards_table(v, eg.scored))
-        titles = []
-        for i, r in enumerate(eg.group.rows):
-            logged = f" (logged {r.advantage:+.3f})" if r.advantage is not None and not math.isnan(r.advantage) else ""
-            titles.append(f"Row {r.row} — advantage {v.final[i]:+.3f}{logged}")
+        titles = [response_title(i, r, v.final[i]) for i, r in enumerate(eg.group.rows)]
         body.append(page.group_html(v, eg.scored, vmax=render.scales(v), titles=titles, g=n))
     return page.document(title, body)

@@ -140,7 +140,8 @@ def test_upload_long_rollouts_overview_first(tmp_path, monkeypatch):
     _ok(at)
     bodies = _bodies(at)
     overview = next(b for b in bodies if 'class="strip"' in b)
-    assert overview.count('<div class="strip">') == 8 * 3 and overview.count("<h3>Row ") == 8
+    assert overview.count('<div class="strip">') == 8 * 3 and overview.count("<h3>Row ") == 0
+    assert [f"<h3>#{i} (file row {i + 1}) — advantage " in overview for i in range(8)] == [True] * 8  # as the table
     assert len(at.dataframe[0].value) == 8 * 3 * O.HOT_SPANS
     full = [b for b in bodies if '<div class="row">' in b]
     assert len(full) == 1 and "<b>a</b> = " in full[0]
