@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from mrtpo.core.advantages import method_names
+from mrtpo.display import page as P
 from mrtpo.display import render, token_view
 from mrtpo.display.overview import is_long
 from mrtpo.errors import MrtpoError
@@ -127,9 +128,25 @@ kept_rows = [group.rows[i] for i in keep]
 
 
 titles = [rx.response_title(i, r, view.final[i], "#") for i, r in enumerate(kept_rows)]  # # as in the table
-if is_long(view):  # overview first (every row's strips, the hottest spans), one row × one reward in full
-    LV.show(view, "rollouts_long", group=sg, vmax=vm, titles=titles)
+
+
+def _in_full() -> list[str] | None:
+    """Every row drawn in full, or None where the rows together would pass the page budget (many medium rows)."""
+    out, size = [], 0
+    for i in range(len(titles)):
+        out.append(render.response_html(view, i, vmax=vm))
+        size += len(out[-1].encode())
+        if size > P.PAGE_BUDGET:
+            return None
+    return out
+
+
+full = None if is_long(view) else LV.memo(("rollouts_in_full", vm), (view,), _in_full)
+if full is None:  # overview first (every row's strips, the hottest spans), one row × one reward in full
+    LV.show(view, "rollouts_long", group=sg, vmax=vm, titles=titles,
+            why=None if is_long(view) else f"These rows drawn in full would pass {P.PAGE_BUDGET / 1e6:g} MB: an "
+                                           "overview first.")
 else:
     for i, title in enumerate(titles):
         with st.expander(title, expanded=i < 2):
-            st.html(f"<style>{render.CSS}</style>{render.response_html(view, i, vmax=vm)}")
+            st.html(f"<style>{render.CSS}</style>{full[i]}")

@@ -196,11 +196,22 @@ def limits(view: TokenView, scale: str = "response", i: int | None = None,
             A_i (``final``) and A_it (``token_adv``);
     moved = max |A'_ikt − Â_ik / scale| (:meth:`mrtpo.display.TokenView.moved`);
     rel   = max ρ_ikt.
-    A limit of 0 (nothing to color) becomes 1, so every color stays transparent and no division by 0 happens."""
+    A limit of 0 (nothing to color) becomes 1, so every color stays transparent and no division by 0 happens.  A
+    group's are kept for the last views (:func:`kept`: a page asks for them once per response it draws)."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
     if scale == "response" and i is None:
         raise ValueError('scale="response" needs the response i')
+    if scale == "response":
+        return _limits(view, scale, i, rewards)
+    key = (None if rewards is None else tuple(rewards),)
+    return kept(_LIMITS, view, key, lambda: _limits(view, scale, i, rewards))
+
+
+_LIMITS: dict = {}
+
+
+def _limits(view: TokenView, scale: str, i: int | None, rewards: Sequence[str] | None) -> Limits:
     rows = range(len(view.texts)) if scale == "group" else [i]
     names = [k for k in view.reward_names if rewards is None or k in rewards]
     adv, moved, rel = [0.0], [0.0], [0.0]
