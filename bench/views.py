@@ -7,12 +7,16 @@ model: random ρ and advantages over real-looking text, multi-byte characters sp
   reward in full, their sizes and the seconds to build them; β re-coloring (a new token view, overview and full
   view);
 - optionally (``--app``) Explore through AppTest (in-process, no browser): the first run with the group in the
-  session, a β change, a response change.
+  session, a β change, a response change;
+- pages of many medium responses (unless ``--no-pages``): ``explain --input`` of 64 responses × 290 tokens × 3
+  rewards and ``rollouts --html`` of 4 groups × 64 × 280 tokens × 3 rewards (each response under the long threshold,
+  so each alone would be drawn in full), their sizes against the page budget and what they draw.
 
-    python bench/views.py [--G 8] [--T 2000] [--K 3] [--app]
+    python bench/views.py [--G 8] [--T 2000] [--K 3] [--app] [--no-pages]
 
 Prints the figures measured in this one run (targets for 8 × 2,000 × 3: export ≤ 5 MB; overview and full view
-≤ 3 s; β re-colors ≤ 1 s). Times depend on what else runs on the machine: say so when you quote them.
+≤ 3 s; β re-colors ≤ 1 s; every page ≤ 10 MB). Times depend on what else runs on the machine: say so when you quote
+them.
 """
 from __future__ import annotations
 
@@ -156,6 +160,32 @@ def measure(G: int, T: int, K: int) -> dict:
     return out
 
 
+def measure_pages() -> dict:
+    """The two pages of many medium responses (module docstring): size (MB), seconds to lay out, what they draw."""
+    from mrtpo.display import page as P
+    from mrtpo.display import token_view
+    from mrtpo.integrations import rollout_explain as rx
+    from mrtpo.integrations.rollouts import RolloutGroup, RolloutRow
+
+    out: dict = {}
+    group, replay = synthetic_group(64, 290, 3)
+    view = token_view(group, replay, "mrtpo", 0.5)
+    lay, s = timed(P.page_layout, view, group)
+    out["page: explain 64 × 290 × 3 (MB)"], out["page: explain, layout (s)"] = len(lay.html.encode()) / 1e6, s
+    out["page: explain draws"] = lay.summary() if not lay.complete else "every response as without a budget"
+    items = []
+    for n in range(4):
+        group, replay = synthetic_group(64, 280, 3, seed=n)
+        rows = [RolloutRow("r.jsonl", 64 * n + i + 1, 1, group.prompt, x.text, {}, {}) for i, x in
+                enumerate(group.samples)]
+        items.append(rx.ExplainedGroup(RolloutGroup(1, group.prompt, rows), group,
+                                       token_view(group, replay, "mrtpo", 0.5)))
+    lay, s = timed(rx.page_layout, items)
+    out["page: rollouts 4 × 64 × 280 × 3 (MB)"], out["page: rollouts, layout (s)"] = len(lay.html.encode()) / 1e6, s
+    out["page: rollouts draws"] = lay.summary() if not lay.complete else "every response as without a budget"
+    return out
+
+
 def measure_app(G: int, T: int, K: int) -> dict:
     """Explore under AppTest with the synthetic group in the session (in-process, no browser: Python's share of
     the time; the browser's drawing is not in it)."""
@@ -185,6 +215,7 @@ def main(argv=None) -> int:
     p.add_argument("--T", type=int, default=2000)
     p.add_argument("--K", type=int, default=3)
     p.add_argument("--app", action="store_true", help="also time Explore through AppTest")
+    p.add_argument("--no-pages", action="store_true", help="leave out the pages of many medium responses")
     p.add_argument("--no-doc", action="store_true", help="print only (do not write docs/benchmarks.md)")
     a = p.parse_args(argv)
     from bench import report
@@ -193,13 +224,17 @@ def main(argv=None) -> int:
     figures = measure(a.G, a.T, a.K)
     if a.app:
         figures.update(measure_app(a.G, a.T, a.K))
+    if not a.no_pages:
+        figures.update(measure_pages())
     for name, v in figures.items():
         print(f"{name:45s} {v:.3f}" if isinstance(v, float) else f"{name:45s} {v}")
     if not a.no_doc:
         rows = [(name, f"{v:.3f}" if isinstance(v, float) else v) for name, v in figures.items()]
         text = (f"G = {a.G} responses × T = {a.T:,} tokens × K = {a.K} rewards (synthetic, no model)"
-                f"{'; Explore through AppTest' if a.app else ''}. Targets: export ≤ 5 MB; overview and full view "
-                f"≤ 3 s; β re-colors ≤ 1 s.\n\n" + report.table(("figure", "value"), rows))
+                f"{'; Explore through AppTest' if a.app else ''}"
+                f"{'' if a.no_pages else '; pages of many medium responses (synthetic)'}. Targets: export ≤ 5 MB; "
+                f"overview and full view ≤ 3 s; β re-colors ≤ 1 s{'' if a.no_pages else '; every page ≤ 10 MB'}."
+                "\n\n" + report.table(("figure", "value"), rows))
         path = report.update_section("views", report.section("bench/views.py", text))
         print(f"written to {path} (section views)")
     return 0

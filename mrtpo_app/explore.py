@@ -188,7 +188,8 @@ def _downloads(run: S.SessionGroup, v, scale: str, lazy: bool) -> None:
         return json.dumps(out, ensure_ascii=False)
 
     def page() -> str:
-        return display_page.page_html(v, g, title=f"mrtpo — {run.label}", scale=scale)
+        return display_page.page_html(v, g, title=f"mrtpo — {run.label}", scale=scale,
+                                      rest="every number is in the JSON download beside this page's")
 
     d1, d2 = st.columns(2)
     d1.download_button("Download JSON (everything shown)", data if lazy else data(),

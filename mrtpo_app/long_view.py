@@ -57,10 +57,12 @@ def hot_table(view: TokenView, responses: Sequence[int], titles) -> list[dict]:
 
 def show(view: TokenView, key: str, *, group=None, scale: str = "response", vmax: tuple[float, float] | None = None,
          titles: Sequence[str] | dict[int, str] | None = None, responses: Sequence[int] | None = None,
-         picker_key: str | None = None, picker_label: str = "Response (drawn in full)") -> tuple[int, str]:
+         picker_key: str | None = None, picker_label: str = "Response (drawn in full)",
+         why: str | None = None) -> tuple[int, str]:
     """The three parts of the module docstring for ``view`` (``responses``: the ones shown, default every one; one
     response: no picker).  ``key``: the widgets' prefix; ``picker_key``: the response picker's key (Explore shares
-    it with its group table).  Returns the (response, reward) drawn in full."""
+    it with its group table); ``why``: why the overview comes first (default: some response is long).  Returns the
+    (response, reward) drawn in full."""
     G = len(view.texts)
     responses = list(range(G)) if responses is None else list(responses)
     if titles is None:  # (any mapping of the responses shown to their titles will do)
@@ -70,7 +72,8 @@ def show(view: TokenView, key: str, *, group=None, scale: str = "response", vmax
     body = memo((key, "overview", scale, vmax, tuple(responses)), (view,),
                 lambda: O.group_overview_html(view, scale, vmax, titles, snippets=False, responses=responses))
     st.html(f"<style>{O.CSS}</style>{body}")
-    st.caption(f"Responses longer than {O.LONG_TOKENS} tokens: an overview first. Each strip runs along the response "
+    why = why or f"Responses longer than {O.LONG_TOKENS} tokens: an overview first."
+    st.caption(f"{why} Each strip runs along the response "
                "(a mark is the largest value of its stretch, on the full view's color scale); the numbered marks are "
                "the hottest spans, listed below. Select a span, or pick a response and a reward, to draw it in full.")
     rows = memo((key, "hot", tuple(responses)), (view,), lambda: hot_table(view, responses, titles))

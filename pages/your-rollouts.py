@@ -17,6 +17,7 @@ from pathlib import Path
 import streamlit as st
 
 from mrtpo.core.advantages import method_names
+from mrtpo.display import page as P
 from mrtpo.display import render, token_view
 from mrtpo.display.overview import is_long
 from mrtpo.errors import MrtpoError
@@ -114,7 +115,7 @@ with guard("replay"):
         sg = sg.subset(keep)
     try:  # a completion too long for the model fails here, before any offset or forward pass
         replay = wait.replay_page("rollouts", ch, sg, S.current_template(None),  # asks first when long; Cancel
-                                  label=lambda i: f"Row {group.rows[keep[i]].row}")
+                                  label=lambda i: f"#{i} (file row {group.rows[keep[i]].row})")
     except TooLong as e:
         raise rx.too_long_error(group, [group.rows[i] for i in keep], e) from None
     # the token view, once per input in this session (the replay object is the cached one: the same tokens, rewards)
@@ -126,15 +127,26 @@ vm = render.scales(view)
 kept_rows = [group.rows[i] for i in keep]
 
 
-def _title(i: int, r) -> str:
-    logged = f" · logged advantage {r.advantage:+.3f}" if r.advantage is not None and r.advantage == r.advantage else ""
-    return f"Row {r.row} — advantage {view.final[i]:+.3f}{logged}"
+titles = [rx.response_title(i, r, view.final[i], "#") for i, r in enumerate(kept_rows)]  # # as in the table
 
 
-if is_long(view):  # overview first (every row's strips, the hottest spans), one row × one reward in full
-    LV.show(view, "rollouts_long", group=sg, vmax=vm, titles=[_title(i, r) for i, r in enumerate(kept_rows)],
-            picker_label="Row (drawn in full)")
+def _in_full() -> list[str] | None:
+    """Every row drawn in full, or None where the rows together would pass the page budget (many medium rows)."""
+    out, size = [], 0
+    for i in range(len(titles)):
+        out.append(render.response_html(view, i, vmax=vm))
+        size += len(out[-1].encode())
+        if size > P.PAGE_BUDGET:
+            return None
+    return out
+
+
+full = None if is_long(view) else LV.memo(("rollouts_in_full", vm), (view,), _in_full)
+if full is None:  # overview first (every row's strips, the hottest spans), one row × one reward in full
+    LV.show(view, "rollouts_long", group=sg, vmax=vm, titles=titles,
+            why=None if is_long(view) else f"These rows drawn in full would pass {P.PAGE_BUDGET / 1e6:g} MB: an "
+                                           "overview first.")
 else:
-    for i, r in enumerate(kept_rows):
-        with st.expander(_title(i, r), expanded=i < 2):
-            st.html(f"<style>{render.CSS}</style>{render.response_html(view, i, vmax=vm)}")
+    for i, title in enumerate(titles):
+        with st.expander(title, expanded=i < 2):
+            st.html(f"<style>{render.CSS}</style>{full[i]}")

@@ -189,7 +189,7 @@ def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> No
     """Replay the group (or read the measure without one), then write ``--html`` (and ``--json``)."""
     from mrtpo.core.measures import needs_replay
     from mrtpo.display import token_view, view_to_json
-    from mrtpo.display.page import page_html
+    from mrtpo.display.page import page_layout
     from mrtpo.replay import ReplayConfig, replay_scored
     from mrtpo.replay.estimate import estimate_scored
 
@@ -203,7 +203,13 @@ def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> No
     replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
     view = token_view(group, replay, method=a.method, beta=a.beta)
     prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
-    write_text(a.html, page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
+    rest = (f"every number is in {a.json}" if a.json else
+            "every number is in the JSON that --json FILE writes")
+    page = page_layout(view, group, title=f"mrtpo explain — {group.example.id}", rest=rest,
+                       progress=prog.work(f"laying out {a.html}"))
+    write_text(a.html, page.html)
+    if not page.complete:
+        print(f"note: {a.html} {page.note}", file=sys.stderr)
     if a.json:
         data = view_to_json(view, group)
         if tries:

@@ -73,6 +73,20 @@ def cmd_rollouts(a) -> int:
     if not items:
         which = "the group could not" if len(todo) == 1 else f"none of the {len(todo)} groups could"
         raise MrtpoError(f"{which} be explained (each reported above); nothing written to {a.output}")
+    _write(a, prog, items)
+    n_rows = sum(len(eg.group.rows) for eg in items)
+    more = f" (of {len(groups)}; raise --max-groups for more)" if len(groups) > len(todo) else ""
+    left = f", {len(skipped)} skipped (see the warnings)" if skipped else ""
+    print(f"{plural(len(items), 'group')}{more}{left}, {plural(n_rows, 'row')} explained → {a.output}"
+          + (f", {a.html}" if a.html else ""), file=sys.stderr)
+    return 1 if skipped else 0
+
+
+def _write(a, prog: Progress, items) -> None:
+    """The JSONL of ``items`` (explained groups) to ``--output``, and their page to ``--html`` (within the page
+    budget: what it does not draw in full is in the JSONL, which the page and a note on stderr say)."""
+    from mrtpo.integrations import rollout_explain as rx
+
     text = "".join(dumps(rx.group_json(eg)) + "\n" for eg in items)
     prog.stage(f"writing {a.output}" + (f" and {a.html}" if a.html else ""))
     if a.output == "-":
@@ -80,13 +94,13 @@ def cmd_rollouts(a) -> int:
     else:
         write_text(a.output, text)
     if a.html:
-        write_text(a.html, rx.page_html(items, title=f"mrtpo rollouts — {Path(a.input).name}"))
-    n_rows = sum(len(eg.group.rows) for eg in items)
-    more = f" (of {len(groups)}; raise --max-groups for more)" if len(groups) > len(todo) else ""
-    left = f", {len(skipped)} skipped (see the warnings)" if skipped else ""
-    print(f"{plural(len(items), 'group')}{more}{left}, {plural(n_rows, 'row')} explained → {a.output}"
-          + (f", {a.html}" if a.html else ""), file=sys.stderr)
-    return 1 if skipped else 0
+        rest = ("every number is in " + ("the JSONL written to stdout" if a.output == "-" else a.output)
+                + ", one line per group")
+        page = rx.page_layout(items, title=f"mrtpo rollouts — {Path(a.input).name}", rest=rest,
+                              progress=prog.work(f"laying out {a.html}"))
+        write_text(a.html, page.html)
+        if not page.complete:
+            print(f"note: {a.html} {page.note}", file=sys.stderr)
 
 
 def _estimate(lm, groups, vt, template):

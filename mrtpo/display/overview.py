@@ -30,6 +30,7 @@ import numpy as np
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.spans import cell_values
+from mrtpo.display.notes import floor_html
 from mrtpo.display.render import (
     CSS as BASE_CSS,
 )
@@ -219,13 +220,15 @@ def chip(value: float, vmax: float) -> str:
     return f'<span class="chip" style="background:{diverging_color(value, vmax)}">{value:+.3f}</span>'
 
 
-def _strip(view: TokenView, i: int, reward: str, lim: Limits, groups, hot: list[HotSpan]) -> str:
-    """The strip of response ``i`` × ``reward`` and, under it, the hottest spans' numbered marks."""
+def _strip(view: TokenView, i: int, reward: str, lim: Limits, groups, hot: list[HotSpan],
+           n_bins: int = STRIP_BINS) -> str:
+    """The strip of response ``i`` × ``reward`` (at most ``n_bins`` marks) and, under it, the hottest spans'
+    numbered marks."""
     chars = char_spans(view.tokens[i])
     moved = moves(view, i, reward)
     mv = cell_values(view.moved(i, reward), groups, "sum")
     rel = cell_values(view.relevance[i][reward], groups, "mean")
-    bins = strip_bins(len(groups))
+    bins = strip_bins(len(groups), n_bins)
     marks = peaks(mv if moved else rel, bins)
     what, color, vmax = ("moved", diverging_color, lim.moved) if moved else ("ρ", sequential_color, lim.rel)
     starts = np.array([a for a, _ in bins], dtype=int)
@@ -280,12 +283,13 @@ def _hot_html(view: TokenView, i: int, reward: str, lim: Limits, hot: list[HotSp
 
 
 def overview_html(view: TokenView, i: int, scale: str = "response", vmax: tuple[float, float] | None = None,
-                  link: str | None = None, n_hot: int = HOT_SPANS, snippets: bool = True) -> str:
+                  link: str | None = None, n_hot: int = HOT_SPANS, snippets: bool = True,
+                  n_bins: int = STRIP_BINS) -> str:
     """The overview of response ``i`` (the module docstring): per reward its value, GDPO's uniform share as a
-    number, the strip with the hottest spans' numbered marks and (``snippets``) the spans themselves; a reward not
-    replayed is one line; then the combined advantage.  Colors as :func:`mrtpo.display.render.response_html` takes
-    them (``scale``, ``vmax``).  ``link``: attributes that make the hottest spans and an "open" button per reward
-    open the full view (the export's script)."""
+    number, the strip (at most ``n_bins`` marks) with the hottest spans' numbered marks and (``snippets``) the spans
+    themselves; a reward not replayed is one line; then the combined advantage.  Colors as
+    :func:`mrtpo.display.render.response_html` takes them (``scale``, ``vmax``).  ``link``: attributes that make the
+    hottest spans and an "open" button per reward open the full view (the export's script)."""
     lim = _lim(view, i, scale, vmax)
     m = parse_method(view.method)
     groups = token_cells(view.tokens[i])
@@ -300,7 +304,7 @@ def overview_html(view: TokenView, i: int, scale: str = "response", vmax: tuple[
         opener = (f' <button class="open" {link} data-k="{html.escape(k)}">open in full</button>' if link else "")
         parts.append(f'<div class="ovr"><div class="lab">{name}<br>{m.estimator_label} (uniform) '
                      f"{chip(float(view.per_reward[i, j]), lim.adv)}{opener}</div><div class=\"ovb\">"
-                     f"{_strip(view, i, k, lim, groups, hot)}"
+                     f"{_strip(view, i, k, lim, groups, hot, n_bins)}"
                      f"{_hot_html(view, i, k, lim, hot, link) if snippets else ''}</div></div>")
     opener = f' <button class="open" {link} data-k="{COMBINED}">open in full</button>' if link else ""
     parts.append(f'<div class="ovr"><div class="lab"><b>combined</b>{opener}</div><div class="ovb uni">'
@@ -311,7 +315,7 @@ def overview_html(view: TokenView, i: int, scale: str = "response", vmax: tuple[
     key = (f'<div class="ovkey">{len(view.tokens[i]):,} tokens. Strips: {what} along the response, each mark the '
            "largest value of its stretch; numbered: the hottest spans, where the reward's credit went (the most "
            f"moved toward them, ρ &gt; 1). Hover for the numbers.</div>")
-    return f'<div class="mrtpo ov">{key}{"".join(parts)}</div>'
+    return f'<div class="mrtpo ov">{key}{floor_html(view, i)}{"".join(parts)}</div>'
 
 
 def full_html(view: TokenView, i: int, reward: str, scale: str = "response", group=None,
@@ -325,7 +329,7 @@ def full_html(view: TokenView, i: int, reward: str, scale: str = "response", gro
     toks = view.tokens[i]
     split = any(len(c) > 1 for c in token_cells(toks))
     key = legend(lim.adv, lim.rel, bool(view.evidence), lim.moved if m.tokens else None,
-                 None if vmax is not None else scale, split)
+                 None if vmax is not None else scale, split) + floor_html(view, i)
     if reward == COMBINED:
         parts = ['<div class="reward"><b>combined</b> (sum over rewards, batch-normalized)</div>',
                  f'<div class="uni">{m.estimator_label} (uniform) {chip(float(view.final[i]), lim.adv)} on every '

@@ -106,10 +106,11 @@ SCRIPT = r"""
     }
     var w = R.rewards[k];
     if (w.skipped) return '<div class="mrtpo full">' + w.head + "</div>";
-    var a = w.a.map(val), rho = w.rho.map(val), js = w.js.map(val), uni = val(w.uni);
+    var a = w.a.map(val), rho = w.rho.map(val), js = w.js === null ? null : w.js.map(val), uni = val(w.uni);
     var moved = a.map(function (x) { return x - uni; });
     var tips = function (t) {
-      return repr(R.text[t]) + " | reward " + k + (isNaN(js[t]) ? "" : " | JS " + fix(js[t], 4)) + " | relevance " +
+      var d = js === null ? " | JS not computed" : (isNaN(js[t]) ? "" : " | JS " + fix(js[t], 4));
+      return repr(R.text[t]) + " | reward " + k + d + " | relevance " +
         fix(rho[t], 3) + " | " +
         R.method + " advantage " + sgn(a[t], 4) + " | " + R.base + " advantage " + sgn(uni, 4) + " | moved " +
         sgn(moved[t], 4);

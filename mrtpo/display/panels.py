@@ -9,6 +9,7 @@ import numpy as np
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.display import TokenView
+from mrtpo.display.notes import floor_html, js_text
 from mrtpo.display.render import REL, legend, limits, token_row
 from mrtpo.replay import ResponseRelevance
 
@@ -23,10 +24,10 @@ def relevance_diff_html(before: ResponseRelevance, after: ResponseRelevance, rew
     rows = []
     for k in rewards:
         rb, ra = before.relevance.get(k, np.ones(T)), after.relevance.get(k, np.ones(T))
-        jb, ja = before.js.get(k, np.zeros(T)), after.js.get(k, np.zeros(T))
+        jb, ja = before.js.get(k), after.js.get(k)  # None: not computed (a replay-free measure, not replayed)
         diff = ra - rb
         vd = float(np.abs(diff).max()) if T else 0.0
-        tips = [f"{t['text']!r} | {k} | before: JS {jb[n]:.4f}, ρ {rb[n]:.3f} | after: JS {ja[n]:.4f}, "
+        tips = [f"{t['text']!r} | {k} | before: {js_text(jb, n)}, ρ {rb[n]:.3f} | after: {js_text(ja, n)}, "
                 f"ρ {ra[n]:.3f} | Δρ {diff[n]:+.3f}" for n, t in enumerate(toks)]
         rows.append(f'<div class="reward"><b>{html.escape(k)}</b></div>')
         rows.append(token_row("ρ before", toks, rb, "sequential", vmax, tips))
@@ -53,7 +54,7 @@ def stored_sample_html(view: TokenView, i: int, row: dict) -> str:
     replayed = set(row.get("relevance", {}))
     lim = limits(view, "response", i, rewards=names)
     va, vr = lim.adv, max(lim.rel, 1.0)
-    parts = [legend(va, vr)]
+    parts = [legend(va, vr), floor_html(view, i)]
     reasons = row.get("reasons", {})
     for k in names:
         j = view.reward_names.index(k)

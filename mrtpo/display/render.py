@@ -26,6 +26,7 @@ from mrtpo.core.faith_metrics import token_labels
 from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.core.spans import cell_values, cells, text_cells
 from mrtpo.display import TokenView, faithfulness_table
+from mrtpo.display.notes import floor_html, floor_note, js_tip
 from mrtpo.display.style import CSS, NEG, POS, REL, diverging_color, sequential_color  # noqa: F401 - render's names
 from mrtpo.groups import ScoredGroup
 
@@ -195,11 +196,22 @@ def limits(view: TokenView, scale: str = "response", i: int | None = None,
             A_i (``final``) and A_it (``token_adv``);
     moved = max |A'_ikt − Â_ik / scale| (:meth:`mrtpo.display.TokenView.moved`);
     rel   = max ρ_ikt.
-    A limit of 0 (nothing to color) becomes 1, so every color stays transparent and no division by 0 happens."""
+    A limit of 0 (nothing to color) becomes 1, so every color stays transparent and no division by 0 happens.  A
+    group's are kept for the last views (:func:`kept`: a page asks for them once per response it draws)."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
     if scale == "response" and i is None:
         raise ValueError('scale="response" needs the response i')
+    if scale == "response":
+        return _limits(view, scale, i, rewards)
+    key = (None if rewards is None else tuple(rewards),)
+    return kept(_LIMITS, view, key, lambda: _limits(view, scale, i, rewards))
+
+
+_LIMITS: dict = {}
+
+
+def _limits(view: TokenView, scale: str, i: int | None, rewards: Sequence[str] | None) -> Limits:
     rows = range(len(view.texts)) if scale == "group" else [i]
     names = [k for k in view.reward_names if rewards is None or k in rewards]
     adv, moved, rel = [0.0], [0.0], [0.0]
@@ -241,14 +253,13 @@ def reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note
 
 def reward_tips(view: TokenView, i: int, reward: str, start: int = 0, end: int | None = None) -> list[str]:
     """Per token of response ``i`` (tokens ``start`` … ``end`` − 1; default all), the tooltip of ``reward``'s rows:
-    its JS distance (where there is one: a log has none), ρ, the method's and the estimator's advantage, and what
-    the method moved."""
+    its JS distance (:func:`js_tip`), ρ, the method's and the estimator's advantage, and what the method moved."""
     m = parse_method(view.method)
     j = view.reward_names.index(reward)
-    js, rel, ta = view.js[i][reward], view.relevance[i][reward], view.token_adv_per_reward[i][reward]
+    js, rel, ta = view.js[i].get(reward), view.relevance[i][reward], view.token_adv_per_reward[i][reward]
     uni = float(view.per_reward[i, j])
     toks = view.tokens[i]
-    return [f"{toks[n]['text']!r} | reward {reward}{f' | JS {js[n]:.4f}' if np.isfinite(js[n]) else ''} | "
+    return [f"{toks[n]['text']!r} | reward {reward}{js_tip(js, n)} | "
             f"relevance {rel[n]:.3f} | {m.label} advantage {ta[n]:+.4f} | {m.estimator_label} advantage {uni:+.4f} | "
             f"moved {ta[n] - uni:+.4f}" for n in range(start, len(toks) if end is None else end)]
 
@@ -315,7 +326,7 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
                            token_row(f"{view.method} β={view.beta:g}", toks, ta, "diverging", va, tips)))
     split = any(len(c) > 1 for c in token_cells(toks))
     key = legend(va, vr, bool(view.evidence), vm if m.tokens else None, None if vmax is not None else scale, split)
-    return f'<div class="mrtpo">{key}{"".join(parts)}</div>'
+    return f'<div class="mrtpo">{key}{floor_html(view, i)}{"".join(parts)}</div>'
 
 
 def oracle_values(view: TokenView, i: int, reward: str) -> np.ndarray | None:
@@ -347,13 +358,27 @@ def oracle_row(view: TokenView, i: int, reward: str, vmax: float, note: str, hot
 
 
 def rewards_table(view: TokenView, group: ScoredGroup | None = None) -> str:
+    """Per response (numbered from 0, as everywhere): each reward's value and share Â_ik / s, and the advantage;
+    under it why the shares are large where the scale fell below the floor (:func:`floor_note`)."""
     head = "".join(f"<th>{html.escape(k)}</th><th>Â {html.escape(k)}</th>" for k in view.reward_names)
     rows = []
     for i in range(len(view.texts)):
         cells = "".join(f"<td>{view.rewards[i, j]:.3g}</td><td>{view.per_reward[i, j]:+.3f}</td>"
                         for j in range(len(view.reward_names)))
         rows.append(f"<tr><td>{i}</td>{cells}<td>{view.final[i]:+.3f}</td></tr>")
-    return f'<table><tr><th>#</th>{head}<th>advantage</th></tr>{"".join(rows)}</table>'
+    notes: dict[str, list[int]] = {}  # one note per scale (GRPO's differ by group)
+    for i in range(len(view.texts)):
+        if floor_note(view, i):
+            notes.setdefault(floor_note(view, i), []).append(i)
+    foot = "".join(
+        f'<p class="why floor">Â of {"every response" if len(who) == len(view.texts) else _who(who)}: '
+        f"{html.escape(note[0].lower() + note[1:])}</p>" for note, who in notes.items())
+    return f'<table><tr><th>#</th>{head}<th>advantage</th></tr>{"".join(rows)}</table>{foot}'
+
+
+def _who(responses: Sequence[int]) -> str:
+    """``response 3`` / ``responses 0, 2``."""
+    return ("response " if len(responses) == 1 else "responses ") + ", ".join(map(str, responses))
 
 
 def faithfulness_html(view: TokenView) -> str:

@@ -56,14 +56,14 @@ def group_table(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo")
 
 def relevance_change(before: ResponseRelevance, after: ResponseRelevance, rewards: Sequence[str]) -> list[dict]:
     """Per reward, how a template edit moved one response's relevance: mean JS before / after, max |Δρ| and the
-    correlation of ρ before and after (NaN when either is constant). A reward not replayed counts as uniform."""
+    correlation of ρ before and after (NaN when either is constant). A reward not replayed counts as uniform; a
+    mean JS no replay computed (a replay-free measure, a reward not replayed) is None."""
     T = len(before.token_ids)
     out = []
+    mean = lambda js: None if js is None else (float(js.mean()) if T else 0.0)  # noqa: E731
     for k in rewards:
         rb, ra = before.relevance.get(k, np.ones(T)), after.relevance.get(k, np.ones(T))
-        jb, ja = before.js.get(k, np.zeros(T)), after.js.get(k, np.zeros(T))
-        out.append({"reward": k, "mean JS before": float(jb.mean()) if T else 0.0,
-                    "mean JS after": float(ja.mean()) if T else 0.0,
+        out.append({"reward": k, "mean JS before": mean(before.js.get(k)), "mean JS after": mean(after.js.get(k)),
                     "max |Δρ|": float(np.abs(ra - rb).max()) if T else 0.0,
                     "corr(ρ before, ρ after)": float(np.corrcoef(rb, ra)[0, 1])
                     if T > 1 and rb.std() > 0 and ra.std() > 0 else float("nan")})

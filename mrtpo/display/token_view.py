@@ -31,6 +31,8 @@ class TokenView:
     tokens: list[list[dict]]  # per response: [{text, start, end}]
     texts: list[str]
     relevance: list[dict[str, np.ndarray]]  # per response: reward -> (T,) (ones for skipped rewards)
+    # per response: reward -> (T,) JS distance d_kt, for the rewards whose JS the replay computed (none where no
+    # replay ran, none for a reward not replayed: "not computed"); NaN where it was computed but not kept (a log)
     js: list[dict[str, np.ndarray]]
     token_adv_per_reward: list[dict[str, np.ndarray]]  # per response: reward -> (T,) A_ikt (weighted)
     token_adv: list[np.ndarray]  # per response: (T,) combined A_it after batch normalization
@@ -39,6 +41,9 @@ class TokenView:
     measure: str = "js"  # the relevance measure ρ comes from
     # per response: {reward: evidence spans (None = whole response)}; [] when the group has no verifier evidence
     evidence: list[dict[str, list[Span] | None]] = field(default_factory=list)
+    # (G,) what each response's per-reward shares were divided by: the batch scale s = std + ε (GRPO: its group's
+    # std + ε); below the scale floor they are amplified (mrtpo.display.render.floor_note); None: not known
+    divisor: np.ndarray | None = None
 
     def moved(self, i: int, reward: str) -> np.ndarray:
         """(T,) what the token method moved of ``reward``'s advantage in response ``i``: its token row minus the
@@ -55,6 +60,14 @@ class TokenView:
         spans = self.evidence[i].get(reward)
         offsets = [(t["start"], t["end"]) for t in self.tokens[i]]
         return pair_metrics(self.relevance[i][reward], offsets, spans, self.texts[i])
+
+
+def _divisor(credit: TokenCredit) -> np.ndarray:
+    """(N,) what each response's per-reward shares were divided by (:attr:`TokenView.divisor`)."""
+    adv = credit.adv
+    scale = adv.scale.detach().float().cpu()
+    d = scale.expand(adv.per_reward.shape[0]) if adv.divisor is None else adv.divisor.detach().float().cpu() * scale
+    return d.numpy().astype(float)
 
 
 def _rows(rho: torch.Tensor, credit: TokenCredit, names: Sequence[str], lengths: Sequence[int]
@@ -100,12 +113,11 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
         per_reward=credit.uniform.numpy(), final=adv.final.numpy(),
         tokens=[r.tokens() for r in replay.responses], texts=[r.text for r in replay.responses],
         relevance=rel,
-        js=[{k: (r.js[k] if k in r.js else np.zeros(len(r.token_ids))) for k in group.reward_names}
-            for r in replay.responses],
+        js=[{k: r.js[k] for k in group.reward_names if k in r.js} for r in replay.responses],  # only those computed
         token_adv_per_reward=per_tok, token_adv=tok,
         diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v)
                      for k, v in adv.diagnostics.items() if k != "zscore"},
-        skipped=list(replay.skipped), measure=replay.measure, evidence=list(group.evidence),
+        skipped=list(replay.skipped), measure=replay.measure, evidence=list(group.evidence), divisor=_divisor(credit),
     )
 
 
@@ -135,5 +147,5 @@ def stored_step_view(rows: Sequence[dict], method: str, group_size: int, beta_s:
         texts=[r["text"] for r in rows],
         relevance=rel, js=[{k: np.full(t, np.nan) for k in names} for t in T], token_adv_per_reward=per_tok,
         token_adv=tok,
-        diagnostics={"center": float(credit.adv.center), "scale": float(credit.adv.scale)},
+        diagnostics={"center": float(credit.adv.center), "scale": float(credit.adv.scale)}, divisor=_divisor(credit),
     )

@@ -15,6 +15,7 @@ import numpy as np
 from mrtpo import validate as V
 from mrtpo.core.credit import BETA, METHOD
 from mrtpo.display import TokenView, token_view, view_to_json
+from mrtpo.display.page import REST, Page
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup
 from mrtpo.integrations.rollouts import RolloutFileError, RolloutGroup, RolloutRow, _plain, group_rows
@@ -187,22 +188,33 @@ def group_json(eg: ExplainedGroup) -> dict:
     return out
 
 
-def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") -> str:
-    """One self-contained page: per group its prompt, rewards table and every response (short ones in full, long
-    ones overview first: :func:`mrtpo.display.page.group_html`)."""
+def response_title(i: int, row: RolloutRow, advantage: float, prefix: str = "Response ") -> str:
+    """Response ``i`` of a rollout group as the page and the app name it: numbered from 0 in its group, as every
+    response is (the rewards table's #), then the file row it came from, its advantage and the one logged beside
+    it (``prefix``: the app's "#")."""
+    logged = f" (logged {row.advantage:+.3f})" if row.advantage is not None and not math.isnan(row.advantage) else ""
+    return f"{prefix}{i} (file row {row.row}) — advantage {advantage:+.3f}{logged}"
+
+
+def page_layout(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts", budget: int | None = None,
+                rest: str = REST, progress=None) -> Page:
+    """One self-contained page (:func:`mrtpo.display.page.layout`): per group its prompt, rewards table and every
+    response (short ones in full, long ones overview first, as much as the page's ``budget`` allows; ``rest``:
+    where the others' numbers are)."""
     from mrtpo.display import page, render
 
-    body = [f"<h2>{html.escape(title)}</h2>"]
-    for n, eg in enumerate(items):
+    sections = []
+    for eg in items:
         v = eg.view
         step = f" — step {eg.group.step}" if eg.group.step is not None else ""
-        body.append(f"<h2>Group {html.escape(eg.group.id)}{step}</h2>"
-                    "<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>"
-                    f"{html.escape(eg.group.prompt)}</pre>")
-        body.append(render.rewards_table(v, eg.scored))
-        titles = []
-        for i, r in enumerate(eg.group.rows):
-            logged = f" (logged {r.advantage:+.3f})" if r.advantage is not None and not math.isnan(r.advantage) else ""
-            titles.append(f"Row {r.row} — advantage {v.final[i]:+.3f}{logged}")
-        body.append(page.group_html(v, eg.scored, vmax=render.scales(v), titles=titles, g=n))
-    return page.document(title, body)
+        head = (f"<h2>Group {html.escape(eg.group.id)}{step}</h2>"
+                "<pre style='white-space:pre-wrap;background:#f6f6f6;padding:6px'>"
+                f"{html.escape(eg.group.prompt)}</pre>" + render.rewards_table(v, eg.scored))
+        titles = [response_title(i, r, v.final[i]) for i, r in enumerate(eg.group.rows)]
+        sections.append(page.Section(head, v, eg.scored, render.scales(v), titles))
+    return page.layout(title, [f"<h2>{html.escape(title)}</h2>"], sections, "response", budget, rest, progress)
+
+
+def page_html(items: Sequence[ExplainedGroup], title: str = "mrtpo rollouts") -> str:
+    """:func:`page_layout`'s HTML."""
+    return page_layout(items, title).html

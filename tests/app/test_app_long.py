@@ -140,7 +140,8 @@ def test_upload_long_rollouts_overview_first(tmp_path, monkeypatch):
     _ok(at)
     bodies = _bodies(at)
     overview = next(b for b in bodies if 'class="strip"' in b)
-    assert overview.count('<div class="strip">') == 8 * 3 and overview.count("<h3>Row ") == 8
+    assert overview.count('<div class="strip">') == 8 * 3 and overview.count("<h3>Row ") == 0
+    assert [f"<h3>#{i} (file row {i + 1}) — advantage " in overview for i in range(8)] == [True] * 8  # as the table
     assert len(at.dataframe[0].value) == 8 * 3 * O.HOT_SPANS
     full = [b for b in bodies if '<div class="row">' in b]
     assert len(full) == 1 and "<b>a</b> = " in full[0]
@@ -149,3 +150,29 @@ def test_upload_long_rollouts_overview_first(tmp_path, monkeypatch):
     _ok(at)
     full = [b for b in _bodies(at) if '<div class="row">' in b][0]
     assert "<b>c</b> = 0" in full and not at.expander  # no row of every response drawn in full
+
+
+def test_upload_many_medium_rows_overview_first_past_the_page_budget(monkeypatch):
+    """12 rows of ~250 characters (each under the long threshold) whose heatmaps together would pass the page budget
+    (scaled down to 1 MB): the rows' overview and one row × one reward in full, not every row drawn in full."""
+    import json
+
+    from mrtpo.display import page as P
+
+    monkeypatch.setattr(P, "PAGE_BUDGET", 1_000_000, raising=False)
+    rng = np.random.default_rng(0)
+    words = "the cup of green tea is warm and kind to the reader who sips it slowly".split()
+    lines = [json.dumps({"input": "Write about tea.", "output": " ".join(rng.choice(words, 60)), "step": 1,
+                         "score": {"a": float(n % 2), "b": float(n % 3 == 0), "c": float(n < 6)}}) for n in range(12)]
+    at = AppTest.from_file(VIEWER, default_timeout=300)
+    at.session_state["rollouts_source"] = "upload"
+    at.session_state["rollouts_file"] = ("medium.jsonl", ("\n".join(lines) + "\n").encode())
+    at.session_state["rollouts_vt"] = json.dumps({"a": "Be right.", "b": "Be short.", "c": "Be kind."})
+    at.run()
+    _ok(at)
+    bodies = _bodies(at)
+    overview = next(b for b in bodies if 'class="strip"' in b)
+    assert overview.count('<div class="strip">') == 12 * 3 and not at.expander
+    assert sum(len(b.encode()) for b in bodies) < 2_000_000  # every row in full: several MB
+    assert len([b for b in bodies if '<div class="row">' in b]) == 1  # one row × one reward in full
+    assert any("These rows drawn in full would pass 1 MB: an overview first." in c.value for c in at.caption)

@@ -27,12 +27,19 @@ FIGURES = ("export size (MB)", "export build (s)", "overview build (s)", "full v
            "β re-color: view + overview + full (s)")
 
 
+PAGES = ("page: explain 64 × 290 × 3 (MB)", "page: rollouts 4 × 64 × 280 × 3 (MB)")
+
+
 def test_bench_prints_every_figure(capsys):
     assert B.main(["--G", "2", "--T", "400", "--K", "2", "--no-doc"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("machine: measured ") and "written to" not in out
     for name in FIGURES:
         assert name in out
+    lines = {line[:45].rstrip(): line[45:].strip() for line in out.splitlines()}
+    for name in PAGES:  # the pages of many medium responses, each within the page budget
+        assert 5 < float(lines[name]) <= 10
+    assert lines["page: rollouts draws"].startswith("of 256 responses, ")
 
 
 def test_bench_writes_its_section(tmp_path, monkeypatch):
@@ -42,7 +49,7 @@ def test_bench_writes_its_section(tmp_path, monkeypatch):
     doc.write_text("# B\n\n<!-- bench:views -->\nold\n<!-- /bench:views -->\n\nafter\n", encoding="utf-8")
     real = report.update_section
     monkeypatch.setattr(report, "update_section", lambda name, text: real(name, text, doc))
-    assert B.main(["--G", "2", "--T", "300", "--K", "2"]) == 0
+    assert B.main(["--G", "2", "--T", "300", "--K", "2", "--no-pages"]) == 0
     text = doc.read_text(encoding="utf-8")
     assert "old" not in text and text.endswith("<!-- /bench:views -->\n\nafter\n")
     assert "G = 2 responses × T = 300 tokens × K = 2 rewards" in text

@@ -631,3 +631,45 @@ def test_default_model_conversion_is_announced(tmp_path, capsys, monkeypatch, ti
     case = {"id": "a", "prompt": "Hi.", "verifier_info": {"kw": "x"}, "response": "Hello."}
     rc, _, err = _run(capsys, "relevance", "--input", _jsonl(tmp_path / "c.jsonl", [case]), "--output", "-")
     assert rc == 0 and "loading model default (auto): converting it once, ~20 s" in _stages(err)
+
+
+def test_pages_stay_within_their_budget_with_progress(tmp_path, capsys, monkeypatch):
+    """explain --input and rollouts --html on groups of medium responses (each under the long threshold) whose pages,
+    every response drawn in full, would be many times the budget (scaled down here to 1 MB): the pages keep it, the
+    command says what is not drawn in full and where the numbers are, and shows progress while laying the page out."""
+    import numpy as np
+
+    from mrtpo.cli.common import Progress
+    from mrtpo.display import page as P
+
+    monkeypatch.setattr(P, "PAGE_BUDGET", 1_000_000, raising=False)
+    monkeypatch.setattr(Progress, "MIN_GAP_S", 0.0)  # every 10 % of the layout gets its line
+    rng = np.random.default_rng(0)
+    words = "the cup of green tea is warm and kind to the reader who sips it slowly".split()
+    texts = [" ".join(rng.choice(words, 60)) for _ in range(12)]  # ~250 characters: ~250 byte tokens each
+    rewards = [[float(i % 2), float(i % 3 == 0), float(i < 6)] for i in range(12)]
+    inp = tmp_path / "g.json"
+    inp.write_text(json.dumps({"prompt": "Write about tea.", "responses": texts, "rewards": rewards,
+                               "verifier_info": {"a": "Be right.", "b": "Be short.", "c": "Be kind."}}))
+    page, js = tmp_path / "e.html", tmp_path / "e.json"
+    rc, _, err = _run(capsys, "explain", "--input", inp, "--html", page, "--json", js, "--model", "tiny-random")
+    assert rc == 0 and page.stat().st_size <= 1_000_000
+    text = page.read_text()
+    assert text.count("<h3>Response ") == 12 and text.count('<div class="strip">') == 12 * 3  # every overview
+    assert f"note: {page} holds at most 1 MB, so not every response is drawn in full: of 12 responses, " in err
+    assert f"; for the others, every number is in {js}\n" in err
+    laying = [s for s in _stages(err) if s.startswith(f"laying out {page}: ")]
+    assert len(laying) >= 3 and all(re.fullmatch(r"laying out .*: \d+ %( · .* left)?", s) for s in laying)
+    # rollouts: two groups of the same rows
+    rows = tmp_path / "r.jsonl"
+    rows.write_text("".join(json.dumps({"input": f"Write about tea {s}.", "output": t, "step": 1,
+                                        "a": r[0], "b": r[1], "c": r[2]}) + "\n"
+                            for s in range(2) for t, r in zip(texts, rewards)))
+    vt = tmp_path / "vt.json"
+    vt.write_text(json.dumps({"a": "Be right.", "b": "Be short.", "c": "Be kind."}))
+    out = tmp_path / "o.jsonl"
+    rc, _, err = _run(capsys, "rollouts", "--input", rows, "--verifier-template", vt, "--output", out,
+                      "--html", page, "--model", "tiny-random")
+    assert rc == 0 and page.stat().st_size <= 1_000_000 and page.read_text().count('<div class="strip">') == 24 * 3
+    assert "of 24 responses, " in err and f"; for the others, every number is in {out}, one line per group" in err
+    assert any(s.startswith(f"laying out {page}: ") for s in _stages(err))

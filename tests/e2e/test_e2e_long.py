@@ -149,6 +149,74 @@ def test_exported_page_of_a_long_group_in_chromium(tmp_path):
     print(f"\nexport {size / 1e6:.2f} MB; load → overview {t_load:.2f} s; click → full view {t_open:.2f} s")
 
 
+def test_exported_page_says_js_not_computed_in_chromium(tmp_path):
+    """A view whose JS no replay computed (a replay-free measure): the script's full view says "JS not computed" in
+    every tooltip, digit for digit what the library draws."""
+    from bench.views import synthetic_group
+    from mrtpo.display import overview as O
+    from mrtpo.display import token_view
+    from mrtpo.display.page import page_html
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    group, replay = synthetic_group(2, 400, 2)
+    for r in replay.responses:
+        r.js = {}  # as ktae or entropy give it: no replay ran
+    v = token_view(group, replay, "mrtpo", 0.5)
+    page_file = tmp_path / "no-js.html"
+    page_file.write_text(page_html(v, group), encoding="utf-8")
+    want = _python_cells(O.full_html(v, 1, "reward_1"))
+    assert want and all("| reward reward_1 | JS not computed | relevance " in c[2] for row in want for c in row)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_file.as_uri(), wait_until="load")
+            page.locator('button.open[data-r="1"][data-k="reward_1"]').click()
+            page.locator("#full-0-1 .row").first.wait_for(state="visible")
+            got = page.evaluate(CELLS, "#full-0-1 .row")
+            assert [[c[2] for c in row] for row in got] == [[c[2] for c in row] for row in want]
+            assert errors == []
+        finally:
+            browser.close()
+
+
+def test_a_page_over_its_budget_opens_its_compact_overviews_in_chromium(tmp_path):
+    """A page laid out within a small budget: its first responses open in full from a compact overview, drawn by the
+    script exactly as the library draws them; the rest are compact overviews that say where their numbers are."""
+    from bench.views import synthetic_group
+    from mrtpo.display import overview as O
+    from mrtpo.display import page as P
+    from mrtpo.display import token_view
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    group, replay = synthetic_group(6, 150, 2)
+    v = token_view(group, replay, "mrtpo", 0.5)
+    lay = P.page_layout(v, group, budget=160_000)
+    assert P.COMPACT_OPEN in lay.levels[0] and P.COMPACT in lay.levels[0]
+    i = lay.levels[0].index(P.COMPACT_OPEN)
+    page_file = tmp_path / "budget.html"
+    page_file.write_text(lay.html, encoding="utf-8")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(page_file.as_uri(), wait_until="load")
+            assert page.locator(".mrtpo .strip").count() == 6 * 2 and page.locator(".mrtpo .row").count() == 0
+            assert page.locator("p.why.budget").count() == 1 + lay.levels[0].count(P.COMPACT)
+            page.locator(f'button.open[data-r="{i}"][data-k="reward_0"]').click()
+            page.locator(f"#full-0-{i} .row").first.wait_for(state="visible")
+            want = _python_cells(O.full_html(v, i, "reward_0"))
+            got = page.evaluate(CELLS, f"#full-0-{i} .row")
+            assert [[c[2] for c in row] for row in got] == [[c[2] for c in row] for row in want]
+            assert errors == []
+        finally:
+            browser.close()
+
+
 def test_run_viewer_on_a_long_credit_log_in_chromium(tmp_path, monkeypatch):
     from tests.app.long_group import long_credit_log
 

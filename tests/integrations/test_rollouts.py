@@ -126,6 +126,15 @@ def test_explain_group_numbers(tiny, trl_file):
     assert out["logged_advantage"][1] == pytest.approx(0.1)
     page = rx.page_html(items)
     assert page.count('class="tok"') > 50 and "<script" not in page
+    # one numbering: the sections are the rewards table's responses 0..3 (numbered from 0, as everywhere), each
+    # with the file row it came from
+    import re
+
+    assert re.findall(r"<tr><td>(\d+)</td>", page) == ["0", "1", "2", "3"]
+    heads = re.findall(r"<h3>(.*?) — advantage", page)
+    assert heads == ["Response 0 (file row 9)", "Response 1 (file row 10)", "Response 2 (file row 11)",
+                     "Response 3 (file row 12)"] and "Row " not in page
+    assert f"Response 1 (file row 10) — advantage {v.final[1]:+.3f} (logged +0.100)</h3>" in page
 
 
 def test_cli_rollouts(tmp_path, verl_file, capsys):
