@@ -527,6 +527,23 @@ def test_bad_model_is_a_clear_error(monkeypatch):
     assert any("cannot load model" in shown(e.value) for e in at.error)
 
 
+def test_a_non_causal_model_is_refused_by_name_before_sampling(monkeypatch, tmp_path):
+    """A BERT folder (an encoder: its "next-token" distributions see later tokens) as the app's model: the error
+    names it and why, and no group is made."""
+    from tests.model.test_causal import SMALL, saved
+
+    folder = saved(tmp_path, "BertConfig", "BertForMaskedLM", **SMALL)
+    monkeypatch.setenv("MRTPO_MODEL", str(folder))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.button(key="explore_sample").click().run()
+    assert not at.exception
+    errors = [shown(e.value) for e in at.error]
+    assert any(f"model '{folder}' (BertLMHeadModel, saved as BertForMaskedLM) is not a causal language model" in e
+               for e in errors), errors
+    assert "mrtpo_group" not in at.session_state or at.session_state["mrtpo_group"] is None
+
+
 def test_pages_without_a_group_say_what_to_do():
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
