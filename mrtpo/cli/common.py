@@ -317,23 +317,50 @@ def credit_args(p: argparse.ArgumentParser, *fields: str) -> None:
 
 
 class Measures(list):
-    """The measures ``--measure`` asked for; ``everything``: they came from ``all`` (every registered measure), of
-    which a command runs those its input allows (:func:`mrtpo.core.measures.allowed_measures`)."""
+    """The measures ``--measure`` asked for; ``everything``: ``all`` was among them (every registered measure), of
+    which a command runs those its input and its model allow (:func:`mrtpo.core.measures.allowed_measures`,
+    :func:`model_measures`); ``named``: those given by name (one the input or the model does not allow is an error,
+    even with ``all``)."""
 
     everything = False
+    named: tuple[str, ...] = ()
 
 
 def measure_list(text: str) -> list[str]:
     """argparse type of ``--measure`` where several may be asked: a name, a comma list, or ``all`` (every registered
-    measure; the command keeps those its input allows and names the others)."""
+    measure; the command keeps those its input and model allow and names the others), ``all`` in a comma list too
+    (``all,js``: all)."""
     from mrtpo.core.measures import measure_names
 
-    every = text.strip() == "all"
-    names = measure_names() if every else [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in measure_names()]
-    if not names or unknown:
+    given = [t.strip() for t in text.split(",") if t.strip()]
+    every = "all" in given
+    named = [n for n in given if n != "all"]
+    unknown = [n for n in named if n not in measure_names()]
+    if not given or unknown:
         raise argparse.ArgumentTypeError(f"unknown relevance measure {', '.join(map(repr, unknown)) or repr(text)}; "
                                          f"choose from {', '.join(measure_names())}, a comma list of them, or all")
-    out = Measures(dict.fromkeys(names))
-    out.everything = every
+    out = Measures(dict.fromkeys(measure_names() if every else named))
+    out.everything, out.named = every, tuple(named)
+    return out
+
+
+def model_measures(lm, measures, everything: bool = False, named=None) -> list[str]:
+    """The measures of ``measures`` that model ``lm`` can give, checked after it loads and before any work: one it
+    cannot give (``attn-contrast`` where its attention layers are not of a kind it reads: GPT-2, GPT-NeoX) is left out
+    with a note on stderr when it came from ``all`` (``everything``) and is not in ``named``; else an MrtpoError naming
+    the model and why."""
+    from mrtpo.core.measures import needs_attention
+    from mrtpo.replay.attention import attention_problem
+
+    problem = attention_problem(lm) if any(map(needs_attention, measures)) else None
+    if problem is None:
+        return list(measures)
+    out = []
+    for m in measures:
+        if not needs_attention(m):
+            out.append(m)
+        elif everything and m not in (named or ()):
+            print(f"note: --measure all: {m} left out: {problem}", file=sys.stderr)
+        else:
+            raise MrtpoError(f"--measure {m}: {problem}; pick another measure")
     return out

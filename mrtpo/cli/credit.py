@@ -21,6 +21,7 @@ from mrtpo.cli.common import (
     measure_list,
     model_args,
     model_inputs,
+    model_measures,
     quiet_arg,
     write_json,
 )
@@ -59,13 +60,15 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 def _relevance_measures(a, cases: list) -> list[str]:
     """The measures ``relevance`` runs: those asked for that the cases allow (``all``: every one, the others named
-    on stderr with why; one asked for by name that the cases do not allow is an error)."""
+    on stderr with why; one asked for by name that the cases do not allow is an error). The model's part is
+    :func:`mrtpo.cli.common.model_measures`, once it is loaded."""
     from mrtpo.core.measures import allowed_measures
 
     rewarded = all("rewards" in c for _, c in cases)
     kept, left = allowed_measures(a.measure, evidence=False, outcomes=rewarded)
-    if left and not getattr(a.measure, "everything", False):
-        m = next(iter(left))
+    named = [m for m in left if m in getattr(a.measure, "named", a.measure)]
+    if named:
+        m = named[0]
         hint = ": give every case a \"rewards\" field {reward: number}" if m == "ktae" else ""
         raise MrtpoError(f"--measure {m} {left[m]}{hint}")
     for m, why in left.items():
@@ -190,7 +193,7 @@ def _run_groups(a, job: _Relevance, groups: dict, prog: Progress) -> tuple[dict,
 def cmd_relevance(a) -> int:
     from mrtpo.core.measures import ORACLE
 
-    if ORACLE in a.measure and not getattr(a.measure, "everything", False):  # before anything is read
+    if ORACLE in getattr(a.measure, "named", a.measure):  # before anything is read
         raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
                          f"hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
     prog = Progress(a.quiet)
@@ -199,7 +202,9 @@ def cmd_relevance(a) -> int:
     template = load_template(a.template)
     cases, bad = _read_cases(a)
     measures = _relevance_measures(a, cases)
-    job = _Relevance(load_model_arg(a, prog), template, measures)
+    lm = load_model_arg(a, prog)
+    measures = model_measures(lm, measures, getattr(a.measure, "everything", False), getattr(a.measure, "named", ()))
+    job = _Relevance(lm, template, measures)
     groups: dict[tuple, list] = {}  # cases sharing the prompt and the reward names
     for n, c in cases:
         groups.setdefault((c["prompt"], tuple(c["verifier_info"])), []).append((n, c))
@@ -340,8 +345,8 @@ def register(sub) -> None:
     p.add_argument("--measure", "--relevance-measure", dest="measure", type=measure_list, default=[MEASURE],
                    metavar="NAME[,NAME...]|all",
                    help=f"relevance measure (default {MEASURE}, the paper's per-token JS distance); several (a comma "
-                        "list, or all: every measure the cases allow, the others named on stderr) come from one "
-                        "replay (none for ktae and entropy alone: \"js\" is then {}) and are written as "
+                        "list, or all: every measure the cases and the model allow, the others named on stderr) "
+                        "come from one replay (none for ktae and entropy alone: \"js\" is then {}) and are written as "
                         "\"relevance\": {reward: {measure: [...]}}: "
                         + "; ".join(f"{k} = {v}" for k, v in MEASURE_HELP.items()))
     model_args(p)

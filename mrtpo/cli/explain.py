@@ -16,6 +16,7 @@ from mrtpo.cli.common import (
     load_template,
     model_args,
     model_inputs,
+    model_measures,
     pick_example,
     quiet_arg,
     sampling_args,
@@ -154,6 +155,7 @@ def _task_group(a, prog: Progress):
     texts = _responses_file(a.responses) if a.responses else None
     template = load_template(a.template, fam)
     lm = load_model_arg(a, prog)
+    model_measures(lm, [a.measure])  # a measure the model cannot give: refused before any sampling
     if texts is not None:
         prog.stage(f"scoring {plural(len(texts), 'response')}")
         return lm, score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts], a.info), template, []
@@ -225,6 +227,7 @@ def cmd_explain(a) -> int:
         template = load_template(a.template)
         group = _explain_input(a.input)  # a bad file fails before the model loads
         lm = load_model_arg(a, prog)
+        model_measures(lm, [a.measure])
         group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
     else:
         raise MrtpoError("explain needs --task FAMILY (with --example / --examples) or --input group.json")
