@@ -6,7 +6,6 @@ import sys
 
 from mrtpo import validate as V
 from mrtpo.cli.common import (
-    POSITIVE,
     Progress,
     check_output,
     compare_args,
@@ -25,6 +24,7 @@ from mrtpo.cli.common import (
 )
 from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.jsonl import dumps, json_lines, load_json, write_text
+from mrtpo.model.defaults import MAX_TRIES, resample_problem
 from mrtpo.wording import plural
 
 
@@ -135,6 +135,10 @@ def _check_args(a) -> None:
         raise MrtpoError("--until-varied samples again with other seeds: it needs --task (not --input)")
     if a.until_varied is not None and a.responses:
         raise MrtpoError("--until-varied samples again with other seeds: it cannot be used with --responses")
+    if a.until_varied is not None and a.group_size < 2:
+        raise MrtpoError(f"--until-varied samples until a reward varies within the group, and "
+                         f"{resample_problem(a.group_size, a.temperature)} (--group-size {a.group_size}): give "
+                         "--group-size 2 or more")
     if a.input and a.info != "rule":
         raise MrtpoError(f"--info {a.info}: the verifier texts of --input are used as they are (the rule regime); "
                          "--info builds them from a task family's checkers: use it with --task")
@@ -180,9 +184,15 @@ def _constant_warning(a, tries: list) -> None:
     how = (f"in {len(tries)} tries (seeds {tries[0].seed}..{tries[-1].seed})" if len(tries) > 1 else
            "in this group")
     nxt = tries[-1].seed + 1 if tries else a.seed + 1
-    hint = ("" if not a.task or a.responses else
-            f"; try --seed {nxt}, --until-varied {max(5, 2 * len(tries))}"
-            + (", or a larger --group-size" if a.group_size < 16 else ""))
+    why = resample_problem(a.group_size, a.temperature)
+    if not a.task or a.responses:
+        hint = ""
+    elif why:  # other seeds give no other rewards: what can
+        hint = (f"; {why}: " + ("give --group-size 2 or more" if a.group_size < 2 else
+                                "raise --temperature to sample responses that differ"))
+    else:
+        hint = (f"; try --seed {nxt}, --until-varied {min(max(5, 2 * len(tries)), MAX_TRIES)}"
+                + (", or a larger --group-size" if a.group_size < 16 else ""))
     print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
           f"heatmaps have no color{hint}", file=sys.stderr)
 
@@ -252,8 +262,9 @@ def register(sub) -> None:
     credit_args(p, "method", "beta", "info")
     p.add_argument("--html", required=True)
     p.add_argument("--json", default=None, help="also write every number shown as JSON")
-    p.add_argument("--until-varied", type=POSITIVE, default=None, metavar="N",
-                   help="sample with --seed, --seed + 1, ... (at most N tries, each reported) until at least one "
+    p.add_argument("--until-varied", type=V.int_flag(1, MAX_TRIES), default=None, metavar="N",
+                   help=f"sample with --seed, --seed + 1, ... (at most N tries, N <= {MAX_TRIES}, each reported; "
+                        "with --group-size 2 or more) until at least one "
                         "reward varies within the group (a reward constant in the group gives advantage 0 "
                         "everywhere); the JSON records the seed used and the tries")
     credit_args(p, "measure")

@@ -229,6 +229,27 @@ def test_constant_group_warns_and_samples_until_the_rewards_vary():
     assert "no_comma" not in warn
 
 
+@pytest.mark.parametrize("key, value, says", [("explore_temp", 0.0, "greedy sampling (temperature 0) gives the same "
+                                                "group for every seed, so raise the temperature"),
+                                               ("explore_g", 1, "a group of one response has no reward that varies "
+                                                "within it, so sample a larger group")])
+def test_the_constant_warning_offers_other_seeds_only_where_they_can_help(key, value, says):
+    """tea-note, 16 tokens: every reward constant. Greedy, or a group of one: other seeds give no other rewards, so
+    the warning says what can, and there is no "Sample until the rewards vary" button."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.selectbox(key="mrtpo_family").set_value("instructions").run()
+    at.selectbox(key="mrtpo_example").set_value("tea-note").run()
+    at.number_input(key="explore_max").set_value(16).run()
+    at.number_input(key=key).set_value(value).run()
+    at.button(key="explore_sample").click().run()
+    _ok(at)
+    warn = shown(at.warning[0].value).replace("*", "")
+    assert "No reward varies in this group" in warn and says in warn
+    assert "Sample until the rewards vary" not in warn and "another seed" not in warn
+    assert not [b for b in at.button if b.key == "explore_until"]
+
+
 def test_sample_until_varied_keeps_the_group_when_none_is_better():
     """shop-01 on the random model: no reward ever varies; the 5 tries are listed and the group stays."""
     at = AppTest.from_file(APP, default_timeout=60)
