@@ -274,6 +274,39 @@ def names(text: str) -> list[str]:
     return names
 
 
+GIVEN = "_given_flags"  # the namespace attribute where OneSpelling records {dest: the spelling given}
+
+
+class OneSpelling(argparse.Action):
+    """A flag's action that records the spelling given (:func:`given_flag`) and refuses a second spelling of the same
+    flag in one command (``--group-size 2 --group 3``: argparse would silently take the last); the same spelling
+    twice keeps argparse's rule (the last one counts)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, GIVEN, None)
+        if given is None:
+            given = {}
+            setattr(namespace, GIVEN, given)
+        before = given.get(self.dest)
+        if before is not None and before != option_string:
+            parser.error(f"{before} and {option_string} are two spellings of one flag: give it once")
+        given[self.dest] = option_string
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+class OneSpellingSwitch(OneSpelling):
+    """:class:`OneSpelling` for a switch (``store_true``)."""
+
+    def __init__(self, option_strings, dest, default=False, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=True, default=default, required=required, help=help)
+
+
+def given_flag(a, dest: str) -> str | None:
+    """The spelling with which the flag of ``dest`` was given on the command line (None: not given), for the flags
+    whose action is :class:`OneSpelling` (every configuration field's: :func:`field_flag`)."""
+    return getattr(a, GIVEN, {}).get(dest)
+
+
 def field_flag(p: argparse.ArgumentParser, f, default=None, also: tuple[str, ...] = ()) -> None:
     """The flag of one configuration field (see :func:`mrtpo.cli.train.add_config_flags`), with its alias (an older
     name) and the flags in ``also`` as other names; ``default``: the flag's own default."""
@@ -286,10 +319,12 @@ def field_flag(p: argparse.ArgumentParser, f, default=None, also: tuple[str, ...
     meta, kind = f.metadata, field_kind(f)
     shown = f.default if default is None else default
     help = meta.get("help", "") + ("" if shown is None else f" (default {shown})")
-    kw = {"dest": f.name, "default": default}
+    kw = {"dest": f.name, "default": default}  # a second spelling of the flag in one command is refused
     if kind == "bool":
-        p.add_argument(*flags, action="store_true", help=meta.get("help", ""), **kw)
-    elif kind == "int":
+        p.add_argument(*flags, action=OneSpellingSwitch, help=meta.get("help", ""), **kw)
+        return
+    kw["action"] = OneSpelling
+    if kind == "int":
         p.add_argument(*flags, type=V.int_flag(meta.get("lo"), meta.get("hi")), help=help, **kw)
     elif kind == "float":
         p.add_argument(*flags, type=V.float_flag(meta.get("lo"), meta.get("hi"), lo_open=meta.get("lo_open", False)),

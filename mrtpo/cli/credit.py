@@ -11,6 +11,7 @@ from mrtpo.cli.common import (
     LINES_EPILOG,
     NONNEG,
     POSITIVE,
+    OneSpelling,
     Progress,
     check_output,
     credit_args,
@@ -343,7 +344,7 @@ def register(sub) -> None:
                         '{reward: number}}; cases sharing prompt and rewards form one group (ktae reads its rewards)')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
     p.add_argument("--measure", "--relevance-measure", dest="measure", type=measure_list, default=[MEASURE],
-                   metavar="NAME[,NAME...]|all",
+                   action=OneSpelling, metavar="NAME[,NAME...]|all",
                    help=f"relevance measure (default {MEASURE}, the paper's per-token JS distance); several (a comma "
                         "list, or all: every measure the cases and the model allow, the others named on stderr) "
                         "come from one replay (none for ktae and entropy alone: \"js\" is then {}) and are written as "

@@ -11,6 +11,7 @@ from mrtpo.cli.common import (
     compare_args,
     credit_args,
     examples_inputs,
+    given_flag,
     load_model_arg,
     load_template,
     model_args,
@@ -144,6 +145,19 @@ def _check_args(a) -> None:
                          "--info builds them from a task family's checkers: use it with --task")
 
 
+def _given_group(a, what: str, n: int) -> None:
+    """``--responses`` / ``--input`` give the group: a ``--group-size`` given that is not its size is refused, and the
+    other sampling flags given are said to be unused (they were ignored without a word)."""
+    flag = given_flag(a, "group_size")
+    if flag and a.group_size != n:
+        raise MrtpoError(f"{flag} {a.group_size}: {what} gives the group, {plural(n, 'response')}; leave {flag} out "
+                         "(or give responses for the group you want)")
+    unused = [given_flag(a, k) for k in ("max_new_tokens", "top_p", "seed") if given_flag(a, k)]
+    if unused:
+        print(f"note: {what} gives the responses: {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used",
+              file=sys.stderr)
+
+
 def _task_group(a, prog: Progress):
     """``--task``: the example's group, given (``--responses``) or sampled (until a reward varies with
     ``--until-varied``): (model, group, template, the tries)."""
@@ -157,6 +171,8 @@ def _task_group(a, prog: Progress):
     for note in fam.notes(ex):
         print(f"note: {note}", file=sys.stderr)
     texts = _responses_file(a.responses) if a.responses else None
+    if texts is not None:
+        _given_group(a, f"--responses {a.responses}", len(texts))
     template = load_template(a.template, fam)
     lm = load_model_arg(a, prog)
     model_measures(lm, [a.measure])  # a measure the model cannot give: refused before any sampling
@@ -236,6 +252,7 @@ def cmd_explain(a) -> int:
     elif a.input:
         template = load_template(a.template)
         group = _explain_input(a.input)  # a bad file fails before the model loads
+        _given_group(a, f"--input {a.input}", len(group.samples))
         lm = load_model_arg(a, prog)
         model_measures(lm, [a.measure])
         group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
