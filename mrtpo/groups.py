@@ -18,7 +18,7 @@ from mrtpo.core.advantages import active_rewards
 from mrtpo.core.info import INFO
 from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, Sample, SamplingConfig, sample
-from mrtpo.model.defaults import MAX_TRIES, resample_problem
+from mrtpo.model.defaults import MAX_TRIES, SEED_RANGE, resample_problem
 from mrtpo.tasks.base import Example, Span, TaskFamily
 from mrtpo.templates import Template
 
@@ -139,6 +139,9 @@ def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Exa
     cfg = SamplingConfig.of(config, **fields)
     if cfg.seed is None:
         raise MrtpoError("sampling until the rewards vary tries seeds seed, seed + 1, ...: give an integer seed")
+    if cfg.temperature != 0 and cfg.seed + tries - 1 > SEED_RANGE[1]:
+        raise MrtpoError(f"sampling until the rewards vary tries seeds {cfg.seed} … {cfg.seed + tries - 1}, past the "
+                         f"largest seed ({SEED_RANGE[1]}): give a smaller seed or fewer tries")
     if cfg.group_size < 2 and tries > 1:  # one try is plain sampling
         raise MrtpoError(f"sampling until the rewards vary: {resample_problem(cfg.group_size, cfg.temperature)}; "
                          "sample a group of 2 responses or more")

@@ -25,7 +25,7 @@ from mrtpo.cli.common import (
 )
 from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.jsonl import dumps, json_lines, load_json, write_text
-from mrtpo.model.defaults import MAX_TRIES, resample_problem
+from mrtpo.model.defaults import MAX_TRIES, SEED_RANGE, resample_problem
 from mrtpo.wording import plural
 
 
@@ -92,9 +92,9 @@ def _try_line(tr, tries: int) -> str:
     return head + f"varies: {varied}" + (f"; constant: {vals}" if vals else "")
 
 
-def _responses_file(path: str) -> list[str]:
-    """``--responses``: JSONL lines {"response": text}; a bad line is an error naming it."""
-    texts = []
+def _responses_file(path: str) -> tuple[list[str], list[int]]:
+    """``--responses``: JSONL lines {"response": text}; a bad line is an error naming it. (texts, their lines)"""
+    texts, lines = [], []
     for n, obj, problem in json_lines(path):
         if problem:
             raise MrtpoError(f"{path}: line {n}: {problem}")
@@ -104,9 +104,10 @@ def _responses_file(path: str) -> list[str]:
             texts.append(V.string(obj["response"], "response"))
         except V.BadValue as e:
             raise e.at(path, n) from None
+        lines.append(n)
     if not texts:
         raise MrtpoError(f"{path}: no responses (give JSONL lines {{\"response\": text}})")
-    return texts
+    return texts, lines
 
 
 def _check_args(a) -> None:
@@ -170,7 +171,7 @@ def _task_group(a, prog: Progress):
     ex = pick_example(fam, a, a.example or 0)
     for note in fam.notes(ex):
         print(f"note: {note}", file=sys.stderr)
-    texts = _responses_file(a.responses) if a.responses else None
+    texts, a.response_lines = _responses_file(a.responses) if a.responses else (None, None)
     if texts is not None:
         _given_group(a, f"--responses {a.responses}", len(texts))
     template = load_template(a.template, fam)
@@ -200,6 +201,7 @@ def _constant_warning(a, tries: list) -> None:
     how = (f"in {len(tries)} tries (seeds {tries[0].seed}..{tries[-1].seed})" if len(tries) > 1 else
            "in this group")
     nxt = tries[-1].seed + 1 if tries else a.seed + 1
+    nxt = nxt if nxt <= SEED_RANGE[1] else 0  # past the largest seed: from 0
     why = resample_problem(a.group_size, a.temperature)
     if not a.task or a.responses:
         hint = ""
@@ -213,11 +215,26 @@ def _constant_warning(a, tries: list) -> None:
           f"heatmaps have no color{hint}", file=sys.stderr)
 
 
+def _too_long_fix(a, e, group) -> str:
+    """What shortens the sequence ``e`` (:class:`mrtpo.model.TooLong`) names — a prompt of ``group`` with one of its
+    responses —, in this command's flags."""
+    i = e.response if e.response is not None else 0
+    if a.input:
+        return f"shorten responses[{i}] of {a.input}, its prompt or its verifier_info"
+    if a.responses:
+        line = a.response_lines[i] if i < len(a.response_lines) else i + 1
+        return f"shorten the response on line {line} of {a.responses}, or use a template with less text (--template)"
+    most = e.limit - (e.n_tokens - len(group.samples[i].token_ids))  # the room the prompt leaves
+    return (f"lower --max-new-tokens to at most {most}" if most >= 1 else
+            f"{e.prompt} alone fills the model: use a template with less text (--template) or another example")
+
+
 def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> None:
     """Replay the group (or read the measure without one), then write ``--html`` (and ``--json``)."""
     from mrtpo.core.measures import needs_replay
     from mrtpo.display import token_view, view_to_json
     from mrtpo.display.page import page_html
+    from mrtpo.model import TooLong
     from mrtpo.replay import ReplayConfig, replay_scored
     from mrtpo.replay.estimate import estimate_scored
 
@@ -228,7 +245,11 @@ def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> No
         prog.stage(f"replaying {n} under P_all and each P_\\k")
     else:
         prog.stage(f"{a.measure} for {n} (no replay)")
-    replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
+    try:
+        replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
+    except TooLong as e:
+        raise MrtpoError(f"{e.what} is {e.n_tokens} tokens, more than model '{lm.name}' accepts ({e.limit}); "
+                         f"{_too_long_fix(a, e, group)}") from None
     view = token_view(group, replay, method=a.method, beta=a.beta)
     prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
     write_text(a.html, page_html(view, group, title=f"mrtpo explain — {group.example.id}"))
