@@ -3,7 +3,6 @@ float32's smallest normal number is warned about (it flushed to uniform credit i
 names the case / line / response it is about and gives advice that fits the command."""
 import json
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -46,17 +45,6 @@ def test_the_largest_seed_is_taken(tiny):
     with pytest.raises(MrtpoError, match=rf"tries seeds {TOP - 1} … {TOP + 1}, past the largest seed \({TOP}\)"):
         sample_until_varied(tiny, fam, fam.example("tea-note"), 3, n=2, seed=TOP - 1,
                             sample_fn=lambda c: pytest.fail("sampled"))
-
-
-def test_the_apps_seed_box_starts_at_0():
-    import os
-
-    os.environ["MRTPO_MODEL"] = "tiny-random"
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=60)
-    at.run()
-    assert at.number_input(key="explore_seed").proto.min == 0
 
 
 # ---------------------------------------------------------------------------------------------- tiny relevance
