@@ -53,10 +53,11 @@ def field_problem(f: dataclasses.Field, v: Any) -> str:
         if not math.isfinite(v):
             return f"must be finite, not {v!r}"
         lo, hi = meta.get("lo"), meta.get("hi")
+        shown = (lambda x: str(int(x))) if kind == "int" else (lambda x: f"{x:g}")  # an integer's every digit
         if lo is not None and (v <= lo if meta.get("lo_open") else v < lo):
-            return f"must be {'>' if meta.get('lo_open') else '>='} {lo:g}, not {v:g}"
+            return f"must be {'>' if meta.get('lo_open') else '>='} {shown(lo)}, not {shown(v)}"
         if hi is not None and v > hi:
-            return f"must be <= {hi:g}, not {v:g}"
+            return f"must be <= {shown(hi)}, not {shown(v)}"
         return ""
     if kind == "str":
         if not isinstance(v, str):

@@ -18,6 +18,7 @@ from mrtpo.core.advantages import active_rewards
 from mrtpo.core.info import INFO
 from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel, Sample, SamplingConfig, sample
+from mrtpo.model.defaults import MAX_TRIES, SEED_RANGE, resample_problem
 from mrtpo.tasks.base import Example, Span, TaskFamily
 from mrtpo.templates import Template
 
@@ -119,9 +120,10 @@ def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Exa
                         info: str = INFO, **fields) -> tuple[ScoredGroup, list[SampleTry]]:
     """Sample and score groups as ``config`` says (:class:`mrtpo.model.SamplingConfig`; keyword ``fields`` replace
     its fields, ``n=`` the group size) with seeds ``seed``, ``seed + 1``, … — at most ``tries`` of them — until **at
-    least ``want`` rewards vary** within the group (default one; ``want`` is capped at the number of rewards). A reward
-    constant in the group gives every response advantage 0, so a group where every reward is constant has nothing
-    to show or learn; the app asks for more varying rewards than its current group has.
+    least ``want`` rewards vary** within the group (default one; ``want`` is capped at the number of rewards); ``tries``
+    is at most :data:`MAX_TRIES` and, for more than one, the group size at least 2 (no reward varies within a group of
+    one). A reward constant in the group gives every response advantage 0, so a group where every reward is constant
+    has nothing to show or learn; the app asks for more varying rewards than its current group has.
 
     Returns the first group in which ``want`` rewards vary, else the one tried where the most rewards varied (the
     latest of equals: the last one when none varied), and the list of tries; ``on_try(SampleTry)`` is called
@@ -130,13 +132,19 @@ def sample_until_varied(lm: LoadedModel | None, family: TaskFamily, example: Exa
     same group for every seed, so it makes one try only.  ``info``: the verifier information's regime
     (:func:`score_group`).
     """
-    if not isinstance(tries, int) or isinstance(tries, bool) or tries < 1:
-        raise MrtpoError(f"tries must be an integer >= 1, got {tries!r}")
+    if not isinstance(tries, int) or isinstance(tries, bool) or not 1 <= tries <= MAX_TRIES:
+        raise MrtpoError(f"tries must be an integer in [1, {MAX_TRIES}], got {tries!r}")
     if not isinstance(want, int) or isinstance(want, bool) or want < 1:
         raise MrtpoError(f"want must be an integer >= 1, got {want!r}")
     cfg = SamplingConfig.of(config, **fields)
     if cfg.seed is None:
         raise MrtpoError("sampling until the rewards vary tries seeds seed, seed + 1, ...: give an integer seed")
+    if cfg.temperature != 0 and cfg.seed + tries - 1 > SEED_RANGE[1]:
+        raise MrtpoError(f"sampling until the rewards vary tries seeds {cfg.seed} … {cfg.seed + tries - 1}, past the "
+                         f"largest seed ({SEED_RANGE[1]}): give a smaller seed or fewer tries")
+    if cfg.group_size < 2 and tries > 1:  # one try is plain sampling
+        raise MrtpoError(f"sampling until the rewards vary: {resample_problem(cfg.group_size, cfg.temperature)}; "
+                         "sample a group of 2 responses or more")
     if sample_fn is None:
         def sample_fn(c: SamplingConfig) -> list[Sample]:
             return sample(lm, example.prompt, c)

@@ -176,6 +176,13 @@ def reworded_key(reward: str, j: int) -> str:
     return f"__reworded{j}__:{reward}"
 
 
+def variant_label(key: str, rewards) -> str:
+    """How messages name the prompt of :meth:`Template.variants`' ``key`` (``rewards``: the rewards left out one at
+    a time): ``P_all``, ``P_\\k (without reward 'k')`` or ``P_all reworded (key)``."""
+    return "P_all" if key == ALL else f"P_\\{key} (without reward '{key}')" if key in rewards else \
+        f"P_all reworded ({key})"
+
+
 def template_fields(template: str, what: str = "template") -> list[str]:
     """The field names a plain-field template uses (``{name}``), in order; stray braces raise TemplateError.
 

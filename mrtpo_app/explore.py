@@ -16,6 +16,7 @@ from mrtpo.core.measures import MEASURE_HELP, measure_names, needs_rewording
 from mrtpo.display import faithfulness_table, overview, render, token_view, view_to_json
 from mrtpo.display import page as display_page
 from mrtpo.groups import varied_rewards
+from mrtpo.model.defaults import resample_problem
 from mrtpo_app import caches as C
 from mrtpo_app import long_view as LV
 from mrtpo_app import state as S
@@ -58,6 +59,13 @@ def constant_warning(inp: Inputs, run: S.SessionGroup) -> None:
         head = "This reward is the same for every response, so its advantage is 0 on every token (no heatmap rows)"
     else:
         head = "These rewards are the same for every response, so their advantage is 0 on every token (no rows)"
+    size = int(run.settings.get("group_size", 2))
+    why = resample_problem(size, float(run.settings.get("temperature", 1.0)))
+    if why:  # another seed gives no other rewards: no button, and what can
+        st.warning(f"{head}: {vals}. To see where such a reward's credit goes, sample a group in which it varies: {why}"
+                   f", so {'sample a larger group' if size < 2 else 'raise the temperature'}.",
+                   icon=":material/warning:")
+        return
     st.warning(f"{head}: {vals}. To see where such a reward's credit goes, sample a group in which it varies: "
                "another seed, a higher temperature or a larger group — or press **Sample until the rewards vary** "
                f"(seeds {int(run.settings.get('seed', 0)) + 1}, {int(run.settings.get('seed', 0)) + 2}, … until "

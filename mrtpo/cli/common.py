@@ -279,6 +279,39 @@ def names(text: str) -> list[str]:
     return names
 
 
+GIVEN = "_given_flags"  # the namespace attribute where OneSpelling records {dest: the spelling given}
+
+
+class OneSpelling(argparse.Action):
+    """A flag's action that records the spelling given (:func:`given_flag`) and refuses a second spelling of the same
+    flag in one command (``--group-size 2 --group 3``: argparse would silently take the last); the same spelling
+    twice keeps argparse's rule (the last one counts)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = getattr(namespace, GIVEN, None)
+        if given is None:
+            given = {}
+            setattr(namespace, GIVEN, given)
+        before = given.get(self.dest)
+        if before is not None and before != option_string:
+            parser.error(f"{before} and {option_string} are two spellings of one flag: give it once")
+        given[self.dest] = option_string
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+class OneSpellingSwitch(OneSpelling):
+    """:class:`OneSpelling` for a switch (``store_true``)."""
+
+    def __init__(self, option_strings, dest, default=False, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=True, default=default, required=required, help=help)
+
+
+def given_flag(a, dest: str) -> str | None:
+    """The spelling with which the flag of ``dest`` was given on the command line (None: not given), for the flags
+    whose action is :class:`OneSpelling` (every configuration field's: :func:`field_flag`)."""
+    return getattr(a, GIVEN, {}).get(dest)
+
+
 def field_flag(p: argparse.ArgumentParser, f, default=None, also: tuple[str, ...] = ()) -> None:
     """The flag of one configuration field (see :func:`mrtpo.cli.train.add_config_flags`), with its alias (an older
     name) and the flags in ``also`` as other names; ``default``: the flag's own default."""
@@ -291,10 +324,12 @@ def field_flag(p: argparse.ArgumentParser, f, default=None, also: tuple[str, ...
     meta, kind = f.metadata, field_kind(f)
     shown = f.default if default is None else default
     help = meta.get("help", "") + ("" if shown is None else f" (default {shown})")
-    kw = {"dest": f.name, "default": default}
+    kw = {"dest": f.name, "default": default}  # a second spelling of the flag in one command is refused
     if kind == "bool":
-        p.add_argument(*flags, action="store_true", help=meta.get("help", ""), **kw)
-    elif kind == "int":
+        p.add_argument(*flags, action=OneSpellingSwitch, help=meta.get("help", ""), **kw)
+        return
+    kw["action"] = OneSpelling
+    if kind == "int":
         p.add_argument(*flags, type=V.int_flag(meta.get("lo"), meta.get("hi")), help=help, **kw)
     elif kind == "float":
         p.add_argument(*flags, type=V.float_flag(meta.get("lo"), meta.get("hi"), lo_open=meta.get("lo_open", False)),
@@ -322,23 +357,50 @@ def credit_args(p: argparse.ArgumentParser, *fields: str) -> None:
 
 
 class Measures(list):
-    """The measures ``--measure`` asked for; ``everything``: they came from ``all`` (every registered measure), of
-    which a command runs those its input allows (:func:`mrtpo.core.measures.allowed_measures`)."""
+    """The measures ``--measure`` asked for; ``everything``: ``all`` was among them (every registered measure), of
+    which a command runs those its input and its model allow (:func:`mrtpo.core.measures.allowed_measures`,
+    :func:`model_measures`); ``named``: those given by name (one the input or the model does not allow is an error,
+    even with ``all``)."""
 
     everything = False
+    named: tuple[str, ...] = ()
 
 
 def measure_list(text: str) -> list[str]:
     """argparse type of ``--measure`` where several may be asked: a name, a comma list, or ``all`` (every registered
-    measure; the command keeps those its input allows and names the others)."""
+    measure; the command keeps those its input and model allow and names the others), ``all`` in a comma list too
+    (``all,js``: all)."""
     from mrtpo.core.measures import measure_names
 
-    every = text.strip() == "all"
-    names = measure_names() if every else [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in measure_names()]
-    if not names or unknown:
+    given = [t.strip() for t in text.split(",") if t.strip()]
+    every = "all" in given
+    named = [n for n in given if n != "all"]
+    unknown = [n for n in named if n not in measure_names()]
+    if not given or unknown:
         raise argparse.ArgumentTypeError(f"unknown relevance measure {', '.join(map(repr, unknown)) or repr(text)}; "
                                          f"choose from {', '.join(measure_names())}, a comma list of them, or all")
-    out = Measures(dict.fromkeys(names))
-    out.everything = every
+    out = Measures(dict.fromkeys(measure_names() if every else named))
+    out.everything, out.named = every, tuple(named)
+    return out
+
+
+def model_measures(lm, measures, everything: bool = False, named=None) -> list[str]:
+    """The measures of ``measures`` that model ``lm`` can give, checked after it loads and before any work: one it
+    cannot give (``attn-contrast`` where its attention layers are not of a kind it reads: GPT-2, GPT-NeoX) is left out
+    with a note on stderr when it came from ``all`` (``everything``) and is not in ``named``; else an MrtpoError naming
+    the model and why."""
+    from mrtpo.core.measures import needs_attention
+    from mrtpo.replay.attention import attention_problem
+
+    problem = attention_problem(lm) if any(map(needs_attention, measures)) else None
+    if problem is None:
+        return list(measures)
+    out = []
+    for m in measures:
+        if not needs_attention(m):
+            out.append(m)
+        elif everything and m not in (named or ()):
+            print(f"note: --measure all: {m} left out: {problem}", file=sys.stderr)
+        else:
+            raise MrtpoError(f"--measure {m}: {problem}; pick another measure")
     return out

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 
 from mrtpo import validate as V
 from mrtpo.cli.common import (
     LINES_EPILOG,
     NONNEG,
     POSITIVE,
+    OneSpelling,
     Progress,
     check_output,
     credit_args,
@@ -21,6 +23,7 @@ from mrtpo.cli.common import (
     measure_list,
     model_args,
     model_inputs,
+    model_measures,
     quiet_arg,
     write_json,
 )
@@ -59,13 +62,15 @@ def _check_case(obj: dict, n: int) -> str | None:
 
 def _relevance_measures(a, cases: list) -> list[str]:
     """The measures ``relevance`` runs: those asked for that the cases allow (``all``: every one, the others named
-    on stderr with why; one asked for by name that the cases do not allow is an error)."""
+    on stderr with why; one asked for by name that the cases do not allow is an error). The model's part is
+    :func:`mrtpo.cli.common.model_measures`, once it is loaded."""
     from mrtpo.core.measures import allowed_measures
 
     rewarded = all("rewards" in c for _, c in cases)
     kept, left = allowed_measures(a.measure, evidence=False, outcomes=rewarded)
-    if left and not getattr(a.measure, "everything", False):
-        m = next(iter(left))
+    named = [m for m in left if m in getattr(a.measure, "named", a.measure)]
+    if named:
+        m = named[0]
         hint = ": give every case a \"rewards\" field {reward: number}" if m == "ktae" else ""
         raise MrtpoError(f"--measure {m} {left[m]}{hint}")
     for m, why in left.items():
@@ -158,12 +163,16 @@ def _run_groups(a, job: _Relevance, groups: dict, prog: Progress) -> tuple[dict,
     """Every group through one batched, prefix-shared replay; a failing group runs again case by case, so only its
     bad lines fail (each reported).  ({line: row}, how many lines failed)."""
     from mrtpo.core.measures import needs_replay
+    from mrtpo.model import TooLong
 
     results, bad, debug = {}, 0, bool(os.environ.get("MRTPO_DEBUG"))
 
     def report(n, e):
         if debug and not isinstance(e, MrtpoError):
             raise e
+        if isinstance(e, TooLong):  # the line is the case: no response index of the group it ran in
+            e = MrtpoError(f"{e.prompt} + the case's response is {e.n_tokens} tokens, more than model "
+                           f"'{job.lm.name}' accepts ({e.limit}); shorten the case's prompt, verifier_info or response")
         print(f"{a.input}: line {n}: {error_text(e)}", file=sys.stderr)
 
     doing = "replaying" if any(map(needs_replay, job.measures)) else "scoring"
@@ -190,7 +199,7 @@ def _run_groups(a, job: _Relevance, groups: dict, prog: Progress) -> tuple[dict,
 def cmd_relevance(a) -> int:
     from mrtpo.core.measures import ORACLE
 
-    if ORACLE in a.measure and not getattr(a.measure, "everything", False):  # before anything is read
+    if ORACLE in getattr(a.measure, "named", a.measure):  # before anything is read
         raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
                          f"hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
     prog = Progress(a.quiet)
@@ -199,7 +208,9 @@ def cmd_relevance(a) -> int:
     template = load_template(a.template)
     cases, bad = _read_cases(a)
     measures = _relevance_measures(a, cases)
-    job = _Relevance(load_model_arg(a, prog), template, measures)
+    lm = load_model_arg(a, prog)
+    measures = model_measures(lm, measures, getattr(a.measure, "everything", False), getattr(a.measure, "named", ()))
+    job = _Relevance(lm, template, measures)
     groups: dict[tuple, list] = {}  # cases sharing the prompt and the reward names
     for n, c in cases:
         groups.setdefault((c["prompt"], tuple(c["verifier_info"])), []).append((n, c))
@@ -225,7 +236,7 @@ def _relevance_input(rel, names: list[str], N: int):
 
     Returns (rho (N, K, T) (ones for a reward not given: uniform), mask (N, T)) and the notes of
     :func:`_normalized_rows` (the lists the credit step rescales)."""
-    from mrtpo.core.credit import relevance_tensor
+    from mrtpo.core.credit import TinyRelevanceWarning, relevance_tensor
 
     if not isinstance(rel, list):
         raise V.BadValue("relevance", f"must be a list of {N} objects {{reward: [numbers]}}, got {V._shown(rel)}")
@@ -244,22 +255,30 @@ def _relevance_input(rel, names: list[str], N: int):
         if len(lengths) > 1:
             raise V.BadValue(f, f"lists of different lengths {sorted(lengths)} (one number per token of the response)")
         rows.append(vals)
-    return relevance_tensor(rows, names, [len(next(iter(r.values()))) for r in rows]), _normalized_rows(rows)
+    with warnings.catch_warnings():  # the lists below float32's range are among the notes (one warning, below)
+        warnings.simplefilter("ignore", TinyRelevanceWarning)
+        tensors = relevance_tensor(rows, names, [len(next(iter(r.values()))) for r in rows])
+    return tensors, _normalized_rows(rows)
 
 
 def _normalized_rows(rows: list[dict]) -> list[str]:
     """What the credit step does to the given relevance (:func:`mrtpo.core.credit.normalized_relevance`), one line
     per list whose token mean is not 1: ``relevance[0].a: token mean 0.5, scaled to 1`` / ``... sums to 0: uniform``."""
-    from mrtpo.core.credit import MEAN_TOL
+    from mrtpo.core.credit import F32_TINY, MEAN_TOL, below_float32
 
     notes = []
     for i, r in enumerate(rows):
         for k, v in r.items():
             if not v:
                 continue
-            total = math.fsum(v)
-            if total == 0:
-                notes.append(f"relevance[{i}].{k} sums to 0: uniform credit (ρ = 1 on every token)")
+            total, tiny = math.fsum(v), below_float32(v)
+            if total == 0 or tiny.startswith("all 0"):
+                below = (f" in float32 (every value is below its smallest normal number, {F32_TINY:.4g}: rescale it "
+                         "to keep it)") if total else ""
+                notes.append(f"relevance[{i}].{k} sums to 0{below}: uniform credit (ρ = 1 on every token)")
+            elif tiny:
+                notes.append(f"relevance[{i}].{k} has values below float32's smallest normal number ({F32_TINY:.4g}): "
+                             f"{tiny}; rescale it (any scale is taken)")
             elif abs(total - len(v)) > MEAN_TOL * len(v):
                 notes.append(f"relevance[{i}].{k} has token mean {total / len(v):.4g}: scaled to mean 1 "
                              f"(ρ · T / Σρ)")
@@ -338,10 +357,10 @@ def register(sub) -> None:
                         '{reward: number}}; cases sharing prompt and rewards form one group (ktae reads its rewards)')
     p.add_argument("--output", required=True, help="JSONL out ('-' for stdout)")
     p.add_argument("--measure", "--relevance-measure", dest="measure", type=measure_list, default=[MEASURE],
-                   metavar="NAME[,NAME...]|all",
+                   action=OneSpelling, metavar="NAME[,NAME...]|all",
                    help=f"relevance measure (default {MEASURE}, the paper's per-token JS distance); several (a comma "
-                        "list, or all: every measure the cases allow, the others named on stderr) come from one "
-                        "replay (none for ktae and entropy alone: \"js\" is then {}) and are written as "
+                        "list, or all: every measure the cases and the model allow, the others named on stderr) "
+                        "come from one replay (none for ktae and entropy alone: \"js\" is then {}) and are written as "
                         "\"relevance\": {reward: {measure: [...]}}: "
                         + "; ".join(f"{k} = {v}" for k, v in MEASURE_HELP.items()))
     model_args(p)

@@ -6,16 +6,17 @@ import sys
 
 from mrtpo import validate as V
 from mrtpo.cli.common import (
-    POSITIVE,
     Progress,
     check_output,
     credit_args,
     example_args,
     examples_inputs,
+    given_flag,
     load_model_arg,
     load_template,
     model_args,
     model_inputs,
+    model_measures,
     pick_example,
     quiet_arg,
     sampling_args,
@@ -24,6 +25,7 @@ from mrtpo.cli.common import (
 )
 from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.jsonl import dumps, json_lines, load_json, write_text
+from mrtpo.model.defaults import MAX_TRIES, SEED_RANGE, resample_problem
 from mrtpo.wording import plural
 
 
@@ -90,9 +92,9 @@ def _try_line(tr, tries: int) -> str:
     return head + f"varies: {varied}" + (f"; constant: {vals}" if vals else "")
 
 
-def _responses_file(path: str) -> list[str]:
-    """``--responses``: JSONL lines {"response": text}; a bad line is an error naming it."""
-    texts = []
+def _responses_file(path: str) -> tuple[list[str], list[int]]:
+    """``--responses``: JSONL lines {"response": text}; a bad line is an error naming it. (texts, their lines)"""
+    texts, lines = [], []
     for n, obj, problem in json_lines(path):
         if problem:
             raise MrtpoError(f"{path}: line {n}: {problem}")
@@ -102,9 +104,10 @@ def _responses_file(path: str) -> list[str]:
             texts.append(V.string(obj["response"], "response"))
         except V.BadValue as e:
             raise e.at(path, n) from None
+        lines.append(n)
     if not texts:
         raise MrtpoError(f"{path}: no responses (give JSONL lines {{\"response\": text}})")
-    return texts
+    return texts, lines
 
 
 def _check_args(a) -> None:
@@ -134,9 +137,26 @@ def _check_args(a) -> None:
         raise MrtpoError("--until-varied samples again with other seeds: it needs --task (not --input)")
     if a.until_varied is not None and a.responses:
         raise MrtpoError("--until-varied samples again with other seeds: it cannot be used with --responses")
+    if a.until_varied is not None and a.group_size < 2:
+        raise MrtpoError(f"--until-varied samples until a reward varies within the group, and "
+                         f"{resample_problem(a.group_size, a.temperature)} (--group-size {a.group_size}): give "
+                         "--group-size 2 or more")
     if a.input and a.info != "rule":
         raise MrtpoError(f"--info {a.info}: the verifier texts of --input are used as they are (the rule regime); "
                          "--info builds them from a task family's checkers: use it with --task")
+
+
+def _given_group(a, what: str, n: int) -> None:
+    """``--responses`` / ``--input`` give the group: a ``--group-size`` given that is not its size is refused, and the
+    other sampling flags given are said to be unused (they were ignored without a word)."""
+    flag = given_flag(a, "group_size")
+    if flag and a.group_size != n:
+        raise MrtpoError(f"{flag} {a.group_size}: {what} gives the group, {plural(n, 'response')}; leave {flag} out "
+                         "(or give responses for the group you want)")
+    unused = [given_flag(a, k) for k in ("max_new_tokens", "top_p", "seed") if given_flag(a, k)]
+    if unused:
+        print(f"note: {what} gives the responses: {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used",
+              file=sys.stderr)
 
 
 def _task_group(a, prog: Progress):
@@ -151,9 +171,12 @@ def _task_group(a, prog: Progress):
     ex = pick_example(fam, a, a.example or 0)
     for note in fam.notes(ex):
         print(f"note: {note}", file=sys.stderr)
-    texts = _responses_file(a.responses) if a.responses else None
+    texts, a.response_lines = _responses_file(a.responses) if a.responses else (None, None)
+    if texts is not None:
+        _given_group(a, f"--responses {a.responses}", len(texts))
     template = load_template(a.template, fam)
     lm = load_model_arg(a, prog)
+    model_measures(lm, [a.measure])  # a measure the model cannot give: refused before any sampling
     if texts is not None:
         prog.stage(f"scoring {plural(len(texts), 'response')}")
         return lm, score_group(fam, ex, [Sample(tokenize_response(lm, t)[0], t) for t in texts], a.info), template, []
@@ -178,11 +201,32 @@ def _constant_warning(a, tries: list) -> None:
     how = (f"in {len(tries)} tries (seeds {tries[0].seed}..{tries[-1].seed})" if len(tries) > 1 else
            "in this group")
     nxt = tries[-1].seed + 1 if tries else a.seed + 1
-    hint = ("" if not a.task or a.responses else
-            f"; try --seed {nxt}, --until-varied {max(5, 2 * len(tries))}"
-            + (", or a larger --group-size" if a.group_size < 16 else ""))
+    nxt = nxt if nxt <= SEED_RANGE[1] else 0  # past the largest seed: from 0
+    why = resample_problem(a.group_size, a.temperature)
+    if not a.task or a.responses:
+        hint = ""
+    elif why:  # other seeds give no other rewards: what can
+        hint = (f"; {why}: " + ("give --group-size 2 or more" if a.group_size < 2 else
+                                "raise --temperature to sample responses that differ"))
+    else:
+        hint = (f"; try --seed {nxt}, --until-varied {min(max(5, 2 * len(tries)), MAX_TRIES)}"
+                + (", or a larger --group-size" if a.group_size < 16 else ""))
     print(f"warning: every reward is the same for every response {how}, so every advantage is 0 and the "
           f"heatmaps have no color{hint}", file=sys.stderr)
+
+
+def _too_long_fix(a, e, group) -> str:
+    """What shortens the sequence ``e`` (:class:`mrtpo.model.TooLong`) names — a prompt of ``group`` with one of its
+    responses —, in this command's flags."""
+    i = e.response if e.response is not None else 0
+    if a.input:
+        return f"shorten responses[{i}] of {a.input}, its prompt or its verifier_info"
+    if a.responses:
+        line = a.response_lines[i] if i < len(a.response_lines) else i + 1
+        return f"shorten the response on line {line} of {a.responses}, or use a template with less text (--template)"
+    most = e.limit - (e.n_tokens - len(group.samples[i].token_ids))  # the room the prompt leaves
+    return (f"lower --max-new-tokens to at most {most}" if most >= 1 else
+            f"{e.prompt} alone fills the model: use a template with less text (--template) or another example")
 
 
 def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> None:
@@ -190,6 +234,7 @@ def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> No
     from mrtpo.core.measures import needs_replay
     from mrtpo.display import token_view, view_to_json
     from mrtpo.display.page import page_layout
+    from mrtpo.model import TooLong
     from mrtpo.replay import ReplayConfig, replay_scored
     from mrtpo.replay.estimate import estimate_scored
 
@@ -200,7 +245,11 @@ def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> No
         prog.stage(f"replaying {n} under P_all and each P_\\k")
     else:
         prog.stage(f"{a.measure} for {n} (no replay)")
-    replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
+    try:
+        replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
+    except TooLong as e:
+        raise MrtpoError(f"{e.what} is {e.n_tokens} tokens, more than model '{lm.name}' accepts ({e.limit}); "
+                         f"{_too_long_fix(a, e, group)}") from None
     view = token_view(group, replay, method=a.method, beta=a.beta)
     prog.stage(f"writing {a.html}" + (f" and {a.json}" if a.json else ""))
     rest = (f"every number is in {a.json}" if a.json else
@@ -230,7 +279,9 @@ def cmd_explain(a) -> int:
     elif a.input:
         template = load_template(a.template)
         group = _explain_input(a.input)  # a bad file fails before the model loads
+        _given_group(a, f"--input {a.input}", len(group.samples))
         lm = load_model_arg(a, prog)
+        model_measures(lm, [a.measure])
         group.samples = [Sample(tokenize_response(lm, s.text)[0], s.text) for s in group.samples]
     else:
         raise MrtpoError("explain needs --task FAMILY (with --example / --examples) or --input group.json")
@@ -255,8 +306,9 @@ def register(sub) -> None:
     credit_args(p, "method", "beta", "info")
     p.add_argument("--html", required=True)
     p.add_argument("--json", default=None, help="also write every number shown as JSON")
-    p.add_argument("--until-varied", type=POSITIVE, default=None, metavar="N",
-                   help="sample with --seed, --seed + 1, ... (at most N tries, each reported) until at least one "
+    p.add_argument("--until-varied", type=V.int_flag(1, MAX_TRIES), default=None, metavar="N",
+                   help=f"sample with --seed, --seed + 1, ... (at most N tries, N <= {MAX_TRIES}, each reported; "
+                        "with --group-size 2 or more) until at least one "
                         "reward varies within the group (a reward constant in the group gives advantage 0 "
                         "everywhere); the JSON records the seed used and the tries")
     credit_args(p, "measure")

@@ -21,6 +21,7 @@ from mrtpo.cli.common import (
     measure_list,
     model_args,
     model_inputs,
+    model_measures,
     quiet_arg,
     sampling_args,
     sampling_config,
@@ -55,6 +56,9 @@ def cmd_faithfulness(a) -> int:
     t0 = time.perf_counter()
     lm = load_model(a.model, a.device)
     t_load = time.perf_counter() - t0
+    asked = a.measure or []
+    measures = model_measures(lm, measures, any(getattr(ms, "everything", False) for ms in asked),
+                              [m for ms in asked for m in getattr(ms, "named", ms)])
     reword, attention = any(map(needs_rewording, measures)), any(map(needs_attention, measures))
     cfg = sampling_config(a)
     prog.estimate(f"{plural(len(examples), 'example')}: sampling {cfg.group_size} × {cfg.max_new_tokens} tokens and "

@@ -218,14 +218,16 @@ def cmd_train(a) -> int:
         stored = TrainConfig.from_dict(existing.config).to_dict()  # defaults filled in, older names read
         asked = cfg.to_dict()  # as stored: the examples' path made absolute, the template read
         diff = [k for k in given if stored.get(k) != asked.get(k) and k not in LOG_FIELDS]
-        if diff:
+        new = None
+        if diff and existing.steps_done == 0:  # no step stored yet: the run starts over with the flags given
+            new = TrainConfig.from_dict({**stored, **{k: asked[k] for k in diff}})
+        elif diff:
             flags = ", ".join("--" + d.replace("_", "-") for d in diff)
             log(f"run '{name}' exists: using its stored config (ignoring {flags})")
         # where to log is not part of the run: --credit-log applies to a resumed run too
-        tr = Trainer(None, store, name, log=log, credit_log=cfg.log if set(given) & set(LOG_FIELDS) else None)
+        tr = Trainer(new, store, name, log=log, credit_log=cfg.log if set(given) & set(LOG_FIELDS) else None)
     else:
-        log(f"creating run '{name}' in {store.path}")
-        tr = Trainer(cfg, store, name, log=log)
+        tr = Trainer(cfg, store, name, log=log)  # it says "creating run" once the run exists
     stored = store.require_run(name).steps_done  # tr.steps_done: where it resumes (the last checkpoint)
     if stored >= a.steps:
         log(f"run '{name}' already has {plural(stored, 'step')} (asked for {a.steps}); nothing to do")

@@ -16,6 +16,7 @@ Shapes: N responses stored group by group, K rewards, T tokens (padded).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -314,6 +315,30 @@ def credit_steps(credit: TokenCredit, i: int) -> CreditSteps:
         kept=bool(adv.keep[i]))
 
 
+#: float32's smallest normal number: relevance below it loses precision in float32, and below about 7e-46 it is 0
+F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+class TinyRelevanceWarning(UserWarning):
+    """Relevance given below float32's smallest normal number (:func:`below_float32`)."""
+
+
+def below_float32(values: Sequence[float]) -> str:
+    """'' when every value is 0 or at least float32's smallest normal number (:data:`F32_TINY`); else what float32 does
+    to the others: ``all 0 in float32: uniform credit``, ``3 of 5 values become 0 in float32`` or ``they lose
+    precision in float32``."""
+    v = np.asarray(values, dtype=np.float64)
+    small = (v > 0) & (v < F32_TINY)
+    if not small.any():
+        return ""
+    zero = small & (v.astype(np.float32) == 0)
+    if zero.sum() == (v > 0).sum():
+        return "all 0 in float32: uniform credit"
+    if zero.any():
+        return f"{int(zero.sum())} of {v.size} values become 0 in float32"
+    return "they lose precision in float32"
+
+
 def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
                      lengths: Sequence[int], T: int | None = None, pad: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -324,10 +349,19 @@ def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_
     ``pad``: a relevance may be shorter than T_i and covers the first tokens, the rest get ρ = 1 (the EOS that ends
     a response is trained but not replayed); otherwise its length must be T_i.  ρ is 1 on padding too (the
     reallocation multiplies by the mask).  The one place where relevance from a replay, a file or a store becomes
-    the tensor :func:`assign_credit` takes.
+    the tensor :func:`assign_credit` takes: a :class:`TinyRelevanceWarning`, once per call, names the lists with values
+    below float32's smallest normal number (:func:`below_float32`), which float32 blurs or makes 0.
     """
     N, K = len(lengths), len(reward_names)
     T = max(lengths, default=0) if T is None else T
+    tiny = [f"response {i}, reward '{k}' ({note})" for i, rel in enumerate(relevance) for k, v in rel.items()
+            if k in reward_names and (note := below_float32(v))]
+    if tiny:  # once per call, naming the first rows
+        more = f" and {len(tiny) - 3} more" if len(tiny) > 3 else ""
+        warnings.warn(f"relevance below float32's smallest normal number ({F32_TINY:.4g}) in {'; '.join(tiny[:3])}"
+                      f"{more}: float32 loses its precision and makes the smallest 0, and a list that is all 0 is "
+                      "uniform credit; rescale it (any scale is taken: it is normalized to token mean 1)",
+                      TinyRelevanceWarning, stacklevel=2)
     mask = torch.zeros(N, T, dtype=torch.bool)
     rho = torch.ones(N, K, T)
     col = {k: j for j, k in enumerate(reward_names)}

@@ -18,8 +18,25 @@ MAX_NEW_TOKENS = 96  # longest sampled response
 TEMPERATURE = 1.0
 TOP_P = 1.0
 SEED = 0
-SEED_RANGE = (-(2 ** 63), 2 ** 64 - 1)  # what torch.manual_seed takes
+# the seeds taken everywhere (sampling, a run's seeds, every flag and widget): 0 … 2^63 − 1. torch.manual_seed takes
+# more, but wraps them (−2^63 and 2^63 seed the same stream), so one seed would name two groups
+SEED_RANGE = (0, 2 ** 63 - 1)
 MAX_GROUP_SIZE = 1024  # the most responses one group may have (a bound on memory: every flag and form checks it)
+
+
+#: the most tries :func:`mrtpo.groups.sample_until_varied` makes, each a whole group sampled (``explain
+#: --until-varied N``'s bound)
+MAX_TRIES = 100
+
+
+def resample_problem(group_size: int, temperature: float) -> str:
+    """Why sampling again with other seeds cannot make a reward vary within a group ('' when it can): a group of one
+    response has no reward that varies within it, and greedy sampling gives the same group for every seed."""
+    if group_size < 2:
+        return "a group of one response has no reward that varies within it"
+    if temperature == 0:
+        return "greedy sampling (temperature 0) gives the same group for every seed"
+    return ""
 
 
 @dataclass

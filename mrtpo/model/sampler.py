@@ -61,7 +61,8 @@ def sample(lm: LoadedModel, prompt: str, config: SamplingConfig | None = None, *
     check_model(lm.model, lm.tokenizer, lm.name)
     dtype = compute_dtype(lm, precision)
     ids = lm.encode(lm.chat_prompt(prompt))
-    check_length(lm, len(ids) + max_new_tokens, "prompt + max_new_tokens")
+    check_length(lm, len(ids) + max_new_tokens, "prompt + max_new_tokens",
+                 hint="shorten the prompt or lower max_new_tokens")
     gen = generator(lm.device, cfg.seed)
     stop = {t for t in (lm.tokenizer.eos_token_id, lm.tokenizer.pad_token_id) if t is not None}
     with measuring(lm, dtype, "sample") as run:

@@ -120,9 +120,15 @@ class TooLong(MrtpoError):
         super().__init__(message)
         self.what, self.n_tokens, self.limit, self.response = what, n_tokens, limit, response
 
+    @property
+    def prompt(self) -> str:
+        """The prompt part of ``what`` (``P_all`` of ``P_all + response 2``): what a caller that names the response
+        its own way (a file's line) puts before it."""
+        return self.what.rsplit(" + ", 1)[0]
+
 
 def check_length(lm: LoadedModel, n_tokens: int, what: str, response: int | None = None,
-                 hint: str = "shorten the prompt or the verifier information, or lower max tokens") -> None:
+                 hint: str = "shorten the prompt, the verifier information or the response") -> None:
     """:class:`TooLong` when ``n_tokens`` (of ``what``) is more than the model accepts."""
     if n_tokens > lm.max_length:
         raise TooLong(f"{what} is {n_tokens} tokens, more than model '{lm.name}' accepts ({lm.max_length}); {hint}",

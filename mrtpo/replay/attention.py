@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from mrtpo.errors import MrtpoError
-from mrtpo.model import Decoder
+from mrtpo.model import Decoder, decoder_stack
 
 
 def info_span(p_all: list[int], p_without: list[int]) -> tuple[int, int]:
@@ -39,11 +39,25 @@ def info_span(p_all: list[int], p_without: list[int]) -> tuple[int, int]:
 
 def attention_modules(stack: torch.nn.Module) -> list[torch.nn.Module]:
     """The stack's self-attention modules (those with a ``layer_idx`` and an output projection ``o_proj``)."""
-    mods = [m for m in stack.modules() if hasattr(m, "layer_idx") and hasattr(m, "o_proj")]
+    mods = [m for m in stack.modules() if _reads(m)]
     if not mods:
         raise MrtpoError("the 'attn-contrast' measure reads the model's attention, and this model's attention layers "
                          "are not of a known kind (no module with layer_idx and o_proj): pick another measure")
     return mods
+
+
+def _reads(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is a self-attention module of the kind read here (a ``layer_idx`` and an ``o_proj``)."""
+    return hasattr(module, "layer_idx") and hasattr(module, "o_proj")
+
+
+def attention_problem(lm) -> str | None:
+    """Why the ``attn-contrast`` measure cannot read ``lm``'s attention, known before any pass (None: it can): its
+    decoder stack has no attention modules of the kind :func:`attention_modules` finds."""
+    if any(map(_reads, decoder_stack(lm.model).modules())):
+        return None
+    return (f"model '{lm.name}' ({type(lm.model).__name__}) has no attention layers of the kind it reads (modules with "
+            "layer_idx and o_proj: Llama, Qwen, Mistral, Gemma, Phi-3 and the like)")
 
 
 @contextlib.contextmanager

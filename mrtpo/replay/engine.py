@@ -42,7 +42,7 @@ from mrtpo.replay.noreplay import text_and_offsets as _text_and_offsets
 from mrtpo.replay.passes import replay_progress, sequences
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 from mrtpo.replay.vocab import chain, fused_chain, logprobs, use_fused
-from mrtpo.templates import ALL, REWORDINGS, Template, TemplateError, reworded_key
+from mrtpo.templates import ALL, REWORDINGS, Template, TemplateError, reworded_key, variant_label
 
 if TYPE_CHECKING:
     from mrtpo.groups import ScoredGroup
@@ -125,8 +125,7 @@ def _plan(lm, prompt, verifier_info, responses, template, rewards, reword: bool 
                 enc_cache[t] = lm.encode(t)
             toks[v] = enc_cache[t]
             # ... and in tokens against the model's context here, before any forward pass (P_all, the longest, first)
-            name = "P_all" if v == ALL else f"P_\\{v} (without reward '{v}')" if v in act else f"P_all reworded ({v})"
-            check_length(lm, len(toks[v]) + len(rid), f"{name} + response {i}", response=i)
+            check_length(lm, len(toks[v]) + len(rid), f"{variant_label(v, act)} + response {i}", response=i)
         texts.append(text), ids.append(rid), offs.append(off), ptexts.append(full), pids.append(toks)
     for i, (text, rid, off) in enumerate(zip(texts, ids, offs)):  # every length checked: the offsets now
         if offsets:  # (an estimate needs only the token ids)

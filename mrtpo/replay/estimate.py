@@ -26,7 +26,7 @@ from mrtpo.model.rates import Rates, forward_rate, n_params, sample_tokens
 from mrtpo.replay.engine import GroupInput, ReplayConfig, _plan
 from mrtpo.replay.kvtrie import pass_tokens, plan_passes
 from mrtpo.replay.passes import sequences
-from mrtpo.templates import Template
+from mrtpo.templates import Template, variant_label
 
 if TYPE_CHECKING:
     from mrtpo.groups import ScoredGroup
@@ -121,6 +121,15 @@ def estimate_sample(lm: LoadedModel, prompt: str, n: int, max_new_tokens: int, p
     """Sampling ``n`` responses of at most ``max_new_tokens`` to ``prompt``: an upper bound."""
     P = len(lm.encode(lm.chat_prompt(prompt)))
     return _phase(lm, compute_dtype(lm, precision), "sample", sample_tokens(P, n, max_new_tokens), True, rates)
+
+
+def prompt_tokens(lm: LoadedModel, prompt: str, verifier_info: dict[str, str], template: Template | None = None,
+                  reword: bool = False) -> dict[str, int]:
+    """{label: tokens} of every prompt a replay of one response builds under ``prompt`` with ``verifier_info`` (P_all,
+    each P_\\k and, with ``reword``, each rewording; labelled as the replay's length errors label them): a response
+    of T tokens must fit the model's positions after the longest (:func:`mrtpo.model.check_length`)."""
+    msgs = (template or Template()).variants(prompt, verifier_info, reworded=reword)
+    return {variant_label(v, list(verifier_info)): len(lm.encode(lm.chat_prompt(m))) for v, m in msgs.items()}
 
 
 def replay_tokens(lm: LoadedModel, groups: Sequence[GroupInput], template: Template | None = None,

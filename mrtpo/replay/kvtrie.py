@@ -253,7 +253,9 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
         input_ids[j, : len(s.tokens)] = torch.tensor(s.tokens)
         mask[j, : s.start] = True
         mask[j, C : C + len(s.tokens)] = True
-        pos[j] = s.start + torch.arange(L)
+        # a padding slot repeats the row's last position: counting on past the row's end could index past the
+        # model's learned positions (GPT-2) in a row that itself fits them
+        pos[j] = s.start + torch.arange(L).clamp_max(max(len(s.tokens) - 1, 0))
     keep = [j for j, i in enumerate(batch) if segs[i].has_children]
     buf = None
     if C > 0 or own is not None:  # the rows' pasts and the new keys in one preallocated buffer (no concatenation)

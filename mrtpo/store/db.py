@@ -153,6 +153,19 @@ class Store(RunLocks, Checkpoints):
             raise MrtpoError(f"a run named '{name}' already exists in {self.path}") from None
         return self.get_run(name)
 
+    def restart_run(self, run_id: int, config: dict, *, owner: str) -> None:
+        """Give run ``run_id``, which has no step stored, ``config`` in place of the one it was created with, and
+        forget what its creation stored (its probe, the examples it recorded): it starts over as if created with
+        ``config``. Lock holder only; MrtpoError, nothing changed, once it has a step."""
+        with self._tx(run_id, owner) as c:
+            steps = c.execute("SELECT steps_done, name FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if steps is None or steps[0] > 0:
+                raise MrtpoError(f"run '{steps[1] if steps else run_id}' has steps stored: it keeps its config")
+            for t in ("metrics", "samples", "probe", "probe_relevance", "run_examples"):
+                c.execute(f"DELETE FROM {t} WHERE run_id = ?", (run_id,))
+            c.execute("UPDATE runs SET config = ?, updated = ?, last_checkpoint = 0, checkpoint_path = NULL "
+                      "WHERE id = ?", (_json(config), time.time(), run_id))
+
     def get_run(self, name: str) -> RunInfo | None:
         rows = self._q("SELECT id, name, config, created, updated, steps_done, last_checkpoint, checkpoint_path "
                        "FROM runs WHERE name = ?", (name,))

@@ -13,6 +13,7 @@ from mrtpo.core.credit import CreditConfig
 from mrtpo.creditlog.writer_rows import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
+from mrtpo.model.defaults import SEED_RANGE
 from mrtpo.tasks import COMPARE_MODES, family_names, resolve_examples
 from mrtpo.tasks.checklist_items import MAX_ITEMS
 from mrtpo.templates import Template
@@ -66,10 +67,10 @@ class TrainConfig:
     prompts_per_step: int = opt(2, "prompts per step B (N = B·G responses)", lo=1, hi=1024)
     optim: OptimConfig = part(OptimConfig)
     seed: int = opt(0, "seed of the initialization (LoRA) and minibatch order; of the schedule too unless "
-                       "schedule_seed is given", lo=0, hi=2 ** 31 - 1)
+                       "schedule_seed is given", lo=SEED_RANGE[0], hi=SEED_RANGE[1])
     schedule_seed: int | None = opt(None, "seed of the prompt order and of every sampling stream (default: seed); runs "
                                           "that share it see the same prompts and sample from the same streams",
-                                    lo=0, hi=2 ** 31 - 1)
+                                    lo=SEED_RANGE[0], hi=SEED_RANGE[1])
     template: dict | None = opt(None, "verifier-info template {prompt,item,separator}")
     checkpoint_every: int = opt(10, "save a checkpoint every N steps (store only; the last one is kept)", lo=1,
                                 hi=MAX_STEPS)

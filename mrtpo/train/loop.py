@@ -58,6 +58,7 @@ from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
 from mrtpo.train.recorder import Recorder, sample_rows
 from mrtpo.train.rollout import Rollout
+from mrtpo.train.start import check_fit, existing_config, store_run
 from mrtpo.train.timing import PhaseClock
 
 
@@ -76,13 +77,9 @@ class Trainer:
                  family: TaskFamily | None = None, credit_log: CreditLogConfig | None = None):
         self.log = log or (lambda msg: None)
         self.store, self.run_name, self.run_id = store, run, None
-        existing = self._existing_run(store, run)
-        if existing is not None:
-            stored = TrainConfig.from_dict(existing.config)
-            if config is not None and config.to_dict() != stored.to_dict():
-                diff = [k for k, v in config.to_dict().items() if stored.to_dict()[k] != v]
-                self.log(f"run '{run}' exists: using its stored config (ignoring new values of {', '.join(diff)})")
-            config = stored
+        existing, restart = self._existing_run(store, run), False
+        if existing is not None:  # its own config, or (no step stored yet) the new one: it starts over
+            config, restart = existing_config(store, existing, config, self.log)
         elif config is None:
             raise MrtpoError(f"no run named '{run}' and no config to create it with")
         if credit_log is not None:
@@ -91,12 +88,14 @@ class Trainer:
         self.credit, self.method = cfg.credit, cfg.credit.parsed
         self.family = family or get_family(cfg.task)
         self.examples = self._examples()
-        if existing is not None:  # a resume reads the examples the run was created with, before any work
+        if existing is not None and not restart:  # a resume reads the examples the run was created with, first
             check_run_examples(store, existing.id, run, cfg.examples, self.examples)
         self.template = template_for(self.family, cfg.template)
         self.credit_log = TrainCreditLog(cfg, log_owner(store, run, existing is not None), run_inputs(cfg, store),
                                          self.log) if cfg.log.credit_log else None  # before anything is stored
         self.policy = Policy.build(cfg, lm)
+        if existing is None or existing.steps_done == 0:  # what a step or the probe would fail on, refused first
+            check_fit(self.lm, self.family, self.examples, cfg, self.template, bool(store and cfg.probe_size))
         self.steps_done = 0
         self.probe: list[dict] = []
         self._mu = threading.Lock()
@@ -104,17 +103,7 @@ class Trainer:
         self.recorder: Recorder | None = None
         if store is None:
             return
-        if existing is None:
-            try:
-                self.run_id = store.create_run(run, cfg.to_dict()).id
-            except MrtpoError:
-                existing = store.get_run(run)  # another trainer created it meanwhile: the same run, or refused
-                if existing is None:
-                    raise
-                if TrainConfig.from_dict(existing.config).to_dict() != cfg.to_dict():
-                    raise MrtpoError(f"run '{run}' was created meanwhile by another trainer, with another config; "
-                                     f"nothing was changed") from None
-                check_run_examples(store, existing.id, run, cfg.examples, self.examples)
+        self.run_id, existing = store_run(store, run, cfg, self.examples, existing, restart, self.log)
         if existing is None:
             check_run_examples(store, self.run_id, run, cfg.examples, self.examples)  # recorded at creation
             self.recorder = Recorder(store, self.run_id)

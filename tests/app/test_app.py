@@ -229,6 +229,27 @@ def test_constant_group_warns_and_samples_until_the_rewards_vary():
     assert "no_comma" not in warn
 
 
+@pytest.mark.parametrize("key, value, says", [("explore_temp", 0.0, "greedy sampling (temperature 0) gives the same "
+                                                "group for every seed, so raise the temperature"),
+                                               ("explore_g", 1, "a group of one response has no reward that varies "
+                                                "within it, so sample a larger group")])
+def test_the_constant_warning_offers_other_seeds_only_where_they_can_help(key, value, says):
+    """tea-note, 16 tokens: every reward constant. Greedy, or a group of one: other seeds give no other rewards, so
+    the warning says what can, and there is no "Sample until the rewards vary" button."""
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.selectbox(key="mrtpo_family").set_value("instructions").run()
+    at.selectbox(key="mrtpo_example").set_value("tea-note").run()
+    at.number_input(key="explore_max").set_value(16).run()
+    at.number_input(key=key).set_value(value).run()
+    at.button(key="explore_sample").click().run()
+    _ok(at)
+    warn = shown(at.warning[0].value).replace("*", "")
+    assert "No reward varies in this group" in warn and says in warn
+    assert "Sample until the rewards vary" not in warn and "another seed" not in warn
+    assert not [b for b in at.button if b.key == "explore_until"]
+
+
 def test_sample_until_varied_keeps_the_group_when_none_is_better():
     """shop-01 on the random model: no reward ever varies; the 5 tries are listed and the group stays."""
     at = AppTest.from_file(APP, default_timeout=60)
@@ -527,6 +548,23 @@ def test_bad_model_is_a_clear_error(monkeypatch):
     assert any("cannot load model" in shown(e.value) for e in at.error)
 
 
+def test_a_non_causal_model_is_refused_by_name_before_sampling(monkeypatch, tmp_path):
+    """A BERT folder (an encoder: its "next-token" distributions see later tokens) as the app's model: the error
+    names it and why, and no group is made."""
+    from tests.model.test_causal import SMALL, saved
+
+    folder = saved(tmp_path, "BertConfig", "BertForMaskedLM", **SMALL)
+    monkeypatch.setenv("MRTPO_MODEL", str(folder))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.button(key="explore_sample").click().run()
+    assert not at.exception
+    errors = [shown(e.value) for e in at.error]
+    assert any(f"model '{folder}' (BertLMHeadModel, saved as BertForMaskedLM) is not a causal language model" in e
+               for e in errors), errors
+    assert "mrtpo_group" not in at.session_state or at.session_state["mrtpo_group"] is None
+
+
 def test_pages_without_a_group_say_what_to_do():
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
@@ -568,7 +606,7 @@ def test_explore_sampling_is_one_sampling_config_with_the_fields_bounds(sampled:
     assert (g.min, g.max, g.value) == (1, MAX_GROUP_SIZE, 4)  # was 2–32
     assert (tokens.min, tokens.max, tokens.value) == (1, None, 96)  # was 4–1024
     assert (temp.min, temp.max, temp.value) == (0.0, None, 1.0)
-    assert (seed.min, seed.max, seed.value) == (-(2 ** 53 - 1), 2 ** 53 - 1, 1)  # the fixture's seed
+    assert (seed.min, seed.max, seed.value) == (0, 2 ** 53 - 1, 1)  # the fixture's seed (seeds are 0 … 2^63 − 1)
     run = at.session_state["mrtpo_group"]
     assert {k: v for k, v in run.settings.items() if k != "id"} == to_flat(SamplingConfig(seed=1))
     beta = next(f for f in dataclasses.fields(CreditConfig) if f.name == "beta")

@@ -356,7 +356,7 @@ def test_relevance_bad_lines_never_stop_good_ones(tmp_path, capsys):
     assert rc == 1
     lines = [strict_json(line) for line in out.read_text().splitlines()]
     assert [row["id"] for row in lines] == ["c0", "c1", "c3", "c4", "c6", "c7"]
-    assert f"{inp}: line 3: P_all + response 0 is 5" in err and "more than model 'tiny-random' accepts" in err
+    assert f"{inp}: line 3: P_all + the case's response is 5" in err and "more than model 'tiny-random' accepts" in err
     assert f"{inp}: line 6: field 'response': holds a lone surrogate '\\ud800' at character 4" in err
     assert f"{inp}: line 9: field 'prompt': missing" in err
     assert "6 cases written" in err and "3 bad lines skipped" in err

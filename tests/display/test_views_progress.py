@@ -111,11 +111,11 @@ def test_sample_until_varied_stops_at_the_first_seed_where_a_reward_varies(tiny)
     assert [t.seed for t in tries] == [0, 1] and not varied_rewards(group)
     # greedy sampling gives the same group for every seed: one try
     calls = []
-    group, tries = sample_until_varied(None, fam, ex, 5, n=1, temperature=0.0,
+    group, tries = sample_until_varied(None, fam, ex, 5, n=2, temperature=0.0,
                                        sample_fn=lambda c: calls.append(c.seed) or sample(tiny, ex.prompt, c,
                                                                                           max_new_tokens=4))
     assert calls == [0] and len(tries) == 1
-    with pytest.raises(MrtpoError, match="tries must be an integer >= 1"):
+    with pytest.raises(MrtpoError, match=r"tries must be an integer in \[1, 100\], got 0"):
         sample_until_varied(tiny, fam, ex, 0)
 
 

@@ -57,4 +57,4 @@ def test_trl_example_bad_values_past_the_flags_are_messages(capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err and "3" in err
     with pytest.raises(MrtpoError, match="TRL seeds numpy too"):
-        __import__("mrtpo.integrations.trl", fromlist=["grpo_sampling"]).grpo_sampling(SamplingConfig(seed=-1))
+        __import__("mrtpo.integrations.trl", fromlist=["grpo_sampling"]).grpo_sampling(SamplingConfig(seed=2 ** 32))

@@ -196,3 +196,31 @@ def test_qwen2_with_a_window_on_its_upper_layers_replays_exactly():
         for k in INFO:
             np.testing.assert_allclose(a.js[k], b.js[k], atol=2e-6)
         np.testing.assert_allclose(a.logp_all, b.logp_all, atol=2e-5)
+
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_passes_that_end_at_the_models_last_position_run(arch):
+    """Replay-shaped sequences whose longest is exactly as long as the model's positions: every pass runs and gives
+    each sequence's own hidden states. A pass batches rows that start late and are short with rows that start early and
+    are long; a short row's padding counted positions on past its end, past GPT-2's learned positions ("internal error
+    (IndexError ...)" in a training run's probe)."""
+    g = torch.Generator().manual_seed(0)
+    head, rest_all, rest_without = (torch.randint(5, 300, (n,), generator=g).tolist() for n in (70, 70, 60))
+    p_all, p_without = head + rest_all, head + rest_without
+    resp = [torch.randint(5, 300, (10,), generator=g).tolist() for _ in range(2)]
+    # the leaves: two responses after P_all (start 140, 10 tokens) and P_\\k's rest (start 70, 70 tokens) in one pass
+    seqs = [p_all + resp[0], p_all + resp[1], p_without + resp[0]]
+    n = max(map(len, seqs))
+    lm = random_model(arch, initializer_range=0.2, **({"n_positions": n} if arch == "gpt2" else
+                                                       {"max_position_embeddings": n}))
+    assert lm.max_length == n
+    stack = decoder_stack(lm.model)
+    from mrtpo.model import Decoder
+
+    with torch.no_grad():
+        out, trie, _ = shared_hidden(Decoder(stack, torch.float32), 0, lm.device, seqs, [(0, len(s)) for s in seqs],
+                                     4096, 8192)
+        for s, h in zip(seqs, out):
+            torch.testing.assert_close(h, stack(input_ids=torch.tensor([s])).last_hidden_state[0], atol=2e-5,
+                                       rtol=1e-5)
