@@ -212,6 +212,22 @@ def table_text(table: list[dict]) -> str:
           ", ".join(_f(d, "{:+.3f}") for d in r["seed_diffs"])] for r in table])
 
 
+def ship(table: list[dict], settings: dict, elapsed: float) -> Path:
+    """The table for the app's Teach and Train pages (:func:`mrtpo.experiment.sweep.load_sweep`), with the
+    settings, the CPU and the date."""
+    import datetime
+
+    from mrtpo.experiment.sweep import RESULT
+    from mrtpo.tasks.base import sample_data
+
+    path = sample_data(*RESULT)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"settings": settings, "rows": table, "cpu": report.cpu_kind(),
+                                "date": datetime.date.today().isoformat(), "elapsed": elapsed}, indent=1,
+                               default=float) + "\n", encoding="utf-8")
+    return path
+
+
 def main(argv=None) -> int:
     a = args(argv)
     from mrtpo.store import Store
@@ -251,6 +267,7 @@ def main(argv=None) -> int:
                 f"with its 95 % cluster bootstrap over seeds ({a.boot} resamples); final Δ: over the last 5 steps."
                 f"\n\n{text}\n\n![Δ AUC against K](credit_matters.png)")
         (report.DOC.parent / "credit_matters.png").write_bytes((out / "credit_matters.png").read_bytes())
+        ship(table, settings, elapsed)
         path = report.update_section(SECTION, report.section("bench/credit_matters.py", body))
         print(f"written to {path} (section {SECTION})")
     return 0

@@ -82,6 +82,10 @@ def test_wheel_contents(wheel):
               "mrtpo/display/render.py", "mrtpo/creditlog/train_writer.py", "mrtpo/creditlog/trl_writer.py",
               "mrtpo_app/models.py", "mrtpo_app/caches.py", "mrtpo/wording.py"):
         assert f in names, f
+    data = Path(__file__).resolve().parents[1] / "mrtpo" / "sample_data"  # every built-in data file ships
+    missing = [str(p.relative_to(data.parents[1])) for p in data.rglob("*") if p.is_file() and "__pycache__" not in
+               p.parts and str(p.relative_to(data.parents[1])) not in names]
+    assert not missing, missing
     assert not any(n.startswith(("tests/", "bench/", "mrtpo_app/tests", "mrtpo_app/bench")) for n in names)
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "mrtpo = mrtpo.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
