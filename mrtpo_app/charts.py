@@ -121,3 +121,27 @@ def component_curves_chart(curves: dict, cols: int = 3, height: int = 220) -> go
     fig.update_layout(height=height * rows + top, margin={"t": top, "b": 20, "l": 20, "r": 20},
                       legend={"orientation": "h", "x": 0, "y": 1, "yanchor": "top", "yref": "container"})
     return fig
+
+
+def credit_sweep(rows: list[dict]) -> go.Figure:
+    """The credit sweep: each arm's Δ AUC against GDPO at each K (items = rewards per response), with its 95 %
+    interval as error bars; 0 marked."""
+    fig = go.Figure()
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    for i, arm in enumerate(arms):
+        pts = [r for r in rows if r["arm"] == arm and r["delta"] is not None and math.isfinite(r["delta"])]
+        name = arm.replace("mrtpo:measure=", "MRTPO, ").replace("evidence", "oracle (evidence)")
+        fig.add_trace(go.Scatter(
+            x=[r["k"] + 0.08 * (i - (len(arms) - 1) / 2) for r in pts], y=[r["delta"] for r in pts],
+            mode="lines+markers", name=name, line={"color": PALETTE[(i + 1) % len(PALETTE)]},
+            error_y={"type": "data", "symmetric": False, "array": [r["ci95"][1] - r["delta"] for r in pts],
+                     "arrayminus": [r["delta"] - r["ci95"][0] for r in pts]},
+            customdata=[[r["k"], r["ci95"][0], r["ci95"][1]] for r in pts],
+            hovertemplate=f"{name} · K = %{{customdata[0]}}: Δ AUC %{{y:+.3f}} "
+                          "[%{customdata[1]:+.3f}, %{customdata[2]:+.3f}]<extra></extra>"))
+    fig.add_hline(y=0, line={"color": "#444", "width": 1})
+    ks = sorted({r["k"] for r in rows})
+    fig.update_xaxes(title_text="K (items = rewards per response)", tickvals=ks)
+    fig.update_yaxes(title_text="Δ AUC vs GDPO (95 % interval)")
+    fig.update_layout(height=320, margin={"t": 20, "b": 20, "l": 20, "r": 20})
+    return fig

@@ -22,7 +22,7 @@ from mrtpo.experiment import experiment_summary, load_experiment, read_experimen
 from mrtpo.store import RunInfo, Store
 from mrtpo.train import PHASES, TrainConfig, Trainer
 from mrtpo.wording import plural
-from mrtpo_app import charts
+from mrtpo_app import charts, sweep_panel
 from mrtpo_app.ui import guard, md, number_field, show_error
 
 # the fields of a new run that the form asks for (the rest keep TrainConfig's defaults); a field's label is its name
@@ -223,6 +223,9 @@ def _probe_shift(store: Store, exp, runs: dict) -> None:
 def experiment_view(store: Store, db_path: str) -> None:
     """Pick an experiment; its curves with bands, the paired differences, and the probe of every method side by
     side at one step."""
+    with st.expander("Where token credit should matter: many rewards per response (the credit sweep)",
+                     expanded=False):
+        sweep_panel.show("train_sweep")
     names = store.experiment_names()
     if not names:
         st.info(f"No experiments in {md(db_path)} yet. Run one from a terminal, e.g. `python -m mrtpo experiment "

@@ -11,7 +11,7 @@ from mrtpo.core.credit import SCALE_FLOOR, credit_steps
 from mrtpo.display import group_credit, panels, render
 from mrtpo.templates import ALL
 from mrtpo_app import state as S
-from mrtpo_app import topk_chart
+from mrtpo_app import sweep_panel, topk_chart
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import beta_slider, md, short
 
@@ -41,6 +41,8 @@ def evidence_caption(g) -> str:
 ch = page("Teach")
 st.title("Teach")
 st.caption("Each step of MRTPO on your current group, with its numbers. Formulas as in METHOD.md.")
+with st.expander("Where token credit should matter: many rewards per response", expanded=False):
+    sweep_panel.show("teach_sweep")
 run = S.require_group()
 g, rep = run.group, run.replay
 G, K = g.rewards.shape

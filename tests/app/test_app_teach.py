@@ -86,3 +86,33 @@ def test_teach_caption_follows_the_groups_regime(tiny, info):
     assert ("The checker read" in caption) == (info == "quoted")
     v_k = at.session_state["mrtpo_group"].group.verifier_info[0]["punctuation:no_comma"]
     assert ('The checker read: "Tea,"' in v_k) == (info == "quoted")  # what the caption says is what P_all holds
+
+
+@pytest.mark.parametrize("result", [None, "null", "gain"])
+def test_teach_and_train_show_the_credit_sweep(tiny, monkeypatch, result):
+    """The argument, the sweep's figure and its verdict (or why there is none), on Teach and on Train's experiments."""
+    from mrtpo.experiment import sweep as SW
+    from mrtpo_app import sweep_panel
+
+    rows = {"null": [{"k": 2, "arm": SW.ORACLE, "delta": 0.01, "ci95": [-0.01, 0.03]},
+                     {"k": 8, "arm": SW.ORACLE, "delta": 0.02, "ci95": [-0.01, 0.05]}],
+            "gain": [{"k": 8, "arm": SW.ORACLE, "delta": 0.04, "ci95": [0.01, 0.07]}]}.get(result)
+    data = None if rows is None else {"rows": rows, "settings": {"model": "default", "seeds": 6, "steps": 20},
+                                      "cpu": "AMD AVX512-BF16", "date": "2026-12-06"}
+    monkeypatch.setattr(sweep_panel, "load_sweep", lambda: data)
+    at = _teach(tiny, "rule")
+    text = " ".join(m.value for m in at.markdown)
+    assert "reward k's signal there shrinks roughly as 1/√K" in text
+    if rows is None:
+        assert any("credit sweep has not been run" in i.value for i in at.info)
+        assert not [c for c in at.get("plotly_chart") if "K (items" in c.proto.spec]
+    else:
+        assert SW.verdict(rows) in text
+        charts = [c for c in at.get("plotly_chart") if "K (items" in c.proto.spec]
+        assert len(charts) == 1
+        assert any("6 seeds × 20 steps" in c.value and "AMD AVX512-BF16" in c.value for c in at.caption)
+    at.switch_page("pages/training.py").run()
+    _ok(at)
+    at.radio(key="train_view").set_value("Experiments").run()
+    _ok(at)
+    assert "reward k's signal there shrinks roughly as 1/√K" in " ".join(m.value for m in at.markdown)
