@@ -27,7 +27,7 @@ PAGES = [
     ("pages/your-rollouts.py", "Your rollouts", ":material/upload_file:"),
     ("pages/training.py", "Train", ":material/model_training:"),
 ]
-CHOICE_KEYS = ("mrtpo_model", "mrtpo_device", "mrtpo_family", "mrtpo_example")
+CHOICE_KEYS = ("mrtpo_model", "mrtpo_device", "mrtpo_family", "mrtpo_example", "mrtpo_items")
 
 
 def _nav(sb) -> None:
@@ -96,6 +96,13 @@ def sidebar() -> Choices:
     prompts = {e.id: e.prompt for e in exs}
     ex = sb.selectbox("Example", ids, key="mrtpo_example",
                       format_func=lambda i: f"{i} — {short(prompts[i], 40)}")
+    if hasattr(get_family(fam), "with_items"):  # the checklist task: K items = K rewards per response
+        most = min(len(get_family(fam).reward_names(e)) for e in exs)
+        if not 1 <= int(st.session_state.get("mrtpo_items") or 0) <= most:
+            st.session_state["mrtpo_items"] = most
+        sb.number_input("Items (rewards per response)", 1, most, key="mrtpo_items",
+                        help="the first K items of the checklist, each its own reward (mrtpo --items K): token "
+                             "credit should matter more as K grows")
     with contextlib.suppress(Exception):  # the URL is a convenience (shareable link), never an error
         st.query_params["family"], st.query_params["example"] = fam, ex
     return choices()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, MutableMapping, Sequence
 import streamlit as st
 
 from mrtpo.errors import MrtpoError
-from mrtpo.tasks import family_names, get_family
+from mrtpo.tasks import apply_options, family_names, get_family
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 from mrtpo_app.models import default_model_name
@@ -61,11 +61,14 @@ class Choices:
     device: str
     family: str | None
     example_id: str | None
+    items: int | None = None  # the checklist task: the first K items of the example (None: all of them)
 
     def example(self) -> Example | None:
         if self.family is None or self.example_id is None:
             return None
-        return get_family(self.family).example(self.example_id)
+        fam = get_family(self.family)
+        ex = fam.example(self.example_id)
+        return apply_options(fam, [ex], items=self.items)[0] if self.items and hasattr(fam, "with_items") else ex
 
 
 def choices() -> Choices:
@@ -76,7 +79,9 @@ def choices() -> Choices:
     ex = ss.get("mrtpo_example")
     if fam is not None and ex is None:
         ex = get_family(fam).examples()[0].id
-    return Choices(ss.get("mrtpo_model") or default_model_name(), ss.get("mrtpo_device") or "auto", fam, ex)
+    items = ss.get("mrtpo_items") if fam is not None and hasattr(get_family(fam), "with_items") else None
+    return Choices(ss.get("mrtpo_model") or default_model_name(), ss.get("mrtpo_device") or "auto", fam, ex,
+                   int(items) if items else None)
 
 
 def current_template(fam: str | None) -> dict:

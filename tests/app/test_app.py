@@ -614,3 +614,24 @@ def test_explore_sampling_is_one_sampling_config_with_the_fields_bounds(sampled:
     assert (s.min, s.max, s.value) == (beta.metadata["lo"], beta.metadata["hi"], beta.default) == (0.0, 1.0, 0.5)
     at.number_input(key="explore_g").set_value(1).run()  # a group of one: allowed, as the CLI allows it
     assert not at.exception and at.number_input(key="explore_g").value == 1
+
+
+def test_checklist_items_picker_sets_the_rewards_of_the_group():
+    """The checklist task's K: the sidebar's items box picks the first K items, the group has K rewards."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    _ok(at)
+    assert not [n for n in at.number_input if n.key == "mrtpo_items"]  # sql: no items box
+    at.selectbox(key="mrtpo_family").set_value("checklist").run()
+    at.selectbox(key="mrtpo_example").set_value("soup").run()
+    assert at.number_input(key="mrtpo_items").value == 8
+    at.number_input(key="mrtpo_items").set_value(3).run()
+    _ok(at)
+    labels = [shown(e.label) for e in at.expander]
+    assert "Example **soup** (checklist) — rewards: mention:basil, mention:pepper, avoid:onion" in labels
+    at.number_input(key="explore_max").set_value(8).run()
+    at.button(key="explore_sample").click().run()
+    _ok(at)
+    run = at.session_state["mrtpo_group"]
+    assert run.group.reward_names == ["mention:basil", "mention:pepper", "avoid:onion"]
+    assert run.group.example.prompt.count("\n") == 3
