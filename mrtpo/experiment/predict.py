@@ -56,7 +56,8 @@ def _gradient(policy, cfg: TrainConfig, ro, adv: torch.Tensor, mask: torch.Tenso
     """The surrogate's gradient at ratio 1 for token advantages ``adv`` (N, T), at the coordinates ``index`` of the
     flattened trainable parameters."""
     model, pad = policy.lm.model, policy.lm.tokenizer.pad_token_id
-    logp, _ = token_logprobs(model, list(ro.prompt_ids), list(ro.resp_ids), pad, cfg.sampling.temperature)
+    logp, _ = token_logprobs(model, list(ro.prompt_ids), list(ro.resp_ids), pad, cfg.sampling.temperature,
+                             cfg.optim.bf16_update)
     T = logp.shape[1]
     loss, _ = clipped_surrogate_loss(logp, logp.detach(), adv[:, :T].to(logp.device), mask[:, :T].to(logp.device),
                                      aggregation=cfg.optim.aggregation)

@@ -37,6 +37,9 @@ class OptimConfig:
     ppo_epochs: int = opt(1, "passes over each batch", lo=1, hi=1000)
     minibatches: int = opt(1, "optimizer steps per pass (<= B·G)", lo=1)
     max_grad_norm: float = opt(1.0, "gradient clipping (0: none)", lo=0.0)
+    bf16_update: bool = opt(False, "on a CPU, run the update's decoder forward and backward under bf16 autocast (the "
+                                   "weights and AdamW stay float32; faster where the CPU has bf16 matrix "
+                                   "instructions; CUDA always does)")
     lora: bool = opt(False, "train a LoRA adapter (peft) instead of all weights")
     lora_rank: int = opt(8, "LoRA rank", lo=1, hi=4096)
     lora_alpha: int = opt(16, "LoRA alpha", lo=1)

@@ -64,9 +64,12 @@ def clipped_surrogate_loss(
 
 
 def _response_logits(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                     temperature: float = TEMPERATURE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                     temperature: float = TEMPERATURE, cpu_bf16: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(logits (N, T, V) float32 at ``temperature``, sampled tokens (N, T), mask (N, T)) of every response token, one
-    right-padded forward pass; only response positions go through the LM head."""
+    right-padded forward pass; only response positions go through the LM head.  A float32 model's decoder runs under
+    bf16 autocast on CUDA, and on a CPU when ``cpu_bf16`` (:class:`mrtpo.train.config.OptimConfig`'s ``bf16_update``);
+    the head and the log-softmax stay float32."""
     dev = next(model.parameters()).device
     N = len(prompts)
     L = max(len(p) + len(r) for p, r in zip(prompts, responses))
@@ -84,9 +87,10 @@ def _response_logits(model: torch.nn.Module, prompts: list[list[int]], responses
         pos[i, len(r):] = len(p) - 1
         tok[i, : len(r)] = torch.tensor(r, dtype=torch.long)
         mask[i, : len(r)] = True
-    # on CUDA a float32 (master-weight) model runs its forward under bf16 autocast; on a CPU it stays exact
-    fp32_cuda = dev.type == "cuda" and next(model.parameters()).dtype == torch.float32
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=fp32_cuda):
+    # on CUDA a float32 (master-weight) model runs its forward under bf16 autocast; on a CPU only when asked
+    fp32 = next(model.parameters()).dtype == torch.float32
+    bf16 = fp32 and (dev.type == "cuda" or (dev.type == "cpu" and cpu_bf16))
+    with torch.autocast(dev.type if dev.type in ("cuda", "cpu") else "cpu", dtype=torch.bfloat16, enabled=bf16):
         h = decoder_stack(model)(input_ids=ids.to(dev), attention_mask=attn.to(dev)).last_hidden_state  # (N, L, H)
     h = torch.gather(h, 1, pos.to(dev).unsqueeze(-1).expand(N, T, h.shape[-1]))  # (N, T, H)
     logits = head_logits(model, h).float()  # the model's own logits (Gemma 2: soft-capped)
@@ -96,14 +100,14 @@ def _response_logits(model: torch.nn.Module, prompts: list[list[int]], responses
 
 
 def token_logprobs(model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]], pad_id: int,
-                   temperature: float = TEMPERATURE) -> tuple[torch.Tensor, torch.Tensor]:
+                   temperature: float = TEMPERATURE, cpu_bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(y_t | x, y<t) of every response token, one right-padded forward pass (in the model's dtype; bf16
     autocast for a float32 model on CUDA).
 
     prompts, responses: N token-id lists.  Returns (logp (N, T), mask (N, T)), T = longest response.
     Only response positions go through the LM head, so no (N, L, V) logits tensor exists.
     """
-    logits, tok, mask = _response_logits(model, prompts, responses, pad_id, temperature)
+    logits, tok, mask = _response_logits(model, prompts, responses, pad_id, temperature, cpu_bf16)
     logp = torch.gather(logits, -1, tok.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
     return logp * mask, mask
 
@@ -214,7 +218,8 @@ class Policy:
         self.pristine = False
 
     # ------------------------------------------------------------------------------------------ the update
-    def ref_logprobs(self, prompts, responses, kl_coef: float, temperature: float) -> torch.Tensor | None:
+    def ref_logprobs(self, prompts, responses, kl_coef: float, temperature: float,
+                     cpu_bf16: bool = False) -> torch.Tensor | None:
         """log π_ref of the sampled tokens (N, T), or None when the KL term is off."""
         if kl_coef <= 0:
             return None
@@ -222,8 +227,8 @@ class Policy:
         with torch.no_grad():
             if self.lora:
                 with self.lm.model.disable_adapter():
-                    return token_logprobs(self.lm.model, prompts, responses, pad, temperature)[0]
-            return token_logprobs(self.reference, prompts, responses, pad, temperature)[0]
+                    return token_logprobs(self.lm.model, prompts, responses, pad, temperature, cpu_bf16)[0]
+            return token_logprobs(self.reference, prompts, responses, pad, temperature, cpu_bf16)[0]
 
     def update(self, cfg: TrainConfig, prompt_ids: Sequence[list[int]], resp_ids: Sequence[list[int]],
                tok_adv: torch.Tensor, mask: torch.Tensor, seed: int) -> dict[str, float]:
@@ -237,8 +242,8 @@ class Policy:
         old = None
         if o.ppo_epochs * o.minibatches > 1:  # one no-grad forward with the sampling weights; else ratio 1
             with torch.no_grad():
-                old = token_logprobs(model, list(prompt_ids), list(resp_ids), pad, temperature)[0]
-        ref = self.ref_logprobs(list(prompt_ids), list(resp_ids), o.kl_coef, temperature)
+                old = token_logprobs(model, list(prompt_ids), list(resp_ids), pad, temperature, o.bf16_update)[0]
+        ref = self.ref_logprobs(list(prompt_ids), list(resp_ids), o.kl_coef, temperature, o.bf16_update)
         gen = torch.Generator().manual_seed(seed)
         losses, stats, norms = [], [], []
         for _ in range(o.ppo_epochs):
@@ -247,7 +252,7 @@ class Policy:
                 idx = mb.tolist()
                 T = max(len(resp_ids[i]) for i in idx)
                 logp, _ = token_logprobs(model, [prompt_ids[i] for i in idx], [resp_ids[i] for i in idx], pad,
-                                         temperature)
+                                         temperature, o.bf16_update)
                 old_mb = old[idx, :T] if old is not None else logp.detach()
                 ref_mb = ref[idx, :T] if ref is not None else None
                 loss, st = clipped_surrogate_loss(logp, old_mb, tok_adv[idx, :T], mask[idx, :T], o.clip_low,

@@ -235,6 +235,32 @@ def test_full_finetuning_keeps_float32_master_weights(tiny):
     assert lora.lm.dtype == torch.bfloat16  # LoRA: the frozen base stays as loaded (peft keeps the adapter in float32)
 
 
+def test_bf16_update_on_a_cpu_is_the_float32_update_within_bf16_rounding(tiny):
+    """bf16_update: the update's decoder runs under bf16 autocast on a CPU (weights stay float32): log-probs within
+    bf16 rounding of float32's, not identical (autocast took effect), and a step moves the weights the same way."""
+    from mrtpo.train.policy import token_logprobs
+
+    model = copy.deepcopy(tiny.model).float()
+    prompts, resp = [[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14, 15, 16, 17]]
+    pad = tiny.tokenizer.pad_token_id
+    with torch.no_grad():
+        exact, mask = token_logprobs(model, prompts, resp, pad)
+        bf, mask2 = token_logprobs(model, prompts, resp, pad, cpu_bf16=True)
+    assert torch.equal(mask, mask2) and exact.dtype == bf.dtype == torch.float32
+    gap = (exact - bf)[mask].abs()
+    assert 0 < float(gap.max()) < 0.05 * float(exact[mask].abs().max()) + 0.02
+    moved = {}
+    for flag in (False, True):
+        tr = Trainer(cfg(method="gdpo", lr=1e-3, probe_size=0, bf16_update=flag), family=ToyFamily())
+        before = params(tr)
+        tr.train(1)
+        moved[flag] = torch.cat([(params(tr)[k] - v).flatten() for k, v in before.items()])
+        assert all(p.dtype == torch.float32 for p in tr.policy.params)
+    cos = float(torch.nn.functional.cosine_similarity(moved[False], moved[True], dim=0))
+    assert cos > 0.9 and not torch.equal(moved[False], moved[True])
+    assert TrainConfig.from_dict({"bf16_update": True}).optim.bf16_update is True
+
+
 # ---------------------------------------------------------------------------------------------- randomness
 def test_training_leaves_the_global_generator_alone():
     """A trainer (built with LoRA, stepped) neither changes torch's global generator nor depends on it: the same
