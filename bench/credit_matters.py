@@ -20,7 +20,7 @@ could detect, the difference in final reward (last 5 steps) with its interval; o
 arm with intervals (``--out``/credit_matters.png); everything as JSON (``--out``/sweep.json); and the section
 ``credit-matters`` of docs/benchmarks.md (``--no-doc``: printed only; ``--quick`` never writes it).
 
-    PYTHONPATH=$PWD python bench/credit_matters.py [--seeds 6] [--steps 24] [--ks 2,4,8] [--model default]
+    PYTHONPATH=$PWD python bench/credit_matters.py [--seeds 6] [--steps 14] [--ks 2,4,8] [--model default]
         [--blackbox mrtpo:measure=attn-contrast,mrtpo:measure=js] [--blackbox-ks best|all|2,8] [--out DIR]
         [--quick] [--no-doc]
 
@@ -46,7 +46,10 @@ ORACLE_ARMS = ["gdpo", "mrtpo:measure=evidence"]
 BLACKBOX = ["mrtpo:measure=attn-contrast", "mrtpo:measure=js"]
 #: the shared settings of every run (TrainConfig fields); why each is what it is: docs/benchmarks.md's section
 SETTINGS = {"task": "checklist", "group_size": 8, "prompts_per_step": 1, "max_new_tokens": 80, "temperature": 0.7,
-            "top_p": 1.0, "lr": 2e-5, "beta": 0.5, "warmup": 3, "probe_size": 0, "info": "rule"}
+            "top_p": 1.0, "lr": 5e-5, "beta": 0.5, "warmup": 3, "probe_size": 0, "info": "rule", "bf16_update": True}
+#: the checklists whose items the default model meets most often between 0.2 and 0.8, the first ones weighted most
+#: (docs/benchmarks.md, the checklist base rates): each prompt comes back about once in 12 steps
+EXAMPLES = "dog-note,clean,cat,party,job,camping,birthday,beach,rain,meeting,soup,moon"
 QUICK = {"model": "tiny-random", "ks": "2,4", "seeds": 2, "steps": 2, "group_size": 4, "max_new_tokens": 16,
          "boot": 200}
 
@@ -54,11 +57,11 @@ QUICK = {"model": "tiny-random", "ks": "2,4", "seeds": 2, "steps": 2, "group_siz
 def args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--steps", type=int, default=14)
     ap.add_argument("--ks", default="2,4,8", help="items per prompt, comma-separated (default 2,4,8)")
     ap.add_argument("--model", default="default")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--examples", default=None, help="example ids, comma-separated (default: every built-in one)")
+    ap.add_argument("--examples", default=EXAMPLES, help="example ids, comma-separated ('all': every built-in one)")
     ap.add_argument("--group-size", type=int, default=SETTINGS["group_size"])
     ap.add_argument("--max-new-tokens", type=int, default=SETTINGS["max_new_tokens"])
     ap.add_argument("--lr", type=float, default=SETTINGS["lr"])
@@ -88,7 +91,7 @@ def base_config(a, k: int) -> dict:
 
     fields = {**SETTINGS, "model": a.model, "device": a.device, "items": k, "group_size": a.group_size,
               "max_new_tokens": a.max_new_tokens, "lr": a.lr, "checkpoint_every": max(1, a.steps),
-              "example_ids": a.examples.split(",") if a.examples else None}
+              "example_ids": a.examples.split(",") if a.examples and a.examples != "all" else None}
     return {f: v for f, v in TrainConfig.from_dict(fields).to_dict().items() if f not in PER_RUN_FIELDS}
 
 
@@ -254,14 +257,15 @@ def main(argv=None) -> int:
     table = rows(results)
     plot(table, out / "credit_matters.png")
     settings = {**SETTINGS, "group_size": a.group_size, "max_new_tokens": a.max_new_tokens, "lr": a.lr,
-                "model": a.model, "seeds": a.seeds, "steps": a.steps, "ks": a.ks}
+                "model": a.model, "seeds": a.seeds, "steps": a.steps, "ks": a.ks, "examples": a.examples}
     (out / "sweep.json").write_text(json.dumps({"settings": settings, "rows": table, "seconds": seconds,
                                                 "elapsed": elapsed}, indent=1, default=float), encoding="utf-8")
     text = table_text(table)
     print(f"\n{text}\n\n({elapsed:.0f} s this call; figure {out / 'credit_matters.png'}, data {out / 'sweep.json'})")
     if not a.no_doc and not a.quick:
-        body = (f"Checklist task, model {a.model}, {a.seeds} seeds × {a.steps} steps per run, G = {a.group_size} × 1 "
-                f"prompt a step, {a.max_new_tokens} new tokens at temperature {SETTINGS['temperature']}, lr {a.lr}, "
+        body = (f"Checklist task ({a.examples}), model {a.model}, {a.seeds} seeds × {a.steps} steps per run, "
+                f"G = {a.group_size} × 1 prompt a step, {a.max_new_tokens} new tokens at temperature "
+                f"{SETTINGS['temperature']}, lr {a.lr} (update under bf16 autocast), "
                 f"β {SETTINGS['beta']} (warmup {SETTINGS['warmup']} steps), verifier information `rule`. "
                 f"Δ AUC: the paired mean-reward difference against GDPO (mean over the K items of each response) "
                 f"with its 95 % cluster bootstrap over seeds ({a.boot} resamples); final Δ: over the last 5 steps."
