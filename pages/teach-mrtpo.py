@@ -40,7 +40,8 @@ def evidence_caption(g) -> str:
 
 ch = page("Teach")
 st.title("Teach")
-st.caption("Each step of MRTPO on your current group, with its numbers. Formulas as in METHOD.md.")
+st.caption("Each step of MRTPO on your current group, with its numbers. The whole method for one group, top to "
+           "bottom in one file, is `mrtpo/method.py` (read it first); the formulas are in docs/METHOD.md.")
 run = S.require_group()
 g, rep = run.group, run.replay
 G, K = g.rewards.shape

@@ -18,7 +18,7 @@ LAYERS = [
     ["mrtpo.model", "mrtpo.templates"],
     ["mrtpo.tasks"],
     ["mrtpo.groups"],
-    ["mrtpo.replay"],
+    ["mrtpo.replay", "mrtpo.method"],
     ["mrtpo.display", "mrtpo.store", "mrtpo.creditlog"],
     ["mrtpo.train", "mrtpo.creditlog.train_writer"],
     ["mrtpo.experiment"],
