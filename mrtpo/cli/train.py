@@ -179,8 +179,8 @@ def check_credit_log(cfg, a) -> None:
     ``/proc/x``, fail only then), not an input (examples, template, model folder, the store) nor inside one.  Whose
     log is there (another run's is refused) the Trainer checks next, also before anything is stored."""
     from mrtpo.creditlog.files import log_folder_problem
-    from mrtpo.creditlog.train_writer import run_inputs
     from mrtpo.store import default_path
+    from mrtpo.train.credit_writer import run_inputs
 
     path = cfg.log.credit_log
     if path is None:

@@ -21,7 +21,7 @@ sampled responses with their token data, probe relevance) in one transaction aft
 ``checkpoint_every`` steps (default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable
 parameters — with the AdamW state (atomically: temp file, fsync, ``os.replace``), keeping only
 the last one. With ``credit_log`` set, each step's first groups also go to the credit log
-(:mod:`mrtpo.creditlog.train_writer`), a folder of this run's only: claimed when the trainer is made, continued by the
+(:mod:`mrtpo.train.credit_writer`), a folder of this run's only: claimed when the trainer is made, continued by the
 run resumed.
 
 Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
@@ -44,7 +44,6 @@ import torch
 from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, reward_matrix
 from mrtpo.core.measures import ORACLE, oracle_relevance
 from mrtpo.creditlog import CreditLogConfig
-from mrtpo.creditlog.train_writer import TrainCreditLog, log_owner, run_inputs, step_rows
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import score_group, template_for
 from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
@@ -54,6 +53,7 @@ from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_options, get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.train.config import TrainConfig, check_run_examples
+from mrtpo.train.credit_writer import TrainCreditLog, log_owner, run_inputs, step_rows
 from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
 from mrtpo.train.recorder import Recorder, sample_rows
