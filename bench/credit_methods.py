@@ -1,4 +1,4 @@
-"""Is the replay worth it? (not a test; issue 36): the token-credit methods a user could pick instead of MRTPO's
+"""Is the replay worth it? (not a test): the token-credit methods a user could pick instead of MRTPO's
 replayed relevance, side by side on the same sampled groups, against the same evidence, on the same clock.
 
 For each task family (sql, instructions, tools; ``checklist:K``: the checklists with their first K items) and each

@@ -178,7 +178,7 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
                "transparent. Hover a token for its numbers. Underlined: the characters the reward's checker read (its "
                "evidence).")
     _topk_view(run, i)
-    from mrtpo_app.measure_compare import show as compare_measures  # the view is that module's (issue 36)
+    from mrtpo_app.measure_compare import show as compare_measures  # the view is that module's
     compare_measures(run, i)
     _faithfulness(v, run.group.info)
     _downloads(run, v, scale, long)

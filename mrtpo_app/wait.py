@@ -1,4 +1,4 @@
-"""The wait in the app (issue 34, item 5): before heavy work its estimate and, above the threshold, a question
+"""The wait in the app: before heavy work its estimate and, above the threshold, a question
 (:func:`ask_first`: "This will take about 3 min (…): Continue / Cancel"); during it a progress bar with the time left
 (:class:`Work`), a Cancel button (:func:`working`) and each response's result as it is ready (:func:`show_samples`,
 :func:`show_part`); after a stop, a notice (:func:`stopped_notice`).

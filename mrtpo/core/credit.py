@@ -102,14 +102,24 @@ class TokenCredit:
 
 def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.Tensor, cfg: CreditConfig,
                   group_size: int, step: int | None = None, weights=None, rows: slice | None = None) -> TokenCredit:
-    """The credit step (module docstring): the estimator of ``cfg.method`` on ``rewards`` (N, K), then MRTPO's
-    reallocation by ``rho`` (M, K, T) at β_s = ``cfg.beta_at(step)`` over ``mask`` (M, T).
+    """The credit step (module docstring): the estimator of ``cfg.method``, then MRTPO's reallocation by relevance.
 
-    rho None: uniform credit; else normalized to token mean 1 where it enters (:func:`normalized_relevance`: any
-    scale is taken, a row summing to 0 is uniform, a negative / NaN / infinite value is refused).  ``rows``: the
-    estimator runs on all N responses (its batch statistics), the tokens are computed for ``rewards[rows]`` only (M
-    of them: one process' share of a gathered batch); default all.
-    weights: (K,) reward weights (default ones).
+    Args:
+        rewards: (N, K) rewards, N = B·G responses group by group; NaN: not scored.
+        rho: (M, K, T) relevance, or None for uniform credit; normalized to token mean 1 where it enters
+            (:func:`normalized_relevance`: any scale is taken, a row summing to 0 is uniform, a negative / NaN /
+            infinite value is refused).
+        mask: (M, T) valid tokens.
+        cfg: the estimator, β, its warmup and the cap (:class:`CreditConfig`).
+        group_size: G.
+        step: training steps done before this update, for β's warmup (None: β itself).
+        weights: (K,) reward weights (default ones).
+        rows: the responses whose tokens are computed (M of the N: one process' share of a gathered batch); the
+            estimator still runs on all N (its batch statistics). Default all.
+
+    Returns:
+        :class:`TokenCredit`: the estimator's result, β_s, the ρ used, and the token advantages (N, T) with each
+        reward's row (N, K, T).
     """
     adv = A.compute(cfg.method, rewards, group_size, weights)
     if rows is not None:
@@ -342,15 +352,23 @@ def below_float32(values: Sequence[float]) -> str:
 def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
                      lengths: Sequence[int], T: int | None = None, pad: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-response relevance {reward: (T_i,)} as the (N, K, T) ρ tensor and the (N, T) mask of valid tokens.
+    """Per-response relevance {reward: (T_i,)} as the ρ tensor :func:`assign_credit` takes: the one place where
+    relevance from a replay, a file or a store becomes it.
 
-    relevance: N dicts (a reward a response lacks, e.g. one not replayed because it is constant in its group, is
-    uniform: ρ = 1); reward_names: the K columns; lengths: T_i per response; T: padded length (default max T_i).
-    ``pad``: a relevance may be shorter than T_i and covers the first tokens, the rest get ρ = 1 (the EOS that ends
-    a response is trained but not replayed); otherwise its length must be T_i.  ρ is 1 on padding too (the
-    reallocation multiplies by the mask).  The one place where relevance from a replay, a file or a store becomes
-    the tensor :func:`assign_credit` takes: a :class:`TinyRelevanceWarning`, once per call, names the lists with values
-    below float32's smallest normal number (:func:`below_float32`), which float32 blurs or makes 0.
+    Args:
+        relevance: N dicts {reward: (T_i,)}; a reward a response lacks (e.g. one not replayed because it is constant
+            in its group) is uniform: ρ = 1.
+        reward_names: the K columns.
+        lengths: T_i per response.
+        T: the padded length (default max T_i).
+        pad: a relevance may be shorter than T_i and covers the first tokens, the rest get ρ = 1 (the EOS that ends a
+            response is trained but not replayed); otherwise its length must be T_i.
+
+    Returns:
+        (ρ (N, K, T), mask (N, T) of valid tokens); ρ is 1 on padding too (the reallocation multiplies by the mask).
+
+    A :class:`TinyRelevanceWarning`, once per call, names the lists with values below float32's smallest normal number
+    (:func:`below_float32`), which float32 blurs or makes 0.
     """
     N, K = len(lengths), len(reward_names)
     T = max(lengths, default=0) if T is None else T

@@ -54,16 +54,15 @@ class ReplayConfig:
     kv_budget: int = 4096  # max batch × padded (cached + new) tokens per forward pass: bounds the KV copies
     # max (1 + K) × tokens × vocab logits per projection (64 MiB in bf16, 128 MiB in float32); the log-softmax and
     # JS then run over JS_LOGITS of them at a time (eager) or the whole chunk (fused). Each projection reads the
-    # whole head: at V = 152k, K = 3 a budget of 2^23 projected 52 rows per read of its 175 MB (2^25: 220 rows,
-    # the projection 26 % faster there, 35 % at 256k; bench/vocab.py). A chunk above glibc's 32 MiB ceiling needs
-    # mrtpo.model.heap's thresholds, or the chain's temporaries fault in fresh pages at every step
+    # whole head, so a larger budget projects more rows per read of it (bench/vocab.py). A chunk above glibc's
+    # 32 MiB ceiling needs mrtpo.model.heap's thresholds, or the chain's temporaries fault in fresh pages at every step
     logits_budget: int = 1 << 25
     # KV reuse over a trie of the group's sequences: every shared prefix (the task prompt; the items before the
     # one left out; verifier text that is the same for several responses) runs once and its KV cache serves
     # every sequence through it.  False: every (response, variant) sequence runs in full (still batched).
     share_prefix: bool = True
     # "auto": on a CPU with AMX / AVX512-BF16 the decoder runs on bfloat16 copies of the weights (what a GPU run
-    # does; about 3x faster than float32), else in the model's dtype; "model": always the model's dtype (exact;
+    # does; much faster than float32 there), else in the model's dtype; "model": always the model's dtype (exact;
     # what tests compare); "bfloat16": bf16 copies on any device.  Log-softmax and JS always run in float32; with
     # bf16 weights the vocabulary projection
     # runs in bf16 on P_all and on the difference h(P_\k) − h(P_all), which keeps the JS close to float32.
@@ -72,14 +71,14 @@ class ReplayConfig:
     # (one forward under the sampling prompt; ≤ 0: 1, the greedy policy's own distribution)
     temperature: float = TEMPERATURE
     # the element-wise vocabulary chain (log-softmax, JS) compiled into one fused kernel (mrtpo.replay.vocab: the
-    # same numbers within float32 rounding, 0.65-0.75x the eager chain's time on a CPU): "auto" on a CPU when the
+    # same numbers within float32 rounding, faster than the eager chain on a CPU): "auto" on a CPU when the
     # replay is large enough to pay for compiling it or it is compiled already; "on"; "off" (eager)
     fused: str = "auto"
 
 
 Response = str | Sample | Sequence[int]
 # logits per step of the eager element-wise chain (2 MiB in float32, e.g. 2 tokens × 4 variants of a 49k vocabulary: its
-# temporaries stay in cache; measured fastest on the AMX machine against 2^17, 2^18 and 2^20)
+# temporaries stay in the CPU's cache; the fastest of the sizes tried, docs/benchmarks.md)
 JS_LOGITS = 1 << 19
 
 

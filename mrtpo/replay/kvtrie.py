@@ -81,8 +81,9 @@ def _merge_short(trie: Trie, min_saved: int) -> Trie:
     """Fold every branching segment that saves fewer than ``min_saved`` tokens into its children.
 
     Keeping a segment with c children shared saves (c − 1) × its length in tokens, but costs a level of passes,
-    and a pass has a fixed cost (about 40 ms on 2 CPU cores for SmolLM2, ~130 tokens' worth).  Parents come
-    before children in ``trie.segments``; a folded segment's children take its tokens and its parent."""
+    and a pass has a fixed cost (:data:`PASS_COST` tokens' worth: reading the weights, the calls around them).
+    Parents come before children in ``trie.segments``; a folded segment's children take its tokens and its
+    parent."""
     segs = [Segment(list(s.tokens), s.start, s.parent, s.level, s.has_children) for s in trie.segments]
     children = [0] * len(segs)
     for s in segs:
@@ -197,7 +198,7 @@ def _kv_len(segs, batch) -> int:
     return _past_len(segs, batch) + max(len(segs[i].tokens) for i in batch)
 
 
-PASS_COST = 128  # the fixed cost of a forward pass, in tokens' worth (about 40 ms on 2 CPU cores)
+PASS_COST = 128  # the fixed cost of a forward pass, in tokens' worth (on a small CPU: its weights read once)
 
 
 def _split(rows: list[int], segs: list[Segment], token_budget: int, kv_budget: int) -> list[list[int]]:

@@ -8,8 +8,8 @@ Per token t and variant k, from the logits z_all (P_all) and z_k (P_\\k; below f
 Eager, each step of that chain is one pass over (1 + K) × n × V floats (about fifteen of them). Compiled
 (``torch.compile``, inductor's C++ backend on a CPU), the chain is a few loops per row that read the logits once
 from memory and keep the rest in cache: the same formula, equal to the eager one within float32 rounding (the
-reductions' order and the vectorized exp / log differ in the last bits). Compiling costs once per process (16 s here
-the first time, 3 s from inductor's disk cache); :func:`use_fused` weighs that against the chain's size.
+reductions' order and the vectorized exp / log differ in the last bits). Compiling costs once per process (less from
+inductor's disk cache); :func:`use_fused` weighs that against the chain's size.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import torch
 from mrtpo.core.js import js_distance
 from mrtpo.errors import MrtpoError
 
-# "auto" compiles the chain on a CPU when a replay has at least this many logits (rows × vocabulary): about 20 s of
-# the eager chain on the AVX512-BF16 machine (5 ns a logit saved), more than the first compilation costs; once it is
-# compiled in this process, every replay uses it
+# "auto" compiles the chain on a CPU when a replay has at least this many logits (rows × vocabulary): enough eager
+# chain that the time saved is more than the first compilation costs; once it is compiled in this process, every
+# replay uses it
 FUSE_MIN_LOGITS = 1 << 32
 FUSED = ("auto", "on", "off")
 
