@@ -12,7 +12,7 @@ from mrtpo.core.info import INFO
 from mrtpo.model.defaults import SamplingConfig
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
-from mrtpo_app import work as W
+from mrtpo_app import work
 from mrtpo_app.models import get_model
 from mrtpo_app.timer import mark_call, mark_ran
 
@@ -29,19 +29,19 @@ class Cached:
     (a progress callback, how to show partial results) are passed to a computation but are not part of its key."""
 
     def __init__(self, fn, max_entries: int):
-        self.fn, self.memo = fn, W.Memo(max_entries)
+        self.fn, self.memo = fn, work.Memo(max_entries)
         self.__doc__, self.__name__ = fn.__doc__, fn.__name__
 
     def __call__(self, *args, **how):
         mark_call()
-        value, computed = W.cached(self.memo, W.Memo.key(self.__name__, *args), lambda: self.fn(*args, **how))
+        value, computed = work.cached(self.memo, work.Memo.key(self.__name__, *args), lambda: self.fn(*args, **how))
         if computed:
             mark_ran()
         return value
 
     def has(self, *args) -> bool:
         """Whether the result for ``args`` is kept (asking for it costs no model time)."""
-        return self.memo.has(W.Memo.key(self.__name__, *args))
+        return self.memo.has(work.Memo.key(self.__name__, *args))
 
     def clear(self) -> None:
         self.memo.clear()
