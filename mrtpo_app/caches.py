@@ -68,17 +68,16 @@ def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[s
     verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
     or None (replay every reward); reword: also replay P_k′ (v_k reworded: the ``js-reworded`` measure's input);
     attention: also read P_all's attention to each v_k (the ``attn-contrast`` measure's input). Not part of the key:
-    ``progress`` (the replay's callback), ``parts`` and ``on_part`` (:func:`mrtpo.replay.parts.replay_in_parts`: the
-    group in that many parts, each shown as it is ready; the same numbers up to rounding).
+    ``progress`` (the replay's callback), ``parts`` and ``on_part`` (:func:`mrtpo.replay.replay_group`: the group in
+    that many parts, each shown as it is ready; the same numbers up to rounding).
     """
-    from mrtpo.replay import ReplayConfig
-    from mrtpo.replay.parts import replay_in_parts
+    from mrtpo.replay import ReplayConfig, replay_group
 
     lm = get_model(model, device)
     R = None if rewards is None else np.asarray(rewards, dtype=float)
-    return replay_in_parts(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
-                           Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
-                           reword=reword, attention=attention, parts=parts, progress=progress, on_part=on_part)
+    return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
+                        Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
+                        reword=reword, attention=attention, parts=parts, progress=progress, on_part=on_part)
 
 
 def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], token_ids: Sequence[int],
@@ -109,10 +108,11 @@ def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, trie
 
 def replay_inputs(measure: str) -> dict[str, bool]:
     """What a replay must also run for ``measure``: {"reword": P_k′ (js-reworded), "attention": P_all's attention
-    (attn-contrast)}, as :func:`replay_for` takes them."""
-    from mrtpo.core.measures import needs_attention, needs_rewording
+    (attn-contrast)}, as :func:`replay_for` takes them (:func:`mrtpo.replay.replay_needs`)."""
+    from mrtpo.replay import replay_needs
 
-    return {"reword": needs_rewording(measure), "attention": needs_attention(measure)}
+    need = replay_needs(measure)
+    return {"reword": need.rewording, "attention": need.attention}
 
 
 def lacks_inputs(replay: ReplayResult, measure: str) -> bool:

@@ -12,7 +12,7 @@ import streamlit as st
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS
-from mrtpo.core.measures import MEASURE_HELP, measure_names, needs_rewording
+from mrtpo.core.measures import MEASURE_HELP, measure_names
 from mrtpo.display import faithfulness_table, overview, render, token_view, view_to_json
 from mrtpo.display import page as display_page
 from mrtpo.groups import varied_rewards
@@ -154,11 +154,11 @@ def heatmaps(run: state.SessionGroup, method: str) -> None:
              "The download uses the same choice.")
     replay = run.replay
     if caches.lacks_inputs(replay, measure):
-        what = "P_k′ (v_k said in other words)" if needs_rewording(measure) else "P_all's attention to each v_k"
+        inputs = caches.replay_inputs(measure)
+        what = "P_k′ (v_k said in other words)" if inputs["reword"] else "P_all's attention to each v_k"
         with guard(f"replaying for {measure}"), st.spinner(f"{measure} reads {what}: replaying the group once more…"), \
                 work.job():
-            replay = caches.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task",
-                                       **caches.replay_inputs(measure))
+            replay = caches.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task", **inputs)
     label = parse_method(method).label
     with guard("token view"):
         v = _view(run, replay, method, beta, measure)

@@ -147,7 +147,7 @@ def show_samples(samples, where=None) -> None:
 
 
 def show_part(where, label: Callable[[int], str] = lambda i: f"#{i}") -> Callable:
-    """``on_part(indices, replay of those responses)`` for :func:`mrtpo.replay.parts.replay_in_parts`: each response's
+    """``on_part(indices, replay of those responses)`` for :func:`mrtpo.replay.replay_group`: each response's
     relevance ρ per replayed reward in ``where`` as soon as its part is replayed (a response longer than :data:`LONG`
     tokens: its five hottest tokens per reward)."""
     from mrtpo.display import render

@@ -389,15 +389,16 @@ def model_measures(lm, measures, everything: bool = False, named=None) -> list[s
     cannot give (``attn-contrast`` where its attention layers are not of a kind it reads: GPT-2, GPT-NeoX) is left out
     with a note on stderr when it came from ``all`` (``everything``) and is not in ``named``; else an MrtpoError naming
     the model and why."""
-    from mrtpo.core.measures import needs_attention
+    from mrtpo.replay import replay_needs
     from mrtpo.replay.attention import attention_problem
 
-    problem = attention_problem(lm) if any(map(needs_attention, measures)) else None
+    looks = {m for m in measures if replay_needs(m).attention}  # the measures that read P_all's attention
+    problem = attention_problem(lm) if looks else None
     if problem is None:
         return list(measures)
     out = []
     for m in measures:
-        if not needs_attention(m):
+        if m not in looks:
             out.append(m)
         elif everything and m not in (named or ()):
             print(f"note: --measure all: {m} left out: {problem}", file=sys.stderr)

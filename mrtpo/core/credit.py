@@ -27,7 +27,7 @@ from mrtpo.config import check_fields, opt
 from mrtpo.core import advantages as A
 from mrtpo.core.advantages import Advantages
 from mrtpo.core.info import INFO, INFO_REGIMES
-from mrtpo.core.measures import measure_names
+from mrtpo.core.measures import Needs, measure_names, needs
 from mrtpo.errors import MrtpoError
 
 # ---------------------------------------------------------------------------------------------- defaults
@@ -61,6 +61,12 @@ class CreditConfig:
     def tokens(self) -> bool:
         """Whether the method reallocates over tokens (MRTPO over some estimator)."""
         return self.parsed.tokens
+
+    @property
+    def reads(self) -> Needs:
+        """What the measure reads (its registry entry, :func:`mrtpo.core.measures.needs`): what a trainer runs for the
+        credit step of a token method, and refuses before it starts."""
+        return needs(self.measure)
 
     def beta_at(self, step: int | None = None) -> float:
         """β_s at training ``step`` (steps done before this update; None: no warmup, β itself); 0 for a

@@ -43,7 +43,6 @@ from mrtpo.config import opt
 from mrtpo.core.advantages import active_rewards
 from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
 from mrtpo.core.info import INFO
-from mrtpo.core.measures import ORACLE, needs_replay
 from mrtpo.creditlog.trl_writer import (
     CreditLogRun,
     TrlCreditLog,
@@ -130,15 +129,15 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                  mrtpo_config: MRTPOConfig | None = None,
                  replay_prompt_fn: Callable[[Any, dict], str] | None = None, **kwargs):
         self.mrtpo_config = cfg = mrtpo_config or MRTPOConfig()
-        if cfg.tokens and verifier_info_fn is None and needs_replay(cfg.measure):
+        if cfg.tokens and verifier_info_fn is None and cfg.reads.replay:
             raise MrtpoError(f"method '{cfg.method}' reallocates over tokens and needs "
                              "verifier_info_fn(prompt, completion, example) -> {reward: text} (the measures 'ktae' "
                              "and 'entropy' need none)")
-        if cfg.tokens and cfg.measure == ORACLE:
+        if cfg.tokens and cfg.reads.evidence:
             raise MrtpoError(f"measure '{cfg.measure}' (the oracle) needs what each checker read; TRL's reward "
                              "functions return numbers: pick another measure (js, js-contrast, ktae, entropy, ...)")
         self._pass_info = verifier_info_fn is not None and _takes_info(verifier_info_fn)
-        if cfg.info != INFO and cfg.tokens and not self._pass_info and needs_replay(cfg.measure):
+        if cfg.info != INFO and cfg.tokens and not self._pass_info and cfg.reads.replay:
             raise MrtpoError(f"info='{cfg.info}': verifier_info_fn(prompt, completion, example) gives its own texts "
                              f"(the '{INFO}' regime); to build the '{cfg.info}' one, let it take a keyword 'info'")
         self.verifier_info_fn = verifier_info_fn

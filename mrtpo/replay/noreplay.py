@@ -1,14 +1,15 @@
-"""Relevance without the replay: the measures ``ktae`` and ``entropy`` (:data:`mrtpo.core.measures.REPLAY_FREE`).
+"""Relevance without the replay: the measures that read none (the oracle, ``ktae``, ``entropy``: their registry
+entries say so, :class:`mrtpo.core.measures.Needs`).
 
-``ktae`` reads the group's token ids and rewards (no model pass); ``entropy`` reads the policy's next-token entropy
-H(π(·|x, y<t)) under the *sampling* prompt x (not P_all), which the sampler records in each :class:`Sample`
-(:func:`mrtpo.model.sample`); for a response it did not sample (a given text, an uploaded rollout) one forward pass
-under x gives it (:func:`sampling_entropy`: x once, shared by the group, as the replay runs P_all).  Neither runs
-the K + 1 passes of the replay: :func:`mrtpo.replay.replay_groups` hands a group asked for only these to
-:func:`replay_free`, which returns a :class:`ReplayResult` of the same shape with no JS (``replayed`` False).
-:func:`attach_context` gives a replay's result what these measures read (the group's rewards, the sampler's
-entropies), so that :meth:`ReplayResult.with_measure` re-derives them with no model call; :func:`with_entropy` fills
-in the entropies the sampler did not record.
+The oracle reads what each checker read; ``ktae`` reads the group's token ids and rewards (no model pass);
+``entropy`` reads the policy's next-token entropy H(π(·|x, y<t)) under the *sampling* prompt x (not P_all), which the
+sampler records in each :class:`Sample` (:func:`mrtpo.model.sample`); for a response it did not sample (a given text,
+an uploaded rollout) one forward pass under x gives it (:func:`sampling_entropy`: x once, shared by the group, as the
+replay runs P_all).  None runs the K + 1 passes of the replay: :func:`mrtpo.replay.replay_groups` gives a group asked
+for only these :func:`unreplayed`, a :class:`ReplayResult` of the same shape with no JS (``replayed`` False).
+:func:`attach_context` gives a result what these measures read (the group's rewards, the sampler's entropies), so
+that :meth:`ReplayResult.with_measure` re-derives them with no model call; :func:`with_entropy` fills in the
+entropies the sampler did not record.
 """
 from __future__ import annotations
 
@@ -19,45 +20,24 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mrtpo.core.advantages import active_rewards
-from mrtpo.core.measures import measure_relevance, needs_entropy, needs_outcomes
-from mrtpo.errors import MrtpoError
 from mrtpo.model import (
     Decoder,
     LoadedModel,
-    Sample,
     check_length,
     compute_dtype,
-    decode,
     decoder_stack,
-    token_offsets,
-    tokenize_response,
 )
 from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.model.llama_step import llama_step
 from mrtpo.replay.kvtrie import shared_hidden
+from mrtpo.replay.plan import group_rewards, response_tokens, text_and_offsets
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 
 #: the most logits (tokens × vocabulary) the entropy's head projects at a time (64 MiB in float32)
 ENTROPY_LOGITS = 1 << 24
 #: the entropy forward's pass budgets: the replay's defaults (mrtpo.replay.ReplayConfig)
 TOKEN_BUDGET, KV_BUDGET = 2048, 4096
-
-
-def response_tokens(lm: LoadedModel, r) -> tuple[str | None, list[int], list[tuple[int, int]] | None]:
-    """(text, token ids, character offsets) of a response (text, :class:`Sample` or token ids); for token ids the text
-    and offsets are None (filled by :func:`text_and_offsets` once the length is checked: a response too long for the
-    model fails fast)."""
-    if isinstance(r, str):
-        ids, offs = tokenize_response(lm, r)
-        return r, ids, offs
-    ids = list(r.token_ids) if isinstance(r, Sample) else [int(t) for t in r]
-    return None, ids, None
-
-
-def text_and_offsets(lm: LoadedModel, text: str | None, ids: list[int], offs) -> tuple[str, list[tuple[int, int]]]:
-    return (text, offs) if text is not None else (decode(lm, ids), token_offsets(lm, ids))
 
 
 def recorded_entropy(r) -> np.ndarray | None:
@@ -153,36 +133,19 @@ def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature
                    seconds=result.seconds + took, forward_passes=result.forward_passes + 1)
 
 
-def replay_free(lm: LoadedModel, prompt: str, verifier_info, responses: Sequence, rewards, measure: str,
-                sampling_prompt: str | None = None, temperature: float = TEMPERATURE, skip_constant: bool = True,
-                precision: str = "auto") -> ReplayResult:
-    """A group's relevance under a measure that needs no replay (``ktae``, ``entropy``): a :class:`ReplayResult` of
-    the same shape as the replay's, with no JS (``js`` {}, ``replayed`` False), no model pass for ``ktae`` and at most
-    one forward under ``sampling_prompt`` (default ``prompt``) for ``entropy`` where the sampler recorded none.
+def unreplayed(lm: LoadedModel, verifier_info, responses: Sequence, rewards) -> ReplayResult:
+    """A group's result without the replay, for the measures that read none (the oracle, ``ktae``, ``entropy``): a
+    :class:`ReplayResult` of the replay's shape, its tokens and offsets, no JS (``js`` {}, ``replayed`` False) and no
+    relevance yet (:func:`mrtpo.replay.replay_groups` fills it in from the measure); no model pass.
 
-    Arguments as :func:`mrtpo.replay.replay_group`'s (verifier_info gives the reward names; rewards (G, K) in its key
-    order or None): the rewards constant in the group are skipped as the replay skips them (``skip_constant``);
-    ``ktae`` needs rewards; ``precision``: the entropy forward's (:func:`sampling_entropy`)."""
+    Arguments as :class:`mrtpo.replay.GroupInput`'s (verifier_info gives the reward names; rewards (G, K) in its key
+    order, or None): the rewards constant in the group are skipped as the replay skips them."""
     t0 = time.perf_counter()
-    G = len(responses)
-    infos = list(verifier_info) if isinstance(verifier_info, (list, tuple)) else [verifier_info] * G
-    if len(infos) != G:
-        raise ValueError(f"verifier_info has {len(infos)} entries for {G} responses")
-    names = list(infos[0]) if infos else []
-    if needs_outcomes(measure) and rewards is None:
-        raise MrtpoError(f"the '{measure}' measure needs the group's rewards; none were given")
-    act, skip = active_rewards(names, rewards if skip_constant else None)
-    toks = [response_tokens(lm, r) for r in responses]
+    _, act, skip = group_rewards(verifier_info, responses, rewards)
     out = []
-    for text, ids, offs in toks:
+    for r in responses:
+        text, ids, offs = response_tokens(lm, r)
         text, offs = text_and_offsets(lm, text, ids, offs)
-        out.append(ResponseRelevance(text=text, token_ids=ids, offsets=offs, js={}, relevance={k: None for k in act},
-                                     skipped=list(skip), measure=measure))
-    res = attach_context(ReplayResult(out, [{} for _ in out], act, skip, replayed=False), responses, names, rewards)
-    if needs_entropy(measure):
-        res = with_entropy(lm, res, sampling_prompt if sampling_prompt is not None else prompt, temperature,
-                           precision)
-    for i, rr in enumerate(res.responses):
-        rr.relevance = {k: measure_relevance(measure, rr.measure_input(k, group=res.group_outcomes(i))) for k in act}
-    res.seconds = time.perf_counter() - t0
-    return res
+        out.append(ResponseRelevance(text=text, token_ids=ids, offsets=offs, js={}, relevance=dict.fromkeys(act),
+                                     skipped=list(skip), measure=""))
+    return ReplayResult(out, [{} for _ in out], act, skip, replayed=False, seconds=time.perf_counter() - t0)

@@ -60,7 +60,7 @@ class ResponseRelevance:
     def with_measure(self, name: str, evidence: dict | None = None, group: "GroupOutcomes | None" = None
                      ) -> "ResponseRelevance":
         """The same response with ``relevance`` from measure ``name`` (no model call); ``evidence``: {reward: the
-        spans its checker read} (:data:`mrtpo.core.measures.ORACLE` needs it); ``group``: what ``ktae`` reads."""
+        spans its checker read} (the oracle, ``evidence``, reads it); ``group``: what ``ktae`` reads."""
         ev = {} if evidence is None else evidence
         rel = {k: measure_relevance(name, self.measure_input(k, ev.get(k) if k in ev else NO_EVIDENCE, group))
                for k in self.relevance}
@@ -124,11 +124,16 @@ class ReplayResult:
     def with_measure(self, name: str, evidence: Sequence[dict] | None = None) -> "ReplayResult":
         """The same replay with every response's relevance from measure ``name`` (:data:`MEASURES`; no model
         call: the measures read what the replay stored); ``evidence``: per response {reward: the spans its checker
-        read} (:data:`mrtpo.core.measures.ORACLE` needs it: a group's ``evidence``).  ``ktae`` reads the group's
+        read} (the oracle, ``evidence``, reads it: a group's ``evidence``).  ``ktae`` reads the group's
         rewards (``outcomes``), ``entropy`` each response's ``entropy``; the JS measures need ``replayed``."""
         get_measure(name)
         if name == self.measure:
             return self
+        return self.measured(name, evidence)
+
+    def measured(self, name: str, evidence: Sequence[dict] | None = None) -> "ReplayResult":
+        """:meth:`with_measure`, computed even where the result already holds ``name``'s relevance (how a replay fills
+        in the relevance of its measure)."""
         ev = list(evidence) if evidence else [None] * len(self.responses)
         return replace(self, responses=[r.with_measure(name, e, self.group_outcomes(i))
                                         for i, (r, e) in enumerate(zip(self.responses, ev))])

@@ -6,10 +6,7 @@ import pytest
 import torch
 
 from mrtpo.core import advantages as A
-
-
-def _batch(groups):
-    return torch.tensor([row for g in groups for row in g], dtype=torch.float32)
+from tests.core.test_dara import _batch
 
 
 def test_gd2po_no_conflict_is_gdpo():
