@@ -38,13 +38,13 @@ STATES = {"before": {"logits_budget": 1 << 23, "fused": "off"}, "budget": {"fuse
 
 
 def stage_timers():
-    """Seconds inside the engine's vocabulary step (``_finish``), its projections (``torch.matmul``, called there
-    only) and its element-wise chain (``chain`` / ``fused_chain``): :func:`bench.scaling_point.timers` of those."""
+    """Seconds inside the engine's vocabulary step (``vocabulary_side``), its projections (``torch.matmul``, called
+    there only) and its element-wise chain (``chain`` / ``fused_chain``): :func:`bench.scaling_point.timers`."""
     from bench.scaling_point import timers
-    from mrtpo.replay import engine
+    from mrtpo.replay import engine, vocab
 
-    return timers({"vocabulary": [(engine, "_finish")], "projection": [(torch, "matmul")],
-                   "chain": [(engine, "chain"), (engine, "fused_chain")]})
+    return timers({"vocabulary": [(engine, "vocabulary_side")], "projection": [(torch, "matmul")],
+                   "chain": [(vocab, "chain"), (vocab, "fused_chain")]})
 
 
 def head_flop_share(lm) -> float:

@@ -8,14 +8,18 @@ one sequence at a time: the reference this engine is tested equal to.
 :func:`replay_groups` is the one way in: any groups (:class:`GroupInput` or scored groups), any measures. It asks the
 registry once what the measures read (:func:`replay_needs`) and runs only that:
 
-- **the replay** where a measure reads it: the token prefix common to every variant prompt runs once and its KV cache
-  serves every (variant, response) pair (:mod:`mrtpo.replay.kvtrie`); pairs are packed into right-padded forward
-  passes under token budgets; the passes keep only the final hidden states of response positions (T, H), and the
-  vocabulary projection, log-softmax and JS run in token chunks (:mod:`mrtpo.replay.vocab`), so no (variants ×
-  responses × T × V) tensor ever exists; rewards with no variance in the group are skipped when rewards are given
-  (their advantage is 0 anyway);
+- **the replay** where a measure reads it (:func:`_replayed`), in named parts, each a module:
+  1. the plan (:func:`mrtpo.replay.plan.plan_group`): each response's tokens, the rewards to replay (those with no
+     variance in the group are skipped when rewards are given: their advantage is 0 anyway), every variant prompt
+     tokenized and checked against the model's context;
+  2. the passes (:func:`mrtpo.replay.kvtrie.shared_hidden`): the token prefix common to several sequences runs once
+     and its KV cache serves every (variant, response) pair through it; the rest in right-padded passes under token
+     budgets (on a Llama-family stack through :mod:`mrtpo.model.llama_step`), keeping only the final hidden states of
+     response positions (T, H);
+  3. the vocabulary side (:func:`mrtpo.replay.vocab.vocabulary_side`): projection, log-softmax and JS in token chunks,
+     so no (variants × responses × T × V) tensor ever exists;
 - **no replay** for measures that read none (the oracle, ``ktae``, ``entropy``: :mod:`mrtpo.replay.noreplay`);
-- then the group's rewards, the entropies, and ρ of the first measure from what was run.
+- then (:func:`_complete`) the group's rewards, the entropies, and ρ of the first measure from what was run.
 
 :func:`mrtpo.replay.replay_group` (one group, optionally in parts) and :func:`mrtpo.replay.replay_scored` (one scored
 group as a view shows it) call it. :func:`naive_replay_group` is the one-sequence-at-a-time reference (full prompt, no
@@ -34,7 +38,7 @@ from mrtpo.core.measures import Needs, needs
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup
 from mrtpo.model import Decoder, LoadedModel, Sample, compute_dtype, decoder_stack
-from mrtpo.model.arch import check_model, final_softcap
+from mrtpo.model.arch import check_model
 from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.model.heap import keep_freed_memory
 from mrtpo.model.llama_step import llama_step
@@ -43,8 +47,8 @@ from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.noreplay import attach_context, unreplayed, with_entropy
 from mrtpo.replay.plan import Plan, plan_group, replay_progress, sequences
-from mrtpo.replay.results import ReplayResult, ResponseRelevance
-from mrtpo.replay.vocab import chain, fused_chain, logprobs, use_fused
+from mrtpo.replay.results import ReplayResult
+from mrtpo.replay.vocab import use_fused, vocabulary_side
 from mrtpo.templates import ALL, Template
 
 
@@ -77,87 +81,6 @@ class ReplayConfig:
 
 
 Response = str | Sample | Sequence[int]
-# logits per step of the eager element-wise chain (2 MiB in float32, e.g. 2 tokens × 4 variants of a 49k vocabulary: its
-# temporaries stay in the CPU's cache; the fastest of the sizes tried, docs/benchmarks.md)
-JS_LOGITS = 1 << 19
-
-
-def _finish(lm, plan: Plan, hidden_of, t0: float, stats: dict, dtype: torch.dtype,
-            attn: list[dict[str, np.ndarray]] | None = None, dec: Decoder | None = None,
-            tick: Callable[[int], None] | None = None, fused: bool = False) -> ReplayResult:
-    """The JS distances and log-probabilities from final hidden states ``hidden_of(i, variant) -> (T, H)``, in
-    vocab-bounded chunks (ρ comes after, from the measure: :func:`_complete`).
-
-    Per chunk of a response's tokens, one matrix product projects every variant onto the vocabulary (in
-    ``dtype``).  Below float32 it projects P_all's states and the differences h(P_\\k) − h(P_all)
-    (logits_k = logits_all + W·(h_k − h_all)): both distributions then share the rounding of logits_all, and
-    their difference is as exact as the hidden states allow. ``dec``: the replay's Decoder, which keeps the head's
-    cast, transposed copy where it keeps its weights (a frozen model's). ``tick(rows)`` after each chunk: the
-    (1 + K′) · n rows of its n tokens are done (progress). ``fused``: the element-wise chain compiled
-    (:func:`mrtpo.replay.vocab.fused_chain`), else eager.
-
-    Long: the replay's hot kernel (``bench/replay.py``: the vocabulary products and the element-wise JS chain are
-    most of a replay); the reused logits buffer, the chunk sizes and the per-response accumulators are shared by its
-    nested loops, kept together so that what stays in cache is visible in one place."""
-    head = lm.model.get_output_embeddings()
-
-    def head_t() -> torch.Tensor:  # (H, V); a head tied to the embeddings transposes the decoder's cast copy
-        return (dec.weight(head.weight) if dec is not None else head.weight.detach().to(dtype)).t().contiguous()
-
-    Wt = dec.memo("head_t", head_t) if dec is not None else head_t()
-    bias = getattr(head, "bias", None)
-    bias = None if bias is None else bias.detach().float()
-    cap = final_softcap(lm.model.config)  # Gemma 2's tanh(z / c) · c, as the model's own logits
-    exact = dtype == torch.float32
-    others = plan.variants[1:]  # every P_\\k, then every P_k′
-    chunk = max(1, stats.pop("logits_budget") // (Wt.shape[1] * (1 + len(others))))
-    rows_max = min(chunk, max((len(r) for r in plan.resp_ids), default=1)) * (1 + len(others))
-    zbuf = torch.empty((rows_max, Wt.shape[1]), dtype=dtype, device=Wt.device)  # reused: fresh blocks page-fault
-    # tokens per call of the element-wise chain: eager, a few at a time (its temporaries stay in the CPU's cache; over
-    # the whole chunk they stream through memory ~15 times); compiled, the whole chunk (it has no temporaries)
-    sub = chunk if fused else max(1, JS_LOGITS // (Wt.shape[1] * (1 + len(others))))
-    step = fused_chain if fused else chain
-    out = []
-    for i, rid in enumerate(plan.resp_ids):
-        T = len(rid)
-        D = torch.zeros(len(others), T)  # d of every variant against P_all
-        LQ = torch.zeros(len(others), T)  # log q(y_t) of every variant
-        ids = torch.tensor(rid, dtype=torch.long, device=Wt.device).unsqueeze(1)  # (T, 1) the sampled tokens
-        lp_all = torch.zeros(T)
-        for s in range(0, T, chunk):
-            h_all = hidden_of(i, ALL)[s : s + chunk]  # (n, H)
-            n = h_all.shape[0]
-            # variants whose state equals P_all's here (an empty item) have d = 0 and are not projected
-            todo = [j for j, k in enumerate(others) if not torch.equal(hidden_of(i, k)[s : s + chunk], h_all)]
-            rows = [h_all] + [hidden_of(i, others[j])[s : s + chunk] if exact else
-                              hidden_of(i, others[j])[s : s + chunk].float() - h_all.float() for j in todo]
-            m = (1 + len(todo)) * n
-            z = torch.matmul(torch.cat(rows).to(dtype), Wt, out=zbuf[:m]).view(1 + len(todo), n, -1)
-            at = torch.tensor(todo, dtype=torch.long)
-            for u in range(0, n, sub):  # (1 + |todo|, n', V) logits at a time, every variant at once
-                a, b = s + u, s + min(u + sub, n)
-                y = ids[a:b]  # (n', 1)
-                if not todo:
-                    lp_all[a:b] = logprobs(z[0, u : u + sub].float(), bias, cap).gather(1, y)[:, 0].cpu()
-                    continue
-                lp_y, d, lq_y = step(z[:, u : u + sub], y, exact, bias, cap)  # (n',), (|todo|, n'), (|todo|, n')
-                lp_all[a:b], D[at, a:b], LQ[at, a:b] = lp_y.cpu(), d.cpu(), lq_y.cpu()
-            for j in set(range(len(others))) - set(todo):  # not projected: the variant's distribution is P_all's
-                LQ[j, s : s + n] = lp_all[s : s + n]
-            if tick is not None:
-                tick(n * (1 + len(others)))
-        js = dict(zip(others, D))
-        lp_k = {k: LQ[j] for j, k in enumerate(others) if k in plan.rewards}
-        rr = ResponseRelevance(
-            text=plan.texts[i], token_ids=rid, offsets=plan.offsets[i],
-            js={k: js[k].numpy() for k in plan.rewards}, relevance=dict.fromkeys(plan.rewards),
-            skipped=list(plan.skipped), logp_all=lp_all.numpy(), logp_without={k: v.numpy() for k, v in lp_k.items()},
-            measure="", js_reworded={k: torch.stack([js[v] for v in vs]).numpy() for k, vs in plan.reworded.items()
-                                     if vs},
-            attn=attn[i] if attn is not None else {})
-        out.append(rr)
-    return ReplayResult(responses=out, prompts=plan.prompt_texts, rewards=plan.rewards, skipped=plan.skipped,
-                        seconds=time.perf_counter() - t0, **stats)
 
 
 class GroupInput(NamedTuple):
@@ -277,7 +200,8 @@ def _complete(lm: LoadedModel, res: ReplayResult, group: _Group, need: Needs, me
 
 def _replayed(lm: LoadedModel, groups: Sequence[GroupInput], template: Template | None, cfg: ReplayConfig,
               need: Needs, progress: Callable[[float, float], None] | None) -> list[ReplayResult]:
-    """The K + 1 passes of every group through one trie, then the vocabulary side (:func:`_finish`)."""
+    """The K + 1 passes of every group through one trie, then the vocabulary side
+    (:func:`mrtpo.replay.vocab.vocabulary_side`)."""
     check_model(lm.model, lm.tokenizer, lm.name)  # a model it cannot run is refused before any work
     keep_freed_memory()  # the vocabulary chain's temporaries reuse warm pages (mrtpo.model.heap)
     dtype = compute_dtype(lm, cfg.precision)
@@ -301,12 +225,12 @@ def _replayed(lm: LoadedModel, groups: Sequence[GroupInput], template: Template 
         out = []
         for g, plan in enumerate(plans):
             paths = [trie.paths[n] for n, key in enumerate(keys) if key[0] == g]
-            stats = {"prefix_tokens": _common_prefix(trie, paths), "forward_tokens": passes.forward_tokens,
-                     "forward_passes": passes.forward_passes + extra, "logits_budget": cfg.logits_budget}
-            res = _finish(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], run.t0, stats, dtype, attn[g], dec,
-                          tick, fused)
-            res.attention_seconds = t_attn
-            out.append(res)
+            responses = vocabulary_side(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], dtype, cfg.logits_budget,
+                                        attn[g], dec, tick, fused)
+            out.append(ReplayResult(responses, plan.prompt_texts, plan.rewards, plan.skipped,
+                                    prefix_tokens=_common_prefix(trie, paths), forward_tokens=passes.forward_tokens,
+                                    forward_passes=passes.forward_passes + extra, seconds=time.perf_counter() - run.t0,
+                                    attention_seconds=t_attn))
         if not need.attention:  # (P_all's attention passes are not counted in the forward tokens)
             run.tokens = passes.forward_tokens
     return out
@@ -345,7 +269,7 @@ def naive_replay_group(lm: LoadedModel, prompt: str, verifier_info: dict[str, st
     t0 = time.perf_counter()
     need = replay_needs(measure, reword, attention)
     plan = plan_group(lm, prompt, verifier_info, responses, template, rewards, need.rewording)
-    stats = {"prefix_tokens": 0, "forward_tokens": 0, "forward_passes": 0, "logits_budget": 1 << 62}
+    stats = {"forward_tokens": 0, "forward_passes": 0}
     backbone = decoder_stack(lm.model)
     hidden = {}
     for i, rid in enumerate(plan.resp_ids):
@@ -357,6 +281,8 @@ def naive_replay_group(lm: LoadedModel, prompt: str, verifier_info: dict[str, st
             stats["forward_tokens"] += ids.shape[1]
             stats["forward_passes"] += 1
     attn = [_info_attention(lm, plan, Decoder(backbone, lm.dtype))] if need.attention else [None]
-    res = _finish(lm, plan, lambda i, v: hidden[(i, v)], t0, stats, lm.dtype, attn[0])
+    responses = vocabulary_side(lm, plan, lambda i, v: hidden[(i, v)], lm.dtype, 1 << 62, attn[0])
+    res = ReplayResult(responses, plan.prompt_texts, plan.rewards, plan.skipped, seconds=time.perf_counter() - t0,
+                       **stats)
     group = _Group.of(GroupInput(prompt, verifier_info, responses, rewards), True)
     return _complete(lm, res, group, need, measure, ReplayConfig(precision="model"))

@@ -1,5 +1,12 @@
 """Final hidden states of many token sequences that share prefixes, each shared prefix computed once.
 
+What it computes: for every sequence, the decoder stack's final hidden states at the positions asked for — what one
+forward of that sequence alone gives (``mrtpo/method.py``'s plain forward; ``tests/replay/test_architectures.py`` and
+``tests/replay/test_kvtrie.py`` compare them). Why it equals that: a causal decoder's state at a position depends only
+on the tokens up to it, so a prefix's keys and values are the same in every sequence that starts with it; computed
+once and handed to each continuation as its cached past (at the continuation's own positions, behind masks that hide
+the padding), they give the continuation the keys and values it would have computed itself.
+
 The replay teacher-forces 1 + K variants of every response of a group: P_all + y_i and P_\\k + y_i.  Those
 sequences share a lot of their beginnings: the system and task prompt (every sequence), the verifier items
 before the one left out (P_all and P_\\k of a response), and response-independent verifier text (across
