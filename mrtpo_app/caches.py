@@ -108,10 +108,10 @@ def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, trie
 
 def replay_inputs(measure: str) -> dict[str, bool]:
     """What a replay must also run for ``measure``: {"reword": P_k′ (js-reworded), "attention": P_all's attention
-    (attn-contrast)}, as :func:`replay_for` takes them (:func:`mrtpo.replay.replay_needs`)."""
-    from mrtpo.replay import replay_needs
+    (attn-contrast)}, as :func:`replay_for` takes them (the measure's registry entry)."""
+    from mrtpo.core.measures import needs
 
-    need = replay_needs(measure)
+    need = needs(measure)
     return {"reword": need.rewording, "attention": need.attention}
 
 

@@ -9,7 +9,6 @@ from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
 from mrtpo.display import faithfulness_table, panels, relevance_change, render, token_view
 from mrtpo.errors import MrtpoError
-from mrtpo.replay.noreplay import with_context
 from mrtpo.templates import Template
 from mrtpo_app import caches, state
 from mrtpo_app.sidebar import page
@@ -115,7 +114,7 @@ if not after or after["run_id"] != run.settings.get("id"):
 
 measure = st.session_state.get(state.MEASURE_KEY, MEASURE)  # the measure picked on Explore (ρ from the stored replays)
 # (ktae reads the group's rewards, entropy the sampler's entropies, the oracle the evidence: none reads the template)
-before, new = (with_context(r, g.samples, g.reward_names, g.rewards).with_measure(measure, g.evidence or None)
+before, new = (r.with_context(g.samples, g.reward_names, g.rewards).with_measure(measure, g.evidence or None)
                .responses[i] for r in (after["before"], after["replay"]))
 shown = [k for k in g.reward_names if k in before.relevance or k in new.relevance]
 if not shown:

@@ -27,6 +27,7 @@ from mrtpo.config import check_fields, opt
 from mrtpo.core import advantages as A
 from mrtpo.core.advantages import Advantages
 from mrtpo.core.info import INFO, INFO_REGIMES
+from mrtpo.core.js import normalize_relevance
 from mrtpo.core.measures import Needs, measure_names, needs
 from mrtpo.errors import MrtpoError
 
@@ -132,11 +133,11 @@ def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.T
         adv = adv.rows(rows)
     mask = mask.bool()
     b = cfg.beta_at(step)
-    if rho is not None:
+    if rho is not None:  # where relevance enters: normalized once, then capped
         rho = normalized_relevance(rho, mask)
-    if rho is not None and cfg.cap is not None:
-        rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cfg.cap)
-    return reallocation(adv, rho, mask, beta=b)
+        if cfg.cap is not None:
+            rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cfg.cap)
+    return _reallocate(adv, rho, mask, b)
 
 
 def reward_matrix(rows: Sequence[Mapping[str, float | None]]) -> tuple[list[str], torch.Tensor]:
@@ -174,7 +175,7 @@ def cap_second_moment(rho: torch.Tensor, mask: torch.Tensor, cap: float) -> torc
     u = (rho - 1) * m
     var = (u ** 2).sum(-1, keepdim=True) / n  # mean (ρ − 1)² = mean ρ² − 1
     alpha = torch.where(1 + var > cap, ((cap - 1) / var.clamp_min(1e-30)).sqrt(), torch.ones_like(var))
-    return (1 + alpha * u) * m
+    return 1 + alpha * u  # 1 on padding, as every ρ
 
 
 #: a (response, reward) row of ρ whose token mean is within this of 1 is taken as it is (bit for bit)
@@ -201,12 +202,10 @@ def normalized_relevance(rho: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         i, k, t = bad.nonzero()[0].tolist()
         raise MrtpoError(f"relevance of response {i}, reward {k}, token {t} is {float(r[i, k, t]):g}: relevance must "
                          f"be finite and >= 0")
-    r = torch.where(m, r, torch.zeros_like(r))
-    total = r.sum(-1, keepdim=True)  # (N, K, 1)
+    total = torch.where(m, r, torch.zeros_like(r)).sum(-1, keepdim=True)  # (N, K, 1)
     n = m.sum(-1, keepdim=True).float()  # (N, K, 1)
     ok = (total - n).abs() <= MEAN_TOL * n  # already mean 1: untouched
-    scaled = torch.where(total > 0, r * (n / total.clamp_min(1e-30)), torch.ones_like(r))
-    out = torch.where(ok, rho.float(), scaled)
+    out = torch.where(ok, r, normalize_relevance(r, m))  # the one normalization (mrtpo.core.js)
     return torch.where(m, out, torch.ones_like(out)).to(rho.dtype)
 
 
@@ -258,7 +257,13 @@ def reallocation(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, 
     :func:`assign_credit`, :func:`token_advantages` and :func:`credit_steps`.
     """
     mask = mask.bool()
-    rho = None if rho is None else normalized_relevance(rho, mask)
+    return _reallocate(adv, None if rho is None else normalized_relevance(rho, mask), mask, beta, scale_floor)
+
+
+def _reallocate(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
+                scale_floor: float = SCALE_FLOOR) -> TokenCredit:
+    """:func:`reallocation` of ρ already normalized (and capped): where :func:`assign_credit` normalized it."""
+    mask = mask.bool()
     dev = _deviation(adv, rho, mask, beta)  # (N, K, T)
     f = _reallocation_factor(adv, scale_floor)  # (N, 1)
     valid = mask & adv.keep.unsqueeze(-1)  # (N, T)

@@ -45,7 +45,7 @@ from mrtpo.model.llama_step import llama_step
 from mrtpo.model.rates import measuring
 from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
-from mrtpo.replay.noreplay import attach_context, unreplayed, with_entropy
+from mrtpo.replay.noreplay import unreplayed, with_entropy
 from mrtpo.replay.plan import Plan, plan_group, replay_progress, sequences
 from mrtpo.replay.results import ReplayResult
 from mrtpo.replay.vocab import use_fused, vocabulary_side
@@ -192,7 +192,7 @@ def _complete(lm: LoadedModel, res: ReplayResult, group: _Group, need: Needs, me
               cfg: ReplayConfig) -> ReplayResult:
     """A group's result with what the measures read beyond the replay (its rewards; the entropies the sampler did not
     record, from one forward under the sampling prompt) and ρ of ``measure`` from all of it."""
-    attach_context(res, group.input.responses, group.names, group.rewards)
+    res.attach_context(group.input.responses, group.names, group.rewards)
     if need.entropy:
         res = with_entropy(lm, res, group.sampling_prompt, cfg.temperature, cfg.precision)
     return res.measured(measure, group.evidence)

@@ -7,9 +7,9 @@ sampler records in each :class:`Sample` (:func:`mrtpo.model.sample`); for a resp
 an uploaded rollout) one forward pass under x gives it (:func:`sampling_entropy`: x once, shared by the group, as the
 replay runs P_all).  None runs the K + 1 passes of the replay: :func:`mrtpo.replay.replay_groups` gives a group asked
 for only these :func:`unreplayed`, a :class:`ReplayResult` of the same shape with no JS (``replayed`` False).
-:func:`attach_context` gives a result what these measures read (the group's rewards, the sampler's entropies), so
-that :meth:`ReplayResult.with_measure` re-derives them with no model call; :func:`with_entropy` fills in the
-entropies the sampler did not record.
+:meth:`ReplayResult.attach_context` gives a result what these measures read (the group's rewards, the sampler's
+entropies), so that :meth:`ReplayResult.with_measure` re-derives them with no model call; :func:`with_entropy` fills
+in the entropies the sampler did not record.
 """
 from __future__ import annotations
 
@@ -40,10 +40,6 @@ ENTROPY_LOGITS = 1 << 24
 TOKEN_BUDGET, KV_BUDGET = 2048, 4096
 
 
-def recorded_entropy(r) -> np.ndarray | None:
-    """The entropies the sampler recorded for response ``r`` (a :class:`Sample`), else None."""
-    h = getattr(r, "entropy", None)
-    return None if h is None else np.asarray(h, dtype=np.float32)
 
 
 def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[int]], temperature: float = TEMPERATURE,
@@ -89,30 +85,10 @@ def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[
     return out
 
 
-def outcomes_of(names: Sequence[str], rewards) -> dict[str, np.ndarray]:
-    """{reward: (G,) its values} from rewards (G, K) in the order of ``names`` ({} for None)."""
-    if rewards is None:
-        return {}
-    r = np.asarray(rewards, dtype=float).reshape(-1, len(names))
-    return {k: r[:, j].copy() for j, k in enumerate(names)}
 
 
-def attach_context(result: ReplayResult, responses: Sequence, names: Sequence[str], rewards) -> ReplayResult:
-    """``result`` with what the replay-free measures read: the group's rewards (``outcomes``, for ``ktae``) and each
-    response's entropy where the sampler recorded it (responses that are :class:`Sample`), in place."""
-    result.outcomes = outcomes_of(names, rewards) or result.outcomes
-    for rr, r in zip(result.responses, responses):
-        h = recorded_entropy(r)
-        if h is not None and len(h) == len(rr.token_ids) and rr.entropy is None:
-            rr.entropy = h
-    return result
 
 
-def with_context(result: ReplayResult, responses: Sequence, names: Sequence[str], rewards) -> ReplayResult:
-    """A copy of ``result`` with what :func:`attach_context` adds (``result`` itself is left as it is: a cached
-    replay may serve other groups' rewards)."""
-    out = replace(result, responses=[replace(r) for r in result.responses], outcomes=dict(result.outcomes))
-    return attach_context(out, responses, names, rewards)
 
 
 def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature: float = TEMPERATURE,

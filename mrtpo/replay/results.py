@@ -115,6 +115,25 @@ class ReplayResult:
     def measure(self) -> str:
         return self.responses[0].measure if self.responses else "js"
 
+    def attach_context(self, responses: Sequence, names: Sequence[str], rewards) -> "ReplayResult":
+        """This result with what the replay-free measures read, in place: the group's rewards (``outcomes``: rewards
+        (G, K) in the order of ``names``, for ``ktae``) and each response's entropy where the sampler recorded it
+        (``responses`` that carry one, :class:`mrtpo.model.Sample`)."""
+        if rewards is not None:
+            r = np.asarray(rewards, dtype=float).reshape(-1, len(names))
+            self.outcomes = {k: r[:, j].copy() for j, k in enumerate(names)} or self.outcomes
+        for rr, resp in zip(self.responses, responses):
+            h = getattr(resp, "entropy", None)
+            if h is not None and len(h) == len(rr.token_ids) and rr.entropy is None:
+                rr.entropy = np.asarray(h, dtype=np.float32)
+        return self
+
+    def with_context(self, responses: Sequence, names: Sequence[str], rewards) -> "ReplayResult":
+        """A copy with what :meth:`attach_context` adds (this result is left as it is: a cached replay may serve other
+        groups' rewards)."""
+        out = replace(self, responses=[replace(r) for r in self.responses], outcomes=dict(self.outcomes))
+        return out.attach_context(responses, names, rewards)
+
     def group_outcomes(self, i: int) -> GroupOutcomes | None:
         """What ``ktae`` reads for response ``i`` (None where the result holds no rewards)."""
         if not self.outcomes:

@@ -55,8 +55,8 @@ def test_normalize_relevance():
     d = torch.tensor([[0.0, 1.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
     rho = normalize_relevance(d, mask)
-    np.testing.assert_allclose(rho[0].numpy(), [0.0, 0.75, 2.25, 0.0])  # T·d/Σd with T = 3
-    np.testing.assert_allclose(rho[1].numpy(), [1.0, 1.0, 0.0, 0.0])  # Σd = 0 → uniform
+    np.testing.assert_allclose(rho[0].numpy(), [0.0, 0.75, 2.25, 1.0])  # T·d/Σd with T = 3; 1 on padding
+    np.testing.assert_allclose(rho[1].numpy(), [1.0, 1.0, 1.0, 1.0])  # Σd = 0 → uniform; 1 on padding
     assert rho[0, :3].mean().item() == pytest.approx(1.0)
 
 
