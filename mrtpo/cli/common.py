@@ -302,8 +302,8 @@ class OneSpelling(argparse.Action):
 class OneSpellingSwitch(OneSpelling):
     """:class:`OneSpelling` for a switch (``store_true``)."""
 
-    def __init__(self, option_strings, dest, default=False, required=False, help=None):
-        super().__init__(option_strings, dest, nargs=0, const=True, default=default, required=required, help=help)
+    def __init__(self, option_strings, dest, default=False, const=True, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=const, default=default, required=required, help=help)
 
 
 def given_flag(a, dest: str) -> str | None:
@@ -327,6 +327,9 @@ def field_flag(p: argparse.ArgumentParser, f, default=None, also: tuple[str, ...
     kw = {"dest": f.name, "default": default}  # a second spelling of the flag in one command is refused
     if kind == "bool":
         p.add_argument(*flags, action=OneSpellingSwitch, help=meta.get("help", ""), **kw)
+        if f.default is True:  # on by default: --no-NAME turns it off
+            p.add_argument("--no-" + f.name.replace("_", "-"), action=OneSpellingSwitch, const=False,
+                           help=f"turn --{f.name.replace('_', '-')} off", **kw)
         return
     kw["action"] = OneSpelling
     if kind == "int":

@@ -34,11 +34,13 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from mrtpo.config import check_fields, opt
 from mrtpo.core.measures import Needs, needs
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import ScoredGroup
 from mrtpo.model import Decoder, LoadedModel, Sample, compute_dtype, decoder_stack
 from mrtpo.model.arch import check_model
+from mrtpo.model.decoder import PRECISIONS
 from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.model.heap import keep_freed_memory
 from mrtpo.model.llama_step import llama_step
@@ -48,36 +50,44 @@ from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.noreplay import unreplayed, with_entropy
 from mrtpo.replay.plan import Plan, plan_group, replay_progress, sequences
 from mrtpo.replay.results import ReplayResult
-from mrtpo.replay.vocab import use_fused, vocabulary_side
+from mrtpo.replay.vocab import FUSED, use_fused, vocabulary_side
 from mrtpo.templates import ALL, Template
 
 
 @dataclass
 class ReplayConfig:
-    token_budget: int = 2048  # max batch × padded new tokens per forward pass (small batches pad less)
-    kv_budget: int = 4096  # max batch × padded (cached + new) tokens per forward pass: bounds the KV copies
-    # max (1 + K) × tokens × vocab logits per projection (64 MiB in bf16, 128 MiB in float32); the log-softmax and
-    # JS then run over JS_LOGITS of them at a time (eager) or the whole chunk (fused). Each projection reads the
-    # whole head, so a larger budget projects more rows per read of it (bench/vocab.py). A chunk above glibc's
-    # 32 MiB ceiling needs mrtpo.model.heap's thresholds, or the chain's temporaries fault in fresh pages at every step
-    logits_budget: int = 1 << 25
-    # KV reuse over a trie of the group's sequences: every shared prefix (the task prompt; the items before the
-    # one left out; verifier text that is the same for several responses) runs once and its KV cache serves
-    # every sequence through it.  False: every (response, variant) sequence runs in full (still batched).
-    share_prefix: bool = True
-    # "auto": on a CPU with AMX / AVX512-BF16 the decoder runs on bfloat16 copies of the weights (what a GPU run
-    # does; much faster than float32 there), else in the model's dtype; "model": always the model's dtype (exact;
-    # what tests compare); "bfloat16": bf16 copies on any device.  Log-softmax and JS always run in float32; with
-    # bf16 weights the vocabulary projection
-    # runs in bf16 on P_all and on the difference h(P_\k) − h(P_all), which keeps the JS close to float32.
-    precision: str = "auto"
-    # the sampling temperature at which the ``entropy`` measure reads the policy where the sampler did not record it
-    # (one forward under the sampling prompt; ≤ 0: 1, the greedy policy's own distribution)
-    temperature: float = TEMPERATURE
-    # the element-wise vocabulary chain (log-softmax, JS) compiled into one fused kernel (mrtpo.replay.vocab: the
-    # same numbers within float32 rounding, faster than the eager chain on a CPU): "auto" on a CPU when the
-    # replay is large enough to pay for compiling it or it is compiled already; "on"; "off" (eager)
-    fused: str = "auto"
+    """How the replay runs (its numbers do not depend on it, beyond float rounding and ``precision``): the forward
+    passes' token budgets, the vocabulary side's logits budget, prefix sharing, the precision, the temperature of the
+    entropy forward and the compiled vocabulary chain. Each field's default, help and limits are its metadata
+    (:func:`mrtpo.config.opt`): the ``train`` / ``experiment`` flags, ``TrainConfig``'s ``replay`` part and TRL's
+    configs are generated from them."""
+
+    token_budget: int = opt(2048, "replay: max batch × padded new tokens per forward pass (small batches pad less)",
+                            lo=1)
+    kv_budget: int = opt(4096, "replay: max batch × padded (cached + new) tokens per forward pass (bounds the KV "
+                               "copies)", lo=1)
+    # the log-softmax and JS then run over JS_LOGITS of them at a time (eager) or the whole chunk (fused). Each
+    # projection reads the whole head, so a larger budget projects more rows per read of it (bench/vocab.py). A chunk
+    # above glibc's 32 MiB ceiling needs mrtpo.model.heap's thresholds, or the chain's temporaries fault in fresh pages
+    logits_budget: int = opt(1 << 25, "replay: max (1 + K) × tokens × vocabulary logits per projection onto the "
+                                      "vocabulary", lo=1)
+    # every shared prefix (the task prompt; the items before the one left out; verifier text that is the same for
+    # several responses) runs once and its KV cache serves every sequence through it
+    share_prefix: bool = opt(True, "replay: reuse the KV cache of prefixes the sequences share (off: every (response, "
+                                   "variant) sequence runs in full, still batched)")
+    # with bf16 weights the vocabulary projection runs in bf16 on P_all and on the difference h(P_\k) − h(P_all),
+    # which keeps the JS close to float32 (mrtpo.replay.vocab); log-softmax and JS always run in float32
+    precision: str = opt("auto", "replay: auto (bf16 weight copies on a CPU with AMX / AVX512-BF16, as on a GPU; else "
+                                 "the model's dtype) | model (always the model's dtype: exact) | bfloat16 (bf16 copies "
+                                 "on any device)", choices=PRECISIONS)
+    temperature: float = opt(TEMPERATURE, "the sampling temperature at which the entropy measure reads the policy "
+                                          "where the sampler did not record it (<= 0: 1)")
+    fused: str = opt("auto", "replay: the element-wise vocabulary chain compiled into one kernel (the same numbers "
+                             "within float32 rounding): auto (on a CPU when the replay is large enough to pay for "
+                             "compiling it, or it is compiled already) | on | off", choices=FUSED)
+
+    def __post_init__(self):
+        check_fields(self, "replay config")
 
 
 Response = str | Sample | Sequence[int]

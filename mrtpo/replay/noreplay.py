@@ -45,15 +45,23 @@ TOKEN_BUDGET, KV_BUDGET = 2048, 4096
 def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[int]], temperature: float = TEMPERATURE,
                      precision: str = "auto", token_budget: int = TOKEN_BUDGET, kv_budget: int = KV_BUDGET
                      ) -> list[np.ndarray]:
-    """H_t = −Σ_v π_τ(v | x, y<t) log π_τ(v | x, y<t) (T_i,) of each response under the sampling prompt
-    x = ``lm.chat_prompt(prompt)`` (the prompt :func:`mrtpo.model.sample` samples under), π_τ = softmax(logits / τ)
-    at the sampling temperature τ (≤ 0: 1), as the sampler records it.
+    """Each response's next-token entropy under the sampling prompt, as the sampler records it:
+    H_t = −Σ_v π_τ(v | x, y<t) log π_τ(v | x, y<t), π_τ = softmax(logits / τ).
 
-    One forward of the group as the replay runs P_all alone: x once, its KV cache serving every response
-    (:func:`mrtpo.replay.kvtrie.shared_hidden`, padded batches under ``token_budget`` / ``kv_budget``, the decoder
-    stack in ``precision`` — :func:`mrtpo.model.compute_dtype`: bf16 weight copies on a CPU with fast bf16 products
-    under ``"auto"``, ``"model"`` the model's dtype); the head in that dtype over at most :data:`ENTROPY_LOGITS`
-    logits at a time, the softmax and the entropy in float32 (the model's own logits: bias, Gemma 2's soft-cap)."""
+    Args:
+        lm: the policy.
+        prompt: the user message x the responses were sampled under (``lm.chat_prompt(prompt)``, as
+            :func:`mrtpo.model.sample` builds it).
+        responses: each response's token ids.
+        temperature: the sampling temperature τ (≤ 0: 1).
+        precision: the decoder stack's (:func:`mrtpo.model.compute_dtype`: ``"auto"`` bf16 weight copies on a CPU
+            with fast bf16 products, ``"model"`` the model's dtype).
+        token_budget, kv_budget: the passes' budgets (:func:`mrtpo.replay.kvtrie.shared_hidden`).
+
+    Returns:
+        Per response, H (T_i,) float32. One forward of the group as the replay runs P_all alone: x once, its KV cache
+        serving every response; the head in the stack's dtype over at most :data:`ENTROPY_LOGITS` logits at a time,
+        the softmax and the entropy in float32 (the model's own logits: bias, Gemma 2's soft-cap)."""
     check_model(lm.model, lm.tokenizer, lm.name)
     x = lm.encode(lm.chat_prompt(prompt))
     out = [np.zeros(0, np.float32) for _ in responses]

@@ -47,7 +47,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.groups import score_group, template_for
 from mrtpo.model import LoadedModel, sample, weights_fixed
 from mrtpo.model.rates import busy
-from mrtpo.replay import ReplayConfig, replay_groups
+from mrtpo.replay import replay_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_options, get_family
 from mrtpo.tasks.base import TaskFamily
@@ -246,7 +246,8 @@ class Trainer:
             if self.credit.reads.model:
                 clock.start("replay")
             replays = replay_groups(self.lm, ro.groups, self.template, measure=self.credit.measure,
-                                    config=ReplayConfig(temperature=self.config.sampling.temperature))
+                                    config=dataclasses.replace(self.config.replay,
+                                                               temperature=self.config.sampling.temperature))
             relevance = [rr.relevance for rep in replays for rr in rep.responses]
             clock.stop()
         rho, mask = relevance_tensor(relevance, ro.names, [len(r) for r in ro.resp_ids], pad=True)
