@@ -17,8 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from mrtpo.core.info import INFO, INFO_LABELS, INFO_REGIMES
-from mrtpo_app import sampling, wait
-from mrtpo_app import state as S
+from mrtpo_app import sampling, state, wait
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short
 
@@ -38,7 +37,7 @@ if mode == "Task example":
         st.stop()
     with guard("example"):
         ex = ch.example()
-        fam = S.family(ch.family)
+        fam = state.family(ch.family)
         names = fam.reward_names(ex)
     with st.expander(f"Example **{md(ex.id)}** ({md(ch.family)}) — rewards: {md(', '.join(names))}", expanded=False):
         st.text(ex.prompt)
@@ -71,7 +70,7 @@ if wait.ask_first("explore", (inp.ch, mode, inp.ex and inp.ex.id, inp.sampling, 
                   clicked, lambda: sampling.estimate(inp)):  # above the threshold: asked first
     sampling.sample_group(inp)
 
-run = S.get_group()
+run = state.get_group()
 if run is None:
     st.info("Press **Sample group** to sample, score and replay a group.")
     st.stop()
@@ -80,11 +79,11 @@ if run is None:
 from mrtpo.core.advantages import method_names  # noqa: E402
 from mrtpo.core.credit import METHOD  # noqa: E402
 from mrtpo.display import group_table  # noqa: E402
-from mrtpo_app import explore as E  # noqa: E402
+from mrtpo_app import explore  # noqa: E402
 
 if run.mode == "task" and run.group.info != inp.info:  # the same responses, the other regime's v_k
     with guard("verifier information"):
-        E.switch_info(run, inp.info)
+        explore.switch_info(run, inp.info)
 
 # ---------------------------------------------------------------------------------------------- rewards (custom)
 if run.mode == "custom":
@@ -125,12 +124,12 @@ table = st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", on_se
                      selection_mode="single-row", key=f"explore_table_{run.settings['id']}",
                      column_config={"response": st.column_config.TextColumn(width="large"),
                                     "#": st.column_config.NumberColumn(width="small")})
-S.follow_table(st.session_state, table.selection.rows, E.response_key(run), "explore_table_seen")
+state.follow_table(st.session_state, table.selection.rows, explore.response_key(run), "explore_table_seen")
 st.caption("Select a row to show that response below. Â k = GDPO's per-reward group z-score; GDPO A = their sum, "
            "batch-normalized (spread uniformly over the response's tokens).")
 
 # ---------------------------------------------------------------------------------------------- informative groups
-E.constant_warning(inp, run)
+explore.constant_warning(inp, run)
 tried = st.session_state.get("explore_tries")
 if tried and tried["run"] == run.settings["id"]:
     with st.expander("Groups tried by **Sample until the rewards vary**"
@@ -142,4 +141,4 @@ if tried and tried["run"] == run.settings["id"]:
                                    for t in tried["tries"]]), hide_index=True, width="stretch")
 
 # ---------------------------------------------------------------------------------------------- heatmaps
-E.heatmaps(run, method)
+explore.heatmaps(run, method)

@@ -36,8 +36,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 QUESTION = "[data-testid='stAlertContentWarning']"  # the app's "This will take about … Continue?" (ask_first)
 ERROR = "[data-testid='stAlertContentError']"
-TARGET_S = 10.0  # warm model cache (issue 15; was 30 s before the sampler was rewritten)
-WARM_TARGET_S = 6.0  # the server already up, the model loaded (issue 24)
+TARGET_S = 10.0  # warm model cache
+WARM_TARGET_S = 6.0  # the server already up, the model loaded
 CAPTION = re.compile(r"model ([\d.]+ s|cached) · sample")
 
 

@@ -1,10 +1,10 @@
-"""Is the replay worth it? (not a test; issue 36): the token-credit methods a user could pick instead of MRTPO's
+"""Is the replay worth it? (not a test): the token-credit methods a user could pick instead of MRTPO's
 replayed relevance, side by side on the same sampled groups, against the same evidence, on the same clock.
 
 For each task family (sql, instructions, tools; ``checklist:K``: the checklists with their first K items) and each
 draw (``--seeds``, printed): ``--examples`` examples from the ``--start``-th, G = ``--group`` responses each sampled
 at ``--temperature`` (default 1; the sampler records each token's entropy), scored with the checkers' evidence,
-verifier information ``rule``.  Then, once per group, what the measures read (:func:`mrtpo.replay.measured_groups`:
+verifier information ``rule``.  Then, once per group, what the measures read (:func:`mrtpo.replay.replay_groups`:
 one replay, which also reads P_all's attention; the group's rewards) and, per measure × family × reward kind
 (instructions: the constraint's category; checklists: the item's kind), the mean token AUROC against the evidence
 (:mod:`mrtpo.core.faith_metrics`; pairs whose evidence is the whole response, nothing, or every token left out) with
@@ -41,7 +41,7 @@ from mrtpo.core.faith_metrics import response_metrics
 from mrtpo.core.measures import needs_replay
 from mrtpo.groups import sample_group, template_for
 from mrtpo.model import load_model
-from mrtpo.replay import measured_groups, sampling_entropy
+from mrtpo.replay import replay_groups, sampling_entropy
 from mrtpo.tasks import get_family
 
 try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as a script
@@ -77,7 +77,7 @@ def one_group(lm, fam, ex, measures, template, group: int, max_new_tokens: int, 
     g = sample_group(lm, fam, ex, n=group, max_new_tokens=max_new_tokens, seed=seed, temperature=temperature,
                      info="rule")
     asked = [m for m in measures if m != "uniform"]
-    rep = measured_groups(lm, [g], template, asked, skip_constant=False)[0]
+    rep = replay_groups(lm, [g], template, measure=asked, skip_constant=False)[0]
     replay = max(0.0, rep.seconds - rep.attention_seconds - rep.entropy_seconds) if rep.replayed else 0.0
     seconds = {}
     pairs: dict[str, list] = {}

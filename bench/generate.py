@@ -1,4 +1,4 @@
-"""Sampling benchmark (not a test): transformers' ``generate`` (the sampler before issue 15) against
+"""Sampling benchmark (not a test): transformers' ``generate`` (the project's earlier sampler) against
 ``mrtpo.model.sample`` (prompt prefilled once, one in-place KV buffer, bf16 weight copies where the CPU has fast bf16).
 
 On the default model, the longest text-to-SQL prompt (>= 300 tokens), a group of G = 8 x 96 new tokens, temperature 1,

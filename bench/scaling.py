@@ -31,9 +31,9 @@ squares of log seconds on log factor). Targets (pass / fail printed):
   vocabulary side (its logits are never all held: 4·(1+K)·G·T·V bytes would be 562 GiB there);
 - the vocabulary side's share of the replay, printed per V.
 
-The times are only meaningful on an otherwise idle machine: beside one other job they grow 3-8×. The table goes to
-docs/benchmarks.md (section ``scaling``; ``scaling-memory`` for --memory-point) and the plot to docs/scaling.png
-unless --no-doc.
+The times are only meaningful on an otherwise idle machine: beside one other job they grow several times over. The
+table goes to docs/benchmarks.md (section ``scaling``; ``scaling-memory`` for --memory-point) and the plot to
+docs/scaling.png unless --no-doc.
 """
 from __future__ import annotations
 
@@ -366,7 +366,8 @@ def memory_point(a: argparse.Namespace) -> Point:
 def main(argv: Sequence[str] | None = None) -> int:
     a = parse(argv)
     print(report.machine(), flush=True)
-    print("times are only meaningful on an otherwise idle machine (beside one other job: 3-8× longer)", flush=True)
+    print("times are only meaningful on an otherwise idle machine (beside one other job: several times longer)",
+          flush=True)
     t0 = time.perf_counter()
     if a.memory_point:
         p = memory_point(a)

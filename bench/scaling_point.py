@@ -19,7 +19,7 @@ the peak is ``torch.cuda.max_memory_allocated`` above the level before the repla
   class for every V keeps the replay's path (the own pass, :mod:`mrtpo.model.llama_step`) the same for all of them,
   so that only V changes; Qwen 2 (q/k/v biases) and Gemma (sliding windows) run through transformers' layers.
 - **Split**: the time inside :func:`mrtpo.replay.kvtrie.shared_hidden` (the decoder passes) and inside the engine's
-  vocabulary step (``mrtpo.replay.engine._finish``: projection, log-softmax, JS, relevance) are read by wrapping
+  vocabulary step (``mrtpo.replay.engine.vocabulary_side``: projection, log-softmax, JS) are read by wrapping
   those two functions from here (:func:`phase_timers`); the library is unchanged and so are its numbers.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ CHECKERS = (
     ("explained", "one sentence before the query says what it computes and from which tables"),
 )
 # the functions of mrtpo.replay.engine whose time is the decoder's and the vocabulary side's
-PHASES = {"decoder": "shared_hidden", "vocabulary": "_finish"}
+PHASES = {"decoder": "shared_hidden", "vocabulary": "vocabulary_side"}
 
 
 @dataclass(frozen=True)

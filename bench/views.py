@@ -1,4 +1,4 @@
-"""Cost of showing a long group (issue 34, item 4): a synthetic group of G responses × T tokens × K rewards (no
+"""Cost of showing a long group: a synthetic group of G responses × T tokens × K rewards (no
 model: random ρ and advantages over real-looking text, multi-byte characters split over several tokens), then
 
 - the HTML export (``page_html``, what ``mrtpo explain --html`` and the app's "Download HTML page" write;

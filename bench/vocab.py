@@ -1,4 +1,4 @@
-"""The vocabulary side at 150k+ (issue 34, item 3), before and after, in one run: per vocabulary V, one replay of a
+"""The vocabulary side at 150k+, before and after, in one run: per vocabulary V, one replay of a
 synthetic group (bench/scaling_point.py's: G responses × T tokens, K rewards, a full-depth random Llama of the
 default model's width) under
 
@@ -16,7 +16,7 @@ the share the vocabulary side would have if it ran at the decoder's rate. Each V
 
     PYTHONPATH=$PWD python bench/vocab.py [--T 300] [--G 4] [--K 3] [--no-doc]
 
-Run it alone: times on a 2-core machine swing 3-10× beside another job. Writes section ``vocab`` of
+Run it alone: on a small machine, times swing several times over beside another job. Writes section ``vocab`` of
 docs/benchmarks.md unless --no-doc.
 """
 from __future__ import annotations
@@ -38,13 +38,13 @@ STATES = {"before": {"logits_budget": 1 << 23, "fused": "off"}, "budget": {"fuse
 
 
 def stage_timers():
-    """Seconds inside the engine's vocabulary step (``_finish``), its projections (``torch.matmul``, called there
-    only) and its element-wise chain (``chain`` / ``fused_chain``): :func:`bench.scaling_point.timers` of those."""
+    """Seconds inside the engine's vocabulary step (``vocabulary_side``), its projections (``torch.matmul``, called
+    there only) and its element-wise chain (``chain`` / ``fused_chain``): :func:`bench.scaling_point.timers`."""
     from bench.scaling_point import timers
-    from mrtpo.replay import engine
+    from mrtpo.replay import engine, vocab
 
-    return timers({"vocabulary": [(engine, "_finish")], "projection": [(torch, "matmul")],
-                   "chain": [(engine, "chain"), (engine, "fused_chain")]})
+    return timers({"vocabulary": [(engine, "vocabulary_side")], "projection": [(torch, "matmul")],
+                   "chain": [(vocab, "chain"), (vocab, "fused_chain")]})
 
 
 def head_flop_share(lm) -> float:
@@ -103,7 +103,7 @@ HEADER = ("V", "replay", "seconds", "vocabulary side", "projection", "element-wi
 
 def isolated(V: int, T: int, G: int, K: int) -> dict:
     """:func:`measure` of one V in a fresh Python process (this file with ``--one``): a process that held the other
-    vocabularies' models first ran the large one's allocations slower (the "rest" 1.6-2.5 s instead of 0.4 s)."""
+    vocabularies' models first ran the large one's allocations slower (the "rest" column; docs/benchmarks.md)."""
     from bench.scaling_point import run_script
 
     args = ["--one", str(V), "--T", str(T), "--G", str(G), "--K", str(K)]

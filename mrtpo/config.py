@@ -2,8 +2,9 @@
 metadata (:func:`opt`), and everything else is generated from it — the checks (:func:`check_fields`), the flat
 JSON form a run stores (:func:`to_flat` / :func:`from_flat`), the CLI's flags (``train``'s from ``TrainConfig``, the
 sampling flags from :class:`mrtpo.model.SamplingConfig`: ``mrtpo.cli.common.field_flag``), the app's widgets (the
-Train page's form, Explore's sampling settings: ``mrtpo_app.ui.number_field``) and TRL's ``MRTPOConfig`` (a subclass
-of :class:`mrtpo.core.credit.CreditConfig`).
+Train page's form, Explore's sampling settings: ``mrtpo_app.ui.number_field``) and TRL's configs (``MRTPOConfig``, a
+subclass of :class:`mrtpo.core.credit.CreditConfig` with the replay's :class:`mrtpo.replay.ReplayConfig` as a part,
+and ``MRTPOGRPOConfig``, TRL's ``GRPOConfig`` with those fields: :mod:`mrtpo.integrations.trl_config`).
 
 A configuration may be *composed* of parts (a field whose value is itself such a dataclass, e.g.
 ``TrainConfig.credit``): the flat form and the flags list the parts' fields by their own names, which are unique

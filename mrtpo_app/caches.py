@@ -12,7 +12,7 @@ from mrtpo.core.info import INFO
 from mrtpo.model.defaults import SamplingConfig
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
-from mrtpo_app import work as W
+from mrtpo_app import work
 from mrtpo_app.models import get_model
 from mrtpo_app.timer import mark_call, mark_ran
 
@@ -29,19 +29,19 @@ class Cached:
     (a progress callback, how to show partial results) are passed to a computation but are not part of its key."""
 
     def __init__(self, fn, max_entries: int):
-        self.fn, self.memo = fn, W.Memo(max_entries)
+        self.fn, self.memo = fn, work.Memo(max_entries)
         self.__doc__, self.__name__ = fn.__doc__, fn.__name__
 
     def __call__(self, *args, **how):
         mark_call()
-        value, computed = W.cached(self.memo, W.Memo.key(self.__name__, *args), lambda: self.fn(*args, **how))
+        value, computed = work.cached(self.memo, work.Memo.key(self.__name__, *args), lambda: self.fn(*args, **how))
         if computed:
             mark_ran()
         return value
 
     def has(self, *args) -> bool:
         """Whether the result for ``args`` is kept (asking for it costs no model time)."""
-        return self.memo.has(W.Memo.key(self.__name__, *args))
+        return self.memo.has(work.Memo.key(self.__name__, *args))
 
     def clear(self) -> None:
         self.memo.clear()
@@ -68,17 +68,16 @@ def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[s
     verifier_info: G dicts {reward: text}; token_ids: G lists; rewards: (G, K) lists (constant columns are skipped)
     or None (replay every reward); reword: also replay P_k′ (v_k reworded: the ``js-reworded`` measure's input);
     attention: also read P_all's attention to each v_k (the ``attn-contrast`` measure's input). Not part of the key:
-    ``progress`` (the replay's callback), ``parts`` and ``on_part`` (:func:`mrtpo.replay.parts.replay_in_parts`: the
-    group in that many parts, each shown as it is ready; the same numbers up to rounding).
+    ``progress`` (the replay's callback), ``parts`` and ``on_part`` (:func:`mrtpo.replay.replay_group`: the group in
+    that many parts, each shown as it is ready; the same numbers up to rounding).
     """
-    from mrtpo.replay import ReplayConfig
-    from mrtpo.replay.parts import replay_in_parts
+    from mrtpo.replay import ReplayConfig, replay_group
 
     lm = get_model(model, device)
     R = None if rewards is None else np.asarray(rewards, dtype=float)
-    return replay_in_parts(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
-                           Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
-                           reword=reword, attention=attention, parts=parts, progress=progress, on_part=on_part)
+    return replay_group(lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
+                        Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
+                        reword=reword, attention=attention, parts=parts, progress=progress, on_part=on_part)
 
 
 def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], token_ids: Sequence[int],
@@ -109,10 +108,11 @@ def sample_until_varied(ch: Choices, family_: TaskFamily, example: Example, trie
 
 def replay_inputs(measure: str) -> dict[str, bool]:
     """What a replay must also run for ``measure``: {"reword": P_k′ (js-reworded), "attention": P_all's attention
-    (attn-contrast)}, as :func:`replay_for` takes them."""
-    from mrtpo.core.measures import needs_attention, needs_rewording
+    (attn-contrast)}, as :func:`replay_for` takes them (the measure's registry entry)."""
+    from mrtpo.core.measures import needs
 
-    return {"reword": needs_rewording(measure), "attention": needs_attention(measure)}
+    need = needs(measure)
+    return {"reword": need.rewording, "attention": need.attention}
 
 
 def lacks_inputs(replay: ReplayResult, measure: str) -> bool:

@@ -12,16 +12,12 @@ import streamlit as st
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS
-from mrtpo.core.measures import MEASURE_HELP, measure_names, needs_rewording
+from mrtpo.core.measures import MEASURE_HELP, measure_names
 from mrtpo.display import faithfulness_table, overview, render, token_view, view_to_json
 from mrtpo.display import page as display_page
 from mrtpo.groups import varied_rewards
 from mrtpo.model.defaults import resample_problem
-from mrtpo_app import caches as C
-from mrtpo_app import long_view as LV
-from mrtpo_app import state as S
-from mrtpo_app import topk_chart
-from mrtpo_app import work as W
+from mrtpo_app import caches, long_view, state, topk_chart, work
 from mrtpo_app.sampling import Inputs, sample_group
 from mrtpo_app.timer import Timer
 from mrtpo_app.ui import beta_slider, guard, md, short
@@ -29,23 +25,23 @@ from mrtpo_app.ui import beta_slider, guard, md, short
 UNTIL_TRIES = 5  # "Sample until the rewards vary": at most this many groups
 
 
-def switch_info(run: S.SessionGroup, info: str) -> None:
+def switch_info(run: state.SessionGroup, info: str) -> None:
     """The current group with its verifier information in regime ``info`` (the same responses; the replay is cached
     by its inputs, so switching back is free)."""
     with Timer({}, "replay") as tm:
-        run.group = run.group.with_info(S.family(run.choices.family), info)
-        run.replay = C.replay_for(run.choices, run.group, run.template)
+        run.group = run.group.with_info(state.family(run.choices.family), info)
+        run.replay = caches.replay_for(run.choices, run.group, run.template)
     run.timings["replay"] = tm.text
-    S.set_group(run)
+    state.set_group(run)
 
 
-def response_key(run: S.SessionGroup) -> str:
+def response_key(run: state.SessionGroup) -> str:
     """The response picker's key: per group, so a new group starts at #0 with its own labels (a browser's picker kept
     showing the old group's label for an unchanged index)."""
     return f"explore_response_{run.settings['id']}"
 
 
-def constant_warning(inp: Inputs, run: S.SessionGroup) -> None:
+def constant_warning(inp: Inputs, run: state.SessionGroup) -> None:
     """A reward constant in the group gives advantage 0 to every response: say which, and offer to resample."""
     g = run.group
     varied = varied_rewards(g)
@@ -79,10 +75,10 @@ def constant_warning(inp: Inputs, run: S.SessionGroup) -> None:
 def _measure_picker(where) -> str:
     """The relevance measure (ρ is re-derived from the stored replay: no model call); `js` is the paper's."""
     names = measure_names()
-    kept = st.session_state.get(S.MEASURE_KEY, MEASURE)
+    kept = st.session_state.get(state.MEASURE_KEY, MEASURE)
 
     def keep() -> None:
-        st.session_state[S.MEASURE_KEY] = st.session_state["explore_measure"]
+        st.session_state[state.MEASURE_KEY] = st.session_state["explore_measure"]
 
     return where.selectbox("Relevance measure", names, index=names.index(kept) if kept in names else 0,
                            key="explore_measure", on_change=keep,
@@ -103,7 +99,7 @@ def _faithfulness(v, info: str) -> None:
                "nothing specific, or every token are left out.")
 
 
-def _topk_view(run: S.SessionGroup, i: int) -> None:
+def _topk_view(run: state.SessionGroup, i: int) -> None:
     """The two next-token distributions behind one token's JS value (as in Teach), on a toggle: the model runs
     (once per input, cached) only when it is on."""
     replayed = run.replay.rewards
@@ -124,21 +120,21 @@ def _topk_view(run: S.SessionGroup, i: int) -> None:
     st.caption("Teach (step 6) explains this view and shows what v_k adds to the prompt.")
 
 
-def _view(run: S.SessionGroup, replay, method: str, beta: float, measure: str):
+def _view(run: state.SessionGroup, replay, method: str, beta: float, measure: str):
     """The token view (no model call), kept per session for these inputs (:func:`mrtpo_app.long_view.memo`; the
     typed rewards of a custom group are part of the key)."""
     key = ("explore_view", method, float(beta), measure, run.group.rewards.tobytes())
-    return LV.memo(key, (run.group, replay), lambda: token_view(run.group, replay, method=method, beta=beta,
-                                                                measure=measure))
+    return long_view.memo(key, (run.group, replay), lambda: token_view(run.group, replay, method=method, beta=beta,
+                                                                       measure=measure))
 
 
-def is_long(run: S.SessionGroup) -> bool:
+def is_long(run: state.SessionGroup) -> bool:
     """Whether some response of the group is long (:data:`mrtpo.display.overview.LONG_TOKENS`): overview first."""
     return any(len(r.token_ids) > overview.LONG_TOKENS for r in run.replay.responses)
 
 
 @st.fragment
-def heatmaps(run: S.SessionGroup, method: str) -> None:
+def heatmaps(run: state.SessionGroup, method: str) -> None:
     """β, the response, the measure and the color scale only re-color: token_view + render, no model call.  A long
     group (:func:`is_long`) shows its overview first and one response × one reward in full
     (:func:`mrtpo_app.long_view.show`)."""
@@ -157,18 +153,18 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
              "advantages stay visible; shared by the group: one scale for every response, to compare responses. "
              "The download uses the same choice.")
     replay = run.replay
-    if C.lacks_inputs(replay, measure):
-        what = "P_k′ (v_k said in other words)" if needs_rewording(measure) else "P_all's attention to each v_k"
+    if caches.lacks_inputs(replay, measure):
+        inputs = caches.replay_inputs(measure)
+        what = "P_k′ (v_k said in other words)" if inputs["reword"] else "P_all's attention to each v_k"
         with guard(f"replaying for {measure}"), st.spinner(f"{measure} reads {what}: replaying the group once more…"), \
-                W.job():
-            replay = C.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task",
-                                  **C.replay_inputs(measure))
+                work.job():
+            replay = caches.replay_for(run.choices, g, run.template, skip_constant=run.mode == "task", **inputs)
     label = parse_method(method).label
     with guard("token view"):
         v = _view(run, replay, method, beta, measure)
         if long:
             titles = [f"#{j} — advantage {v.final[j]:+.3f} — {short(s.text, 60)}" for j, s in enumerate(g.samples)]
-            i, _ = LV.show(v, "explore_long", group=g, scale=scale, titles=titles, picker_key=response_key(run))
+            i, _ = long_view.show(v, "explore_long", group=g, scale=scale, titles=titles, picker_key=response_key(run))
         else:
             st.html(f"<style>{render.CSS}</style>{render.response_html(v, i, scale=scale, group=g)}")
     st.caption(f"Per reward: GDPO's uniform advantage ({'one number' if long else 'one color'}) beside "
@@ -178,13 +174,13 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
                "transparent. Hover a token for its numbers. Underlined: the characters the reward's checker read (its "
                "evidence).")
     _topk_view(run, i)
-    from mrtpo_app.measure_compare import show as compare_measures  # the view is that module's (issue 36)
+    from mrtpo_app.measure_compare import show as compare_measures  # the view is that module's
     compare_measures(run, i)
     _faithfulness(v, run.group.info)
     _downloads(run, v, scale, long)
 
 
-def _downloads(run: S.SessionGroup, v, scale: str, lazy: bool) -> None:
+def _downloads(run: state.SessionGroup, v, scale: str, lazy: bool) -> None:
     """The JSON of everything shown and the standalone HTML page, with the color scale shown; built when clicked for
     a long group (``lazy``: seconds of work that most reruns would throw away)."""
     g = run.group

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import pandas as pd
 import streamlit as st
 
-from mrtpo.display import overview as O
+from mrtpo.display import overview
 from mrtpo.display.token_view import TokenView
 
 MEMO_KEY = "mrtpo_view_memo"
@@ -48,7 +48,7 @@ def hot_table(view: TokenView, responses: Sequence[int], titles) -> list[dict]:
     rows = []
     for i in responses:
         for k in view.reward_names:
-            for h in O.hot_spans(view, i, k):
+            for h in overview.hot_spans(view, i, k):
                 rows.append({"response": titles[i], "reward": k, "#": h.rank,
                              "characters": f"{h.chars[0]:,}–{h.chars[1]:,}", "moved Σ": round(h.moved, 4),
                              "ρ mean": round(h.rho, 3), "text": " ".join(h.text.split()), "_i": i})
@@ -70,9 +70,9 @@ def show(view: TokenView, key: str, *, group=None, scale: str = "response", vmax
     picker_key = picker_key or f"{key}_response"
     reward_key = f"{key}_reward"
     body = memo((key, "overview", scale, vmax, tuple(responses)), (view,),
-                lambda: O.group_overview_html(view, scale, vmax, titles, snippets=False, responses=responses))
-    st.html(f"<style>{O.CSS}</style>{body}")
-    why = why or f"Responses longer than {O.LONG_TOKENS} tokens: an overview first."
+                lambda: overview.group_overview_html(view, scale, vmax, titles, snippets=False, responses=responses))
+    st.html(f"<style>{overview.CSS}</style>{body}")
+    why = why or f"Responses longer than {overview.LONG_TOKENS} tokens: an overview first."
     st.caption(f"{why} Each strip runs along the response "
                "(a mark is the largest value of its stretch, on the full view's color scale); the numbered marks are "
                "the hottest spans, listed below. Select a span, or pick a response and a reward, to draw it in full.")
@@ -89,7 +89,7 @@ def show(view: TokenView, key: str, *, group=None, scale: str = "response", vmax
                 st.session_state[picker_key] = rows[picked]["_i"]
             st.session_state[reward_key] = rows[picked]["reward"]
         st.session_state[seen] = picked
-    names = [k for k in view.reward_names if k not in view.skipped] + [O.COMBINED]
+    names = [k for k in view.reward_names if k not in view.skipped] + [overview.COMBINED]
     if st.session_state.get(reward_key) not in names:
         st.session_state.pop(reward_key, None)
     c1, c2 = st.columns([3, 2]) if len(responses) > 1 else (None, st.columns([2, 3])[0])
@@ -102,6 +102,6 @@ def show(view: TokenView, key: str, *, group=None, scale: str = "response", vmax
     k = c2.selectbox("Reward (drawn in full)", names, key=reward_key,
                      help="one response × one reward at a time; combined: the sum over rewards, batch-normalized")
     full = memo((key, "full", i, k, scale, vmax), (view, group),
-                lambda: O.full_html(view, i, k, scale, group, vmax))
-    st.html(f"<style>{O.CSS}</style>{full}")
+                lambda: overview.full_html(view, i, k, scale, group, vmax))
+    st.html(f"<style>{overview.CSS}</style>{full}")
     return i, k

@@ -13,32 +13,29 @@ from mrtpo.display import render
 from mrtpo.display.compare import compare_html, compare_result, compare_rows
 from mrtpo.replay import ReplayConfig
 from mrtpo.templates import Template
-from mrtpo_app import caches as C
-from mrtpo_app import models as M
-from mrtpo_app import state as S
-from mrtpo_app import work as W
+from mrtpo_app import caches, models, state, work
 from mrtpo_app.ui import guard, md
 
-_RESULTS = W.Memo(8)  # compare_result per group and input, for every session
+_RESULTS = work.Memo(8)  # compare_result per group and input, for every session
 
 
-def _result(run: S.SessionGroup):
+def _result(run: state.SessionGroup):
     """:func:`compare_result` for the session's group, kept by everything that decides it."""
     g, ch = run.group, run.choices
     skip = run.mode == "task"
-    key = W.Memo.key("compare", ch.model, ch.device, C.PRECISION, g.fingerprint, g.prompt, g.example.prompt,
-                     g.verifier_info, g.rewards.tolist(), run.template, skip)
+    key = work.Memo.key("compare", ch.model, ch.device, caches.PRECISION, g.fingerprint, g.prompt, g.example.prompt,
+                        g.verifier_info, g.rewards.tolist(), run.template, skip)
 
     def compute():
-        lm = M.get_model(ch.model, ch.device)
+        lm = models.get_model(ch.model, ch.device)
         return compare_result(lm, g, Template.from_dict(run.template), skip_constant=skip,
-                              config=ReplayConfig(precision=C.PRECISION))
+                              config=ReplayConfig(precision=caches.PRECISION))
 
-    value, _ = W.cached(_RESULTS, key, compute)
+    value, _ = work.cached(_RESULTS, key, compute)
     return value
 
 
-def show(run: S.SessionGroup, i: int) -> None:
+def show(run: state.SessionGroup, i: int) -> None:
     """The toggle, the reward picker and the rows for response ``i``."""
     if not st.toggle("Compare measures for this response (uniform, entropy, KTAE, attention, js, js-support, the "
                      "oracle): which puts a reward's credit where its checker read?", key="explore_compare"):
@@ -47,7 +44,7 @@ def show(run: S.SessionGroup, i: int) -> None:
     k = st.selectbox("Reward", g.reward_names, key="explore_compare_reward",
                      help="the reward whose relevance each row shows, and whose checker's evidence is underlined")
     with guard("comparing measures"), st.spinner("Replaying the group once, reading P_all's attention too…"), \
-            W.job():
+            work.job():
         res = _result(run)
         cmp = compare_rows(g, res, i, k)
     st.html(f"<style>{render.CSS}</style>{compare_html(cmp)}")

@@ -94,7 +94,7 @@ CONVERTING = ("Converting the default model (SmolLM2-135M-Instruct) once: about 
 def get_model(name: str, device: str = "auto") -> LoadedModel:
     """The model ``name`` on ``device``, loaded once per process and shared by every session (MrtpoError if missing).
 
-    The first load of the default model on a machine converts it (about 20 s): a spinner says so."""
+    The first load of the default model on a machine converts it (once): a spinner says so."""
     from mrtpo.model import default_model_cached
 
     if name == DEFAULT_MODEL and not default_model_cached():

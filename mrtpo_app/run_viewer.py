@@ -28,16 +28,13 @@ import streamlit as st
 
 from mrtpo.creditlog import CreditLogError, CreditStep
 from mrtpo.creditlog.access import check_log_path, log_roots
-from mrtpo.display import log_view as LG
-from mrtpo.display import render
+from mrtpo.display import log_view, render
 from mrtpo.display.log_tokens import token_table
 from mrtpo.display.overview import is_long
 from mrtpo.display.run_stats import add_step
 from mrtpo.integrations.run_follow import QUIET_S, RunFollower
 from mrtpo.integrations.tool_logs import FORMATS, credit_logs_in
-from mrtpo_app import charts
-from mrtpo_app import long_view as LV
-from mrtpo_app import state as S
+from mrtpo_app import charts, long_view, state
 from mrtpo_app.ui import guard, md, short, show_error
 
 FOLLOW_SECONDS = 3.0  # how often the Follow toggle checks the log for new steps
@@ -113,19 +110,21 @@ def _problems(run: FollowedRun) -> None:
 def _response(step: CreditStep, i: int, meta: dict) -> None:
     """One response of the step: prompt, reference, its group's heatmaps (or its logged series), its tokens."""
     r = step.rows[i]
-    rows, j = LG.group_of(step, i)
+    rows, j = log_view.group_of(step, i)
     with st.expander("Prompt", expanded=False):
         st.text(r.prompt if r.prompt is not None else "(not in the log)")
-    ref = LG.reference(r)
+    ref = log_view.reference(r)
     if ref is not None:
         st.markdown(f"**Reference** ({md(ref[0])})")
         st.text(ref[1])
-    if LG.has_credit(rows):
+    if log_view.has_credit(rows):
         with guard("the logged credit"):
-            view, lg = LV.memo(("log_view", step.step, r.group, meta.get("method"), meta.get("measure")), (step,),
-                               lambda: LG.log_view(rows, meta.get("method"), meta.get("measure") or "js"))
+            view, lg = long_view.memo(
+                ("log_view", step.step, r.group, meta.get("method"), meta.get("measure")), (step,),
+                lambda: log_view.log_view(rows, meta.get("method"), meta.get("measure") or "js"))
             if is_long(view, j):  # overview first, one reward in full
-                LV.show(view, f"rollouts_long_{step.step}_{i}", group=lg, responses=[j], titles={j: LG.title(r)})
+                long_view.show(view, f"rollouts_long_{step.step}_{i}", group=lg, responses=[j],
+                               titles={j: log_view.title(r)})
             else:
                 st.html(f"<style>{render.CSS}</style>{render.response_html(view, j, group=lg)}")
         st.caption(f"As logged (no model): per reward, {md(view.method)}'s estimator's uniform advantage Â_ik / scale "
@@ -133,7 +132,7 @@ def _response(step: CreditStep, i: int, meta: dict) -> None:
                    f"where the credit was uniform); this step's β_s = {view.beta:.3g}. Colors are scaled to this "
                    "response; hover a token for its numbers.")
     elif r.n_tokens:
-        body = LV.memo(("log_series", step.step, i), (step,), lambda: LG.series_html(r))
+        body = long_view.memo(("log_series", step.step, i), (step,), lambda: log_view.series_html(r))
         st.html(f"<style>{render.CSS}</style>{body}")
         st.caption("This log has no per-reward token credit (an mrtpo credit log has it): its per-token series."
                    + ("" if r.tokens else " It holds token ids without their texts (⟨id⟩)."))
@@ -187,12 +186,13 @@ def viewer(path: str, real: str, fmt: str) -> None:
     if not step.rows:
         st.info(f"Step {n}: empty step (no row of it to show: its file has none, or only rows skipped above).")
         return
-    sel = st.dataframe(pd.DataFrame(LG.step_table(step)), hide_index=True, width="stretch", on_select="rerun",
+    sel = st.dataframe(pd.DataFrame(log_view.step_table(step)), hide_index=True, width="stretch", on_select="rerun",
                        selection_mode="single-row", key=f"rollouts_table_{n}")
-    st.session_state.setdefault(f"rollouts_resp_{n}", LG.first_informative(step))  # a response with colors first
-    S.follow_table(st.session_state, sel.selection.rows, f"rollouts_resp_{n}", f"rollouts_table_seen_{n}")
-    i = st.selectbox("Response (or select a row above)", list(range(len(step.rows))), key=f"rollouts_resp_{n}",
-                     format_func=lambda k: f"{LG.title(step.rows[k])} — {short(step.rows[k].completion or '', 50)}")
+    st.session_state.setdefault(f"rollouts_resp_{n}", log_view.first_informative(step))  # a response with colors first
+    state.follow_table(st.session_state, sel.selection.rows, f"rollouts_resp_{n}", f"rollouts_table_seen_{n}")
+    i = st.selectbox(
+        "Response (or select a row above)", list(range(len(step.rows))), key=f"rollouts_resp_{n}",
+        format_func=lambda k: f"{log_view.title(step.rows[k])} — {short(step.rows[k].completion or '', 50)}")
     _response(step, i, meta)
 
 

@@ -22,11 +22,7 @@ from mrtpo.errors import MrtpoError
 from mrtpo.model.defaults import SamplingConfig
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.wording import plural
-from mrtpo_app import caches as C
-from mrtpo_app import models as M
-from mrtpo_app import state as S
-from mrtpo_app import wait
-from mrtpo_app import work as W
+from mrtpo_app import caches, models, state, wait, work
 from mrtpo_app.timer import Timer
 from mrtpo_app.ui import md, number_field, show_error
 
@@ -41,7 +37,7 @@ class Inputs:
     and reward table (custom mode), and the sampling settings (one :class:`mrtpo.model.SamplingConfig`: group size,
     tokens, temperature, top-p, seed)."""
 
-    ch: S.Choices
+    ch: state.Choices
     mode: str  # "Task example" | "Your own prompt"
     ex: Example | None
     fam: TaskFamily | None
@@ -101,20 +97,20 @@ def estimate(inp: Inputs):
     sampling and replaying the group), or None when the group was sampled before (the caches hold it)."""
     custom = None if inp.mode == "Task example" else custom_inputs(inp)
     prompt = inp.ex.prompt if custom is None else custom[0]
-    if C.sample_cached.has(inp.ch.model, inp.ch.device, prompt, inp.sampling):
+    if caches.sample_cached.has(inp.ch.model, inp.ch.device, prompt, inp.sampling):
         return None
-    lm = M.get_model(inp.ch.model, inp.ch.device)
+    lm = models.get_model(inp.ch.model, inp.ch.device)
     from mrtpo.replay import ReplayConfig
     from mrtpo.replay.estimate import estimate_task_group, estimate_unsampled
     from mrtpo.templates import Template
 
-    cfg, s = ReplayConfig(precision=C.PRECISION), inp.sampling
+    cfg, s = ReplayConfig(precision=caches.PRECISION), inp.sampling
     if custom is None:
-        template = Template.from_dict(S.current_template(inp.ch.family))
+        template = Template.from_dict(state.current_template(inp.ch.family))
         return estimate_task_group(lm, inp.fam, inp.ex, s.group_size, s.max_new_tokens, template, cfg,
-                                   precision=C.PRECISION)
+                                   precision=caches.PRECISION)
     return estimate_unsampled(lm, prompt, prompt, custom[2], s.group_size, s.max_new_tokens,
-                              Template.from_dict(S.current_template(None)), cfg, precision=C.PRECISION)
+                              Template.from_dict(state.current_template(None)), cfg, precision=caches.PRECISION)
 
 
 def _replay_parts(lm, group, template: dict, skip_constant: bool) -> int:
@@ -125,7 +121,7 @@ def _replay_parts(lm, group, template: dict, skip_constant: bool) -> int:
 
     try:
         est = estimate_scored(lm, [group], Template.from_dict(template), skip_constant,
-                              ReplayConfig(precision=C.PRECISION))
+                              ReplayConfig(precision=caches.PRECISION))
     except Exception:  # noqa: BLE001 - the replay reports the problem itself
         return 1
     return wait.parts_for(est, len(group.samples))
@@ -174,7 +170,7 @@ class _Click:
         ch = self.inp.ch
         self.bar = self.queue.bar = st.progress(0.0, text=f"loading model {ch.model} ({ch.device})")
         with Timer(self.timings, "model") as tm:
-            lm = M.get_model(ch.model, ch.device)
+            lm = models.get_model(ch.model, ch.device)
         self.shown["model"] = tm.text
         st.write(f"model **{md(lm.name)}** on {lm.device} ({str(lm.dtype).replace('torch.', '')}) — {tm.text}")
         return lm
@@ -190,8 +186,8 @@ class _Click:
             st.write(f"try {tr.index}/{tries}: " + try_text(tr))
 
         with Timer(self.timings, "sample") as tm:
-            group, _ = C.sample_until_varied(inp.ch, inp.fam, inp.ex, tries, inp.sampling, on_try=on_try, want=want,
-                                             info=inp.info, progress=sampling)
+            group, _ = caches.sample_until_varied(inp.ch, inp.fam, inp.ex, tries, inp.sampling, on_try=on_try,
+                                                  want=want, info=inp.info, progress=sampling)
         self.shown["sample + score"] = tm.text
         kept = next(t for t in self.tries if t.kept)
         self.settings["seed"] = kept.seed
@@ -205,8 +201,8 @@ class _Click:
 
         inp = self.inp
         with Timer(self.timings, "sample") as tm:
-            samples = C.sample_cached(inp.ch.model, inp.ch.device, prompt, inp.sampling,
-                                      progress=wait.Work(self.bar, inp.what, 0.05, 0.55))
+            samples = caches.sample_cached(inp.ch.model, inp.ch.device, prompt, inp.sampling,
+                                           progress=wait.Work(self.bar, inp.what, 0.05, 0.55))
         self.shown["sample"] = tm.text
         st.write(f"sampled {plural(len(samples), 'response')} — {tm.text}")
         wait.show_samples(samples)  # each response at once, before its replay
@@ -228,9 +224,9 @@ class _Click:
         skip = self.inp.mode == "Task example"  # custom mode replays every reward: typing rewards needs no model
         parts = _replay_parts(lm, group, template, skip)
         with Timer(self.timings, "replay") as tm:
-            replay = C.replay_for(self.inp.ch, group, template, skip_constant=skip, parts=parts,
-                                  progress=wait.Work(self.bar, "replaying under P_all and each P_\\k", 0.6, 1.0),
-                                  on_part=wait.show_part(st.container()) if parts > 1 else None)
+            replay = caches.replay_for(self.inp.ch, group, template, skip_constant=skip, parts=parts,
+                                       progress=wait.Work(self.bar, "replaying under P_all and each P_\\k", 0.6, 1.0),
+                                       on_part=wait.show_part(st.container()) if parts > 1 else None)
         self.shown["replay"] = tm.text
         skipped = md(", ".join(replay.skipped) or "none")
         st.write(f"replayed {plural(len(replay.rewards), 'reward')}, skipped {len(replay.skipped)} constant "
@@ -253,7 +249,7 @@ def sample_group(inp: Inputs, tries: int = 1, want: int = 1, better_than: int | 
     current one only when more than ``better_than`` rewards vary in it (else the page says so and nothing changes)."""
     click = _Click(inp, settings={**to_flat(inp.sampling), "id": time.time_ns()}, queue=_Queue(inp.what))
     with st.status("Sampling until the rewards vary…" if tries > 1 else "Sampling the group…",
-                   expanded=True) as status, W.job(click.queue.on_wait), \
+                   expanded=True) as status, work.job(click.queue.on_wait), \
             wait.working("explore", "the sampling" if tries > 1 else "the group's sampling and replay"):
         try:  # (the model's turn is taken at the job's first computation)
             lm = click.model()
@@ -267,12 +263,12 @@ def sample_group(inp: Inputs, tries: int = 1, want: int = 1, better_than: int | 
                     done = click.tries
                     status.update(label=f"None of the {len(done)} groups tried (seeds {done[0].seed}–{done[-1].seed})"
                                         " has more varying rewards than this one: it stays", state="complete")
-                    st.session_state["explore_tries"] = {"run": S.get_group().settings["id"], "kept": False,
+                    st.session_state["explore_tries"] = {"run": state.get_group().settings["id"], "kept": False,
                                                          "tries": click.settings["tries"]}
                     return
             else:
                 group = click.sample_once(prompt, cnames, info)
-            template = S.current_template(inp.ch.family if inp.mode == "Task example" else None)
+            template = state.current_template(inp.ch.family if inp.mode == "Task example" else None)
             replay = click.replay(lm, group, template)
         except Exception as e:  # noqa: BLE001 - shown as st.error, never a traceback
             status.update(label=f"Failed while {click.step}", state="error", expanded=True)
@@ -283,8 +279,8 @@ def sample_group(inp: Inputs, tries: int = 1, want: int = 1, better_than: int | 
             st.write(f"waited {click.queue.seconds:.1f} s for the model (up to {plural(click.queue.most, 'group')} "
                      "of other sessions ahead)")
         status.update(label=f"Group ready ({click.took()})", state="complete", expanded=False)
-    S.set_group(S.SessionGroup("task" if inp.mode == "Task example" else "custom", inp.ch, group, replay, template,
-                               click.settings, click.shown))
+    state.set_group(state.SessionGroup("task" if inp.mode == "Task example" else "custom", inp.ch, group, replay,
+                                       template, click.settings, click.shown))
     if tries > 1:
         st.session_state["explore_tries"] = {"run": click.settings["id"], "kept": True,
                                              "tries": click.settings["tries"]}

@@ -13,8 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from mrtpo.display import panels, render
-from mrtpo_app import caches as C
-from mrtpo_app import state as S
+from mrtpo_app import caches, state
 from mrtpo_app.ui import guard, md
 
 
@@ -56,15 +55,15 @@ def chart(dist: dict, reward: str) -> go.Figure:
     return fig
 
 
-def show(run: S.SessionGroup, i: int, reward: str, t: int, top: int, key: str) -> dict:
+def show(run: state.SessionGroup, i: int, reward: str, t: int, top: int, key: str) -> dict:
     """Draw the top-k view of response ``i`` at token ``t`` for ``reward`` (``key``: the chart's widget key) and
     return :func:`mrtpo.replay.next_token_topk`'s dict (Teach goes on to show its prompts)."""
     g, resp = run.group, run.replay.responses[i]
     toks = resp.tokens()
     st.html(f"<style>{render.CSS}</style>" + panels.position_html(toks, t, f"token t = {t}"))
     with guard("next-token distributions"):
-        dist = C.next_token_topk_cached(run.choices.model, run.choices.device, g.prompt, g.verifier_info[i],
-                                        list(resp.token_ids), reward, int(t), int(top), run.template)
+        dist = caches.next_token_topk_cached(run.choices.model, run.choices.device, g.prompt, g.verifier_info[i],
+                                             list(resp.token_ids), reward, int(t), int(top), run.template)
     st.plotly_chart(chart(dist, reward), key=key)
     yt = dist["token"]
     in_top = len(bars(dist)) == len(dist["rows"])

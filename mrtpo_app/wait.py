@@ -1,4 +1,4 @@
-"""The wait in the app (issue 34, item 5): before heavy work its estimate and, above the threshold, a question
+"""The wait in the app: before heavy work its estimate and, above the threshold, a question
 (:func:`ask_first`: "This will take about 3 min (…): Continue / Cancel"); during it a progress bar with the time left
 (:class:`Work`), a Cancel button (:func:`working`) and each response's result as it is ready (:func:`show_samples`,
 :func:`show_part`); after a stop, a notice (:func:`stopped_notice`).
@@ -147,7 +147,7 @@ def show_samples(samples, where=None) -> None:
 
 
 def show_part(where, label: Callable[[int], str] = lambda i: f"#{i}") -> Callable:
-    """``on_part(indices, replay of those responses)`` for :func:`mrtpo.replay.parts.replay_in_parts`: each response's
+    """``on_part(indices, replay of those responses)`` for :func:`mrtpo.replay.replay_group`: each response's
     relevance ρ per replayed reward in ``where`` as soon as its part is replayed (a response longer than :data:`LONG`
     tokens: its five hottest tokens per reward)."""
     from mrtpo.display import render
@@ -177,15 +177,14 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
     hold it; else its exact estimate and, above the threshold or after a Cancel, the question (the page stops until
     Continue); then the replay with the time left, a Cancel and each response as it is ready (``label(i)`` names
     response i).  What :func:`mrtpo_app.caches.replay_cached` returns for the group."""
-    from mrtpo_app import caches as C
-    from mrtpo_app import models as M
+    from mrtpo_app import caches, models
 
     args = (ch.model, ch.device, group.prompt, group.verifier_info, [s.token_ids for s in group.samples], template,
             group.rewards.tolist())
-    if C.replay_cached.has(*args):
-        return C.replay_cached(*args)
+    if caches.replay_cached.has(*args):
+        return caches.replay_cached(*args)
     stopped = stopped_notice(key)
-    lm = M.get_model(ch.model, ch.device)
+    lm = models.get_model(ch.model, ch.device)
     est = []
 
     def estimate():
@@ -194,7 +193,7 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
         from mrtpo.templates import Template
 
         est.append(estimate_scored(lm, [group], Template.from_dict(template), True,
-                                   ReplayConfig(precision=C.PRECISION)))
+                                   ReplayConfig(precision=caches.PRECISION)))
         return est[-1]
 
     if not ask_first(key, args, True, estimate, force="The last replay was cancelled." if stopped else ""):
@@ -203,7 +202,7 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
     with st.status("Replaying the group under P_all and each P_\\k…", expanded=True) as status, \
             working(key, "the replay"):
         bar = st.progress(0.0, text="replaying")
-        rep = C.replay_cached(*args, progress=Work(bar, "replaying under P_all and each P_\\k"), parts=parts,
-                              on_part=show_part(st.container(), label) if parts > 1 else None)
+        rep = caches.replay_cached(*args, progress=Work(bar, "replaying under P_all and each P_\\k"), parts=parts,
+                                   on_part=show_part(st.container(), label) if parts > 1 else None)
         status.update(label=f"Replayed the group ({rep.seconds:.1f} s)", state="complete", expanded=False)
     return rep

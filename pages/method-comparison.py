@@ -13,13 +13,13 @@ import torch
 
 from mrtpo.core.advantages import ESTIMATORS, compute, method_names, parse_method
 from mrtpo.display import render
-from mrtpo_app import state as S
+from mrtpo_app import state
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import beta_slider, guard, md, short
 
 ch = page("Methods")
 st.title("Methods")
-run = S.require_group()
+run = state.require_group()
 g = run.group
 G, K = g.rewards.shape
 R = torch.tensor(g.rewards, dtype=torch.float32)
@@ -77,7 +77,7 @@ for m, a in advs.items():
     fig.add_bar(name=m, x=[f"response {i}" for i in range(G)], y=a.final.numpy().round(4).tolist(),
                 hovertemplate=f"{m} · %{{x}}: A = %{{y:.4f}}<extra></extra>")
 with guard("token view"):
-    token_views = {m: S.view(run, m, chart_beta) for m in TOKEN_METHODS}
+    token_views = {m: state.view(run, m, chart_beta) for m in TOKEN_METHODS}
 for m, tv in token_views.items():
     mean = [float(a.mean()) if len(a) else 0.0 for a in tv.token_adv]
     lo = [float(a.min()) if len(a) else 0.0 for a in tv.token_adv]
@@ -133,7 +133,7 @@ i = c3.selectbox("Response", list(range(G)), key="methods_response",
                  format_func=lambda j: f"#{j} — {short(g.samples[j].text, 50)}")
 method = "mrtpo" if base == "gdpo" else f"mrtpo+{base}"
 with guard("token view"):
-    v = S.view(run, method, beta)
+    v = state.view(run, method, beta)
 st.html(f"<style>{render.CSS}</style>" + render.response_html(v, i, rewards=[], combined=True))
 
 st.markdown("**Relevance profile along the response**")

@@ -10,8 +10,7 @@ import streamlit as st
 from mrtpo.core.credit import SCALE_FLOOR, credit_steps
 from mrtpo.display import group_credit, panels, render
 from mrtpo.templates import ALL
-from mrtpo_app import state as S
-from mrtpo_app import sweep_panel, topk_chart
+from mrtpo_app import state, sweep_panel, topk_chart
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import beta_slider, md, short
 
@@ -40,10 +39,11 @@ def evidence_caption(g) -> str:
 
 ch = page("Teach")
 st.title("Teach")
-st.caption("Each step of MRTPO on your current group, with its numbers. Formulas as in METHOD.md.")
+st.caption("Each step of MRTPO on your current group, with its numbers. The whole method for one group, top to "
+           "bottom in one file, is `mrtpo/method.py` (read it first); the formulas are in docs/METHOD.md.")
 with st.expander("Where token credit should matter: many rewards per response", expanded=False):
     sweep_panel.show("teach_sweep")
-run = S.require_group()
+run = state.require_group()
 g, rep = run.group, run.replay
 G, K = g.rewards.shape
 i = st.selectbox("Response", list(range(G)), key="teach_response",
@@ -106,7 +106,7 @@ st.header("4 · Reallocation with β")
 st.latex(r"A_{ikt}=\hat A_{ik}\,\big((1-\beta)+\beta\,\rho_{ikt}\big),\qquad \sum_t A_{ikt}=T_i\,\hat A_{ik},"
          r"\quad \operatorname{sign}A_{ikt}=\operatorname{sign}\hat A_{ik}")
 beta = beta_slider(st, "β", "teach_beta")
-v = S.view(run, "mrtpo", beta)
+v = state.view(run, "mrtpo", beta)
 cs = credit_steps(group_credit(g, rep, "mrtpo", beta), i)  # the credit step behind v, response i's rows
 st.dataframe(pd.DataFrame([{
     "reward": k, "Â_ik": float(cs.a_hat[j]), "ρ_ikt": float(cs.rho[j, t]), "(1−β)+βρ": float(cs.share[j, t]),

@@ -9,10 +9,8 @@ from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
 from mrtpo.display import faithfulness_table, panels, relevance_change, render, token_view
 from mrtpo.errors import MrtpoError
-from mrtpo.replay.noreplay import with_context
 from mrtpo.templates import Template
-from mrtpo_app import caches as C
-from mrtpo_app import state as S
+from mrtpo_app import caches, state
 from mrtpo_app.sidebar import page
 from mrtpo_app.timer import Timer
 from mrtpo_app.ui import guard, md, short, show_error
@@ -21,7 +19,7 @@ from mrtpo_app.ui import guard, md, short, show_error
 def _faithfulness_change(g, before, after) -> None:
     """Did the edit move relevance onto what the checkers read? Per reward over the group: token AUROC and lift
     against the verifiers' evidence, before and after (the measure picked on Explore)."""
-    measure = st.session_state.get(S.MEASURE_KEY, MEASURE)
+    measure = st.session_state.get(state.MEASURE_KEY, MEASURE)
     with guard("faithfulness"):
         rb = {r["reward"]: r for r in faithfulness_table(token_view(g, before, measure=measure))}
         ra = {r["reward"]: r for r in faithfulness_table(token_view(g, after, measure=measure))}
@@ -48,7 +46,7 @@ st.title("Templates")
 st.caption("P_all = the task prompt with every reward's verifier information (filled into the template); P_\\k "
            "leaves reward k's item out. Fields: prompt: `{prompt}`, `{verifier_info}`; item: `{reward}`, `{text}`; "
            "write `{{` and `}}` for literal braces. The template is data: nothing in it runs.")
-run = S.require_group()
+run = state.require_group()
 g = run.group
 fam_key = run.choices.family if run.mode == "task" else None
 st.markdown(f"Group **{md(run.label)}**, G = {len(g.samples)}; rewards: {md(', '.join(g.reward_names))}")
@@ -63,7 +61,7 @@ i = st.selectbox("Response", list(range(len(g.samples))), key="tpl_response",
                  format_func=lambda j: f"#{j} — {short(g.samples[j].text, 70)}")
 st.markdown("**Each reward's verifier text.** Prefilled with response #%d's text; a changed text replaces that "
             "reward's text for every response of the group (unchanged ones keep their per-response texts)." % i)
-fam = S.family(fam_key) if fam_key else None
+fam = state.family(fam_key) if fam_key else None
 regime = g.info
 if fam is not None:
     regime = st.segmented_control(
@@ -95,14 +93,14 @@ every = st.checkbox("Replay every reward, also those constant in the group (thei
 skip = not every and run.mode == "task"
 if st.button("Re-run replay (same responses)", type="primary", key="tpl_rerun"):
     with st.status("Replaying with the edited template…") as status, guard("replay"):
-        measure = st.session_state.get(S.MEASURE_KEY, MEASURE)
-        need = C.replay_inputs(measure)  # js-reworded also reads P_k′, attn-contrast P_all's attention
+        measure = st.session_state.get(state.MEASURE_KEY, MEASURE)
+        need = caches.replay_inputs(measure)  # js-reworded also reads P_k′, attn-contrast P_all's attention
         with Timer({}, "replay") as tm:
-            reuse = (not every or run.mode == "custom") and not C.lacks_inputs(run.replay, measure)
-            before_all = run.replay if reuse else C.replay_for(run.choices, g, run.template, skip_constant=skip,
-                                                               **need)
-            after = C.replay_for(run.choices, g, new_template.to_dict(), skip_constant=skip, verifier_info=infos,
-                                 **need)
+            reuse = (not every or run.mode == "custom") and not caches.lacks_inputs(run.replay, measure)
+            before_all = run.replay if reuse else caches.replay_for(run.choices, g, run.template, skip_constant=skip,
+                                                                    **need)
+            after = caches.replay_for(run.choices, g, new_template.to_dict(), skip_constant=skip, verifier_info=infos,
+                                      **need)
         status.update(label=f"Replay done ({tm.text}; {after.forward_passes} forward passes)" if not tm.cached
                       else "Replay done (cached: this template and these texts were replayed before)",
                       state="complete")
@@ -114,9 +112,9 @@ if not after or after["run_id"] != run.settings.get("id"):
     st.info("Edit the template or a reward's text, then press **Re-run replay** to compare relevance.")
     st.stop()
 
-measure = st.session_state.get(S.MEASURE_KEY, MEASURE)  # the measure picked on Explore (ρ from the stored replays)
+measure = st.session_state.get(state.MEASURE_KEY, MEASURE)  # the measure picked on Explore (ρ from the stored replays)
 # (ktae reads the group's rewards, entropy the sampler's entropies, the oracle the evidence: none reads the template)
-before, new = (with_context(r, g.samples, g.reward_names, g.rewards).with_measure(measure, g.evidence or None)
+before, new = (r.with_context(g.samples, g.reward_names, g.rewards).with_measure(measure, g.evidence or None)
                .responses[i] for r in (after["before"], after["replay"]))
 shown = [k for k in g.reward_names if k in before.relevance or k in new.relevance]
 if not shown:
@@ -131,6 +129,6 @@ if st.button("Use this template and these texts in Explore", key="tpl_adopt"):
     run.template, run.replay = after["template"], after["replay"]
     run.group.verifier_info = after["infos"]
     if run.mode == "task":
-        S.set_template(fam_key, after["template"])
-    S.set_group(run)
+        state.set_template(fam_key, after["template"])
+    state.set_group(run)
     st.success("Explore, Methods and Teach now use the edited template and texts.")

@@ -15,10 +15,7 @@ from mrtpo.model import DEFAULT_MODEL, default_model_cached
 from mrtpo.store import default_path, validate_run_name
 from mrtpo.train import TrainConfig
 from mrtpo.wording import plural
-from mrtpo_app import charts
-from mrtpo_app import models as M
-from mrtpo_app import state as S
-from mrtpo_app import train_page as T
+from mrtpo_app import charts, models, state, train_page
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import guard, md, short
 
@@ -30,7 +27,7 @@ st.caption("Sample → score with the verifiers → per-reward advantages → (M
            "clipped-surrogate update. Every step is stored (SQLite); a run resumes from its last checkpoint.")
 db_path = str(default_path())
 with guard("run store"):
-    store = T.store_for(db_path)
+    store = train_page.store_for(db_path)
 runs = store.run_names()
 
 if "train_view" not in st.session_state:
@@ -39,7 +36,7 @@ view = st.radio("View", ["Runs", "Experiments"], key="train_view", horizontal=Tr
                 help="a single run (start, step, watch), or a paired experiment of several methods × seeds")
 if view == "Experiments":
     with guard("experiment"):
-        T.experiment_view(store, db_path)
+        train_page.experiment_view(store, db_path)
     st.stop()
 if "experiment" in st.query_params:
     del st.query_params["experiment"]
@@ -55,7 +52,7 @@ if st.session_state["train_run"] not in runs + [NEW]:
 choice = st.selectbox("Run", [NEW] + runs, key="train_run", help=f"runs in {db_path}")
 
 if choice == NEW:
-    asked = T.config_form(S.available_families())
+    asked = train_page.config_form(state.available_families())
     name = st.text_input("Run name", value=f"{asked['task']}-{asked['method']}-s{asked['seed']}", key="train_name")
     st.caption(f"Model **{md(ch.model)}** on **{md(ch.device)}** (sidebar); every other setting keeps its default "
                "(`mrtpo train --help` lists them).")
@@ -66,9 +63,9 @@ if choice == NEW:
                 raise MrtpoError(f"a run named '{name}' exists; pick it above or choose another name")
             cfg = TrainConfig.from_dict({"model": ch.model, "device": ch.device, **asked})
             first = ch.model == DEFAULT_MODEL and not default_model_cached()
-            with st.spinner(M.CONVERTING + " Then sampling the probe…" if first else
+            with st.spinner(models.CONVERTING + " Then sampling the probe…" if first else
                             "loading the model and sampling the probe…"):
-                T.trainer_for(db_path, name, cfg)
+                train_page.trainer_for(db_path, name, cfg)
         st.session_state["train_run_pending"] = name
         st.rerun()
     st.stop()
@@ -79,7 +76,7 @@ st.query_params["run"] = choice
 cfg = TrainConfig.from_dict(run.config)
 tokens = cfg.credit.tokens
 head = st.empty()
-T.header(head, store, run)
+train_page.header(head, store, run)
 holder = store.lock_holder(run.id)
 with st.expander("Config", expanded=False):
     st.json(run.config)
@@ -96,10 +93,10 @@ if busy:
 if one or many:
     todo = 1 if one else int(n_steps)
     with guard("training"), st.spinner("loading the run's trainer (its model and last checkpoint)…"):
-        tr = T.trainer_for(db_path, run.name)
-    T.train_with_progress(tr, todo)
+        tr = train_page.trainer_for(db_path, run.name)
+    train_page.train_with_progress(tr, todo)
     run = store.require_run(choice)
-    T.header(head, store, run)  # the header above shows the new step count
+    train_page.header(head, store, run)  # the header above shows the new step count
     st.session_state["train_sample_step"] = run.steps_done  # the sampled responses below: the newest step
     st.success(f"{md(run.name)}: {plural(run.steps_done, 'step')} stored")
 

@@ -17,18 +17,15 @@ from pathlib import Path
 import streamlit as st
 
 from mrtpo.core.advantages import method_names
-from mrtpo.display import page as P
 from mrtpo.display import render, token_view
 from mrtpo.display.overview import is_long
+from mrtpo.display.page import PAGE_BUDGET
 from mrtpo.errors import MrtpoError
 from mrtpo.integrations import rollout_explain as rx
 from mrtpo.integrations import rollouts as ro
 from mrtpo.model import TooLong
 from mrtpo.wording import plural
-from mrtpo_app import long_view as LV
-from mrtpo_app import models as M
-from mrtpo_app import run_viewer, wait
-from mrtpo_app import state as S
+from mrtpo_app import long_view, models, run_viewer, state, wait
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import beta_slider, guard, md
 
@@ -105,7 +102,7 @@ beta = beta_slider(m2, "β (share of each reward's advantage moved by relevance)
 
 
 with guard("replay"):
-    lm = M.get_model(ch.model, ch.device)
+    lm = models.get_model(ch.model, ch.device)
     sg = rx.scored_group(group, vt, lm)
     keep = [i for i, s in enumerate(sg.samples) if s.token_ids]
     if not keep:
@@ -114,13 +111,13 @@ with guard("replay"):
         st.warning(f"{plural(len(sg.samples) - len(keep), 'empty completion')} left out (nothing to explain).")
         sg = sg.subset(keep)
     try:  # a completion too long for the model fails here, before any offset or forward pass
-        replay = wait.replay_page("rollouts", ch, sg, S.current_template(None),  # asks first when long; Cancel
+        replay = wait.replay_page("rollouts", ch, sg, state.current_template(None),  # asks first when long; Cancel
                                   label=lambda i: f"#{i} (file row {group.rows[keep[i]].row})")
     except TooLong as e:
         raise rx.too_long_error(group, [group.rows[i] for i in keep], e) from None
     # the token view, once per input in this session (the replay object is the cached one: the same tokens, rewards)
-    view = LV.memo(("rollouts_view", name, gi, fmt, vt_text, method, float(beta), tuple(keep)), (replay,),
-                   lambda: token_view(sg, replay, method, beta))
+    view = long_view.memo(("rollouts_view", name, gi, fmt, vt_text, method, float(beta), tuple(keep)), (replay,),
+                          lambda: token_view(sg, replay, method, beta))
 
 st.html(f"<style>{render.CSS}</style><div class='mrtpo'>{render.rewards_table(view, sg)}</div>")
 vm = render.scales(view)
@@ -136,15 +133,15 @@ def _in_full() -> list[str] | None:
     for i in range(len(titles)):
         out.append(render.response_html(view, i, vmax=vm))
         size += len(out[-1].encode())
-        if size > P.PAGE_BUDGET:
+        if size > PAGE_BUDGET:
             return None
     return out
 
 
-full = None if is_long(view) else LV.memo(("rollouts_in_full", vm), (view,), _in_full)
+full = None if is_long(view) else long_view.memo(("rollouts_in_full", vm), (view,), _in_full)
 if full is None:  # overview first (every row's strips, the hottest spans), one row × one reward in full
-    LV.show(view, "rollouts_long", group=sg, vmax=vm, titles=titles,
-            why=None if is_long(view) else f"These rows drawn in full would pass {P.PAGE_BUDGET / 1e6:g} MB: an "
+    long_view.show(view, "rollouts_long", group=sg, vmax=vm, titles=titles,
+            why=None if is_long(view) else f"These rows drawn in full would pass {PAGE_BUDGET / 1e6:g} MB: an "
                                            "overview first.")
 else:
     for i, title in enumerate(titles):

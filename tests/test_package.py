@@ -79,7 +79,7 @@ def test_wheel_contents(wheel):
               "mrtpo/sample_data/tools/NOTICE", "mrtpo_app/app.py", "mrtpo_app/pages/training.py", "mrtpo_app/state.py",
               "mrtpo_app/.streamlit/config.toml", "mrtpo/creditlog/files.py", "mrtpo/creditlog/access.py",
               # the rooms renamed by issue 35: the package list names them
-              "mrtpo/display/render.py", "mrtpo/creditlog/train_writer.py", "mrtpo/creditlog/trl_writer.py",
+              "mrtpo/display/render.py", "mrtpo/train/credit_writer.py", "mrtpo/creditlog/trl_writer.py",
               "mrtpo_app/models.py", "mrtpo_app/caches.py", "mrtpo/wording.py"):
         assert f in names, f
     data = Path(__file__).resolve().parents[1] / "mrtpo" / "sample_data"  # every built-in data file ships

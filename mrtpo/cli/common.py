@@ -302,8 +302,8 @@ class OneSpelling(argparse.Action):
 class OneSpellingSwitch(OneSpelling):
     """:class:`OneSpelling` for a switch (``store_true``)."""
 
-    def __init__(self, option_strings, dest, default=False, required=False, help=None):
-        super().__init__(option_strings, dest, nargs=0, const=True, default=default, required=required, help=help)
+    def __init__(self, option_strings, dest, default=False, const=True, required=False, help=None):
+        super().__init__(option_strings, dest, nargs=0, const=const, default=default, required=required, help=help)
 
 
 def given_flag(a, dest: str) -> str | None:
@@ -327,6 +327,9 @@ def field_flag(p: argparse.ArgumentParser, f, default=None, also: tuple[str, ...
     kw = {"dest": f.name, "default": default}  # a second spelling of the flag in one command is refused
     if kind == "bool":
         p.add_argument(*flags, action=OneSpellingSwitch, help=meta.get("help", ""), **kw)
+        if f.default is True:  # on by default: --no-NAME turns it off
+            p.add_argument("--no-" + f.name.replace("_", "-"), action=OneSpellingSwitch, const=False,
+                           help=f"turn --{f.name.replace('_', '-')} off", **kw)
         return
     kw["action"] = OneSpelling
     if kind == "int":
@@ -389,15 +392,16 @@ def model_measures(lm, measures, everything: bool = False, named=None) -> list[s
     cannot give (``attn-contrast`` where its attention layers are not of a kind it reads: GPT-2, GPT-NeoX) is left out
     with a note on stderr when it came from ``all`` (``everything``) and is not in ``named``; else an MrtpoError naming
     the model and why."""
-    from mrtpo.core.measures import needs_attention
+    from mrtpo.replay import replay_needs
     from mrtpo.replay.attention import attention_problem
 
-    problem = attention_problem(lm) if any(map(needs_attention, measures)) else None
+    looks = {m for m in measures if replay_needs(m).attention}  # the measures that read P_all's attention
+    problem = attention_problem(lm) if looks else None
     if problem is None:
         return list(measures)
     out = []
     for m in measures:
-        if not needs_attention(m):
+        if m not in looks:
             out.append(m)
         elif everything and m not in (named or ()):
             print(f"note: --measure all: {m} left out: {problem}", file=sys.stderr)

@@ -100,10 +100,10 @@ class _Relevance:
     the replay, its estimate, and its rows (every measure read from the one result)."""
 
     def __init__(self, lm, template, measures: list[str]):
-        from mrtpo.core.measures import needs_attention, needs_rewording
+        from mrtpo.replay import replay_needs
 
         self.lm, self.template, self.measures = lm, template, measures
-        self.reword, self.attention = any(map(needs_rewording, measures)), any(map(needs_attention, measures))
+        self.replays = replay_needs(measures).replay  # whether some measure reads the replay
 
     @staticmethod
     def group_input(items):
@@ -120,14 +120,12 @@ class _Relevance:
 
     def estimate(self, items):
         """The replay's estimate (None where no measure reads one)."""
-        from mrtpo.core.measures import needs_replay
         from mrtpo.replay.estimate import estimate_replay
 
-        replayed = [m for m in self.measures if needs_replay(m)]
-        if not replayed:
+        if not self.replays:
             return None
         return estimate_replay(self.lm, [self.group_input(items)._replace(rewards=None)], self.template,
-                               measure=replayed[0], reword=self.reword, attention=self.attention)
+                               measure=self.measures)
 
     def total(self, groups: dict):
         """What every group costs (a group that fails its estimate fails its replay too)."""
@@ -143,11 +141,11 @@ class _Relevance:
 
     def run(self, items, progress=None) -> dict:
         """{line: its output row} of the group's cases."""
-        from mrtpo.replay import measured_group
+        from mrtpo.replay import replay_groups
 
         measures = self.measures
-        res = measured_group(self.lm, self.group_input(items), self.template, measures, skip_constant=False,
-                             progress=progress)
+        res = replay_groups(self.lm, [self.group_input(items)], self.template, measure=measures, progress=progress,
+                            skip_constant=False)[0]
         each = {m: res.with_measure(m) for m in measures}  # every measure from the one result: no model call
         out = {}
         for i, (n, c) in enumerate(items):
@@ -162,7 +160,6 @@ class _Relevance:
 def _run_groups(a, job: _Relevance, groups: dict, prog: Progress) -> tuple[dict, int]:
     """Every group through one batched, prefix-shared replay; a failing group runs again case by case, so only its
     bad lines fail (each reported).  ({line: row}, how many lines failed)."""
-    from mrtpo.core.measures import needs_replay
     from mrtpo.model import TooLong
 
     results, bad, debug = {}, 0, bool(os.environ.get("MRTPO_DEBUG"))
@@ -175,7 +172,7 @@ def _run_groups(a, job: _Relevance, groups: dict, prog: Progress) -> tuple[dict,
                            f"'{job.lm.name}' accepts ({e.limit}); shorten the case's prompt, verifier_info or response")
         print(f"{a.input}: line {n}: {error_text(e)}", file=sys.stderr)
 
-    doing = "replaying" if any(map(needs_replay, job.measures)) else "scoring"
+    doing = "replaying" if job.replays else "scoring"
     for j, items in enumerate(groups.values(), start=1):
         prog.stage(f"{doing} group {j}/{len(groups)} "
                    f"({plural(len(items), 'case')}, {plural(len(items[0][1]['verifier_info']), 'reward')})")
@@ -197,11 +194,12 @@ def _run_groups(a, job: _Relevance, groups: dict, prog: Progress) -> tuple[dict,
 
 
 def cmd_relevance(a) -> int:
-    from mrtpo.core.measures import ORACLE
+    from mrtpo.core.measures import allowed_measures
 
-    if ORACLE in getattr(a.measure, "named", a.measure):  # before anything is read
-        raise MrtpoError(f"--measure {ORACLE} (the oracle) needs what each checker read; the cases of `relevance` "
-                         f"hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
+    _, refused = allowed_measures(getattr(a.measure, "named", a.measure), evidence=False, outcomes=True)
+    if refused:  # before anything is read: the oracle needs checkers
+        raise MrtpoError(f"--measure {next(iter(refused))} (the oracle) needs what each checker read; the cases of "
+                         "`relevance` hold verifier texts, not checkers: use `explain --task` or `faithfulness` for it")
     prog = Progress(a.quiet)
     check_output(a.output, "--output",
                  inputs={"--input": a.input, "--template": a.template, "--model": model_inputs(a)})

@@ -231,16 +231,15 @@ def _too_long_fix(a, e, group) -> str:
 
 def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> None:
     """Replay the group (or read the measure without one), then write ``--html`` (and ``--json``)."""
-    from mrtpo.core.measures import needs_replay
     from mrtpo.display import token_view, view_to_json
     from mrtpo.display.page import page_layout
     from mrtpo.model import TooLong
-    from mrtpo.replay import ReplayConfig, replay_scored
+    from mrtpo.replay import ReplayConfig, replay_needs, replay_scored
     from mrtpo.replay.estimate import estimate_scored
 
     cfg = ReplayConfig(temperature=a.temperature)  # entropy: the sampler's, else one forward under the prompt
     n = plural(len(group.samples), "response")
-    if needs_replay(a.measure):
+    if replay_needs(a.measure).replay:
         prog.estimate("replaying", lambda: estimate_scored(lm, [group], template, measure=a.measure))
         prog.stage(f"replaying {n} under P_all and each P_\\k")
     else:

@@ -36,7 +36,6 @@ from mrtpo.wording import plural
 def cmd_faithfulness(a) -> int:
     from mrtpo.core.credit import MEASURE
     from mrtpo.core.info import INFO
-    from mrtpo.core.measures import needs_attention, needs_rewording
     from mrtpo.model import load_model
     from mrtpo.replay.estimate import estimate_task_group, eta_text
     from mrtpo.replay.faith_report import faithfulness_report
@@ -59,15 +58,14 @@ def cmd_faithfulness(a) -> int:
     asked = a.measure or []
     measures = model_measures(lm, measures, any(getattr(ms, "everything", False) for ms in asked),
                               [m for ms in asked for m in getattr(ms, "named", ms)])
-    reword, attention = any(map(needs_rewording, measures)), any(map(needs_attention, measures))
     cfg = sampling_config(a)
     prog.estimate(f"{plural(len(examples), 'example')}: sampling {cfg.group_size} × {cfg.max_new_tokens} tokens and "
                   f"{plural(len(infos), 'replay')} each",
                   lambda: sum((estimate_task_group(lm, fam, ex, cfg.group_size, cfg.max_new_tokens, template,
-                                                   replays=len(infos), reword=reword, attention=attention)
+                                                   measure=measures, replays=len(infos))
                                for ex in examples[1:]),
                               estimate_task_group(lm, fam, examples[0], cfg.group_size, cfg.max_new_tokens, template,
-                                                  replays=len(infos), reword=reword, attention=attention)))
+                                                  measure=measures, replays=len(infos))))
     began, done = prog.seconds, [0]
 
     def progress(line: str) -> None:  # one line per example, with the time the rest will take at this pace

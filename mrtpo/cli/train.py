@@ -160,11 +160,10 @@ class _TqdmWriter:
 def step_estimate(tr):
     """``estimate(step)`` for :func:`step_progress`: sampling the step's groups and (a token method that replays)
     replaying them, an upper bound (:func:`mrtpo.replay.estimate.estimate_task_group`)."""
-    from mrtpo.core.measures import needs_replay
     from mrtpo.replay.estimate import estimate_task_group
 
     s, measure = tr.config.sampling, tr.config.credit.measure
-    replay = tr.method.tokens and needs_replay(measure)
+    replay = tr.method.tokens and tr.config.credit.reads.replay
 
     def estimate(step: int):
         ests = [estimate_task_group(tr.lm, tr.family, ex, s.group_size, s.max_new_tokens, tr.template,
@@ -179,8 +178,8 @@ def check_credit_log(cfg, a) -> None:
     ``/proc/x``, fail only then), not an input (examples, template, model folder, the store) nor inside one.  Whose
     log is there (another run's is refused) the Trainer checks next, also before anything is stored."""
     from mrtpo.creditlog.files import log_folder_problem
-    from mrtpo.creditlog.train_writer import run_inputs
     from mrtpo.store import default_path
+    from mrtpo.train.credit_writer import run_inputs
 
     path = cfg.log.credit_log
     if path is None:

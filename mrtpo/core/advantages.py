@@ -346,6 +346,17 @@ def method_names() -> list[str]:
 
 
 def compute(method: str, rewards: torch.Tensor, group_size: int, weights=None, **constants) -> Advantages:
-    """Run the response-level estimator of ``method`` (e.g. "mrtpo+dara" → DARA)."""
+    """Run the response-level estimator of ``method`` (e.g. "mrtpo+dara" → DARA).
+
+    Args:
+        method: a name of :func:`method_names`.
+        rewards: (N, K), N = B·G responses group by group; NaN: not scored.
+        group_size: G.
+        weights: (K,) reward weights (default ones).
+        constants: the estimator's own keyword constants (eps, ...).
+
+    Returns:
+        :class:`Advantages`: per-reward advantages (N, K), the response advantage (N,), center, scale, keep.
+    """
     m = parse_method(method)
     return ESTIMATORS[m.estimator](torch.as_tensor(rewards, dtype=torch.float32), group_size, weights, **constants)

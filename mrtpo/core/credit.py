@@ -27,7 +27,8 @@ from mrtpo.config import check_fields, opt
 from mrtpo.core import advantages as A
 from mrtpo.core.advantages import Advantages
 from mrtpo.core.info import INFO, INFO_REGIMES
-from mrtpo.core.measures import measure_names
+from mrtpo.core.js import normalize_relevance
+from mrtpo.core.measures import Needs, measure_names, needs
 from mrtpo.errors import MrtpoError
 
 # ---------------------------------------------------------------------------------------------- defaults
@@ -61,6 +62,12 @@ class CreditConfig:
     def tokens(self) -> bool:
         """Whether the method reallocates over tokens (MRTPO over some estimator)."""
         return self.parsed.tokens
+
+    @property
+    def reads(self) -> Needs:
+        """What the measure reads (its registry entry, :func:`mrtpo.core.measures.needs`): what a trainer runs for the
+        credit step of a token method, and refuses before it starts."""
+        return needs(self.measure)
 
     def beta_at(self, step: int | None = None) -> float:
         """β_s at training ``step`` (steps done before this update; None: no warmup, β itself); 0 for a
@@ -102,25 +109,35 @@ class TokenCredit:
 
 def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.Tensor, cfg: CreditConfig,
                   group_size: int, step: int | None = None, weights=None, rows: slice | None = None) -> TokenCredit:
-    """The credit step (module docstring): the estimator of ``cfg.method`` on ``rewards`` (N, K), then MRTPO's
-    reallocation by ``rho`` (M, K, T) at β_s = ``cfg.beta_at(step)`` over ``mask`` (M, T).
+    """The credit step (module docstring): the estimator of ``cfg.method``, then MRTPO's reallocation by relevance.
 
-    rho None: uniform credit; else normalized to token mean 1 where it enters (:func:`normalized_relevance`: any
-    scale is taken, a row summing to 0 is uniform, a negative / NaN / infinite value is refused).  ``rows``: the
-    estimator runs on all N responses (its batch statistics), the tokens are computed for ``rewards[rows]`` only (M
-    of them: one process' share of a gathered batch); default all.
-    weights: (K,) reward weights (default ones).
+    Args:
+        rewards: (N, K) rewards, N = B·G responses group by group; NaN: not scored.
+        rho: (M, K, T) relevance, or None for uniform credit; normalized to token mean 1 where it enters
+            (:func:`normalized_relevance`: any scale is taken, a row summing to 0 is uniform, a negative / NaN /
+            infinite value is refused).
+        mask: (M, T) valid tokens.
+        cfg: the estimator, β, its warmup and the cap (:class:`CreditConfig`).
+        group_size: G.
+        step: training steps done before this update, for β's warmup (None: β itself).
+        weights: (K,) reward weights (default ones).
+        rows: the responses whose tokens are computed (M of the N: one process' share of a gathered batch); the
+            estimator still runs on all N (its batch statistics). Default all.
+
+    Returns:
+        :class:`TokenCredit`: the estimator's result, β_s, the ρ used, and the token advantages (N, T) with each
+        reward's row (N, K, T).
     """
     adv = A.compute(cfg.method, rewards, group_size, weights)
     if rows is not None:
         adv = adv.rows(rows)
     mask = mask.bool()
     b = cfg.beta_at(step)
-    if rho is not None:
+    if rho is not None:  # where relevance enters: normalized once, then capped
         rho = normalized_relevance(rho, mask)
-    if rho is not None and cfg.cap is not None:
-        rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cfg.cap)
-    return reallocation(adv, rho, mask, beta=b)
+        if cfg.cap is not None:
+            rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cfg.cap)
+    return _reallocate(adv, rho, mask, b)
 
 
 def reward_matrix(rows: Sequence[Mapping[str, float | None]]) -> tuple[list[str], torch.Tensor]:
@@ -158,7 +175,7 @@ def cap_second_moment(rho: torch.Tensor, mask: torch.Tensor, cap: float) -> torc
     u = (rho - 1) * m
     var = (u ** 2).sum(-1, keepdim=True) / n  # mean (ρ − 1)² = mean ρ² − 1
     alpha = torch.where(1 + var > cap, ((cap - 1) / var.clamp_min(1e-30)).sqrt(), torch.ones_like(var))
-    return (1 + alpha * u) * m
+    return 1 + alpha * u  # 1 on padding, as every ρ
 
 
 #: a (response, reward) row of ρ whose token mean is within this of 1 is taken as it is (bit for bit)
@@ -185,12 +202,10 @@ def normalized_relevance(rho: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         i, k, t = bad.nonzero()[0].tolist()
         raise MrtpoError(f"relevance of response {i}, reward {k}, token {t} is {float(r[i, k, t]):g}: relevance must "
                          f"be finite and >= 0")
-    r = torch.where(m, r, torch.zeros_like(r))
-    total = r.sum(-1, keepdim=True)  # (N, K, 1)
+    total = torch.where(m, r, torch.zeros_like(r)).sum(-1, keepdim=True)  # (N, K, 1)
     n = m.sum(-1, keepdim=True).float()  # (N, K, 1)
     ok = (total - n).abs() <= MEAN_TOL * n  # already mean 1: untouched
-    scaled = torch.where(total > 0, r * (n / total.clamp_min(1e-30)), torch.ones_like(r))
-    out = torch.where(ok, rho.float(), scaled)
+    out = torch.where(ok, r, normalize_relevance(r, m))  # the one normalization (mrtpo.core.js)
     return torch.where(m, out, torch.ones_like(out)).to(rho.dtype)
 
 
@@ -242,7 +257,13 @@ def reallocation(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, 
     :func:`assign_credit`, :func:`token_advantages` and :func:`credit_steps`.
     """
     mask = mask.bool()
-    rho = None if rho is None else normalized_relevance(rho, mask)
+    return _reallocate(adv, None if rho is None else normalized_relevance(rho, mask), mask, beta, scale_floor)
+
+
+def _reallocate(adv: Advantages, rho: torch.Tensor | None, mask: torch.Tensor, beta: float,
+                scale_floor: float = SCALE_FLOOR) -> TokenCredit:
+    """:func:`reallocation` of ρ already normalized (and capped): where :func:`assign_credit` normalized it."""
+    mask = mask.bool()
     dev = _deviation(adv, rho, mask, beta)  # (N, K, T)
     f = _reallocation_factor(adv, scale_floor)  # (N, 1)
     valid = mask & adv.keep.unsqueeze(-1)  # (N, T)
@@ -342,15 +363,23 @@ def below_float32(values: Sequence[float]) -> str:
 def relevance_tensor(relevance: Sequence[Mapping[str, Sequence[float]]], reward_names: Sequence[str],
                      lengths: Sequence[int], T: int | None = None, pad: bool = False
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-response relevance {reward: (T_i,)} as the (N, K, T) ρ tensor and the (N, T) mask of valid tokens.
+    """Per-response relevance {reward: (T_i,)} as the ρ tensor :func:`assign_credit` takes: the one place where
+    relevance from a replay, a file or a store becomes it.
 
-    relevance: N dicts (a reward a response lacks, e.g. one not replayed because it is constant in its group, is
-    uniform: ρ = 1); reward_names: the K columns; lengths: T_i per response; T: padded length (default max T_i).
-    ``pad``: a relevance may be shorter than T_i and covers the first tokens, the rest get ρ = 1 (the EOS that ends
-    a response is trained but not replayed); otherwise its length must be T_i.  ρ is 1 on padding too (the
-    reallocation multiplies by the mask).  The one place where relevance from a replay, a file or a store becomes
-    the tensor :func:`assign_credit` takes: a :class:`TinyRelevanceWarning`, once per call, names the lists with values
-    below float32's smallest normal number (:func:`below_float32`), which float32 blurs or makes 0.
+    Args:
+        relevance: N dicts {reward: (T_i,)}; a reward a response lacks (e.g. one not replayed because it is constant
+            in its group) is uniform: ρ = 1.
+        reward_names: the K columns.
+        lengths: T_i per response.
+        T: the padded length (default max T_i).
+        pad: a relevance may be shorter than T_i and covers the first tokens, the rest get ρ = 1 (the EOS that ends a
+            response is trained but not replayed); otherwise its length must be T_i.
+
+    Returns:
+        (ρ (N, K, T), mask (N, T) of valid tokens); ρ is 1 on padding too (the reallocation multiplies by the mask).
+
+    A :class:`TinyRelevanceWarning`, once per call, names the lists with values below float32's smallest normal number
+    (:func:`below_float32`), which float32 blurs or makes 0.
     """
     N, K = len(lengths), len(reward_names)
     T = max(lengths, default=0) if T is None else T

@@ -2,7 +2,11 @@
 (METHOD.md step 3): pure functions on tensors.
 
     d_t = JS(p_t, q_t) = sqrt(½ KL(p_t‖m_t) + ½ KL(q_t‖m_t)),   m_t = ½(p_t + q_t),  natural log,
-    ρ_t = T · d_t / Σ_t d_t        (mean 1 over the response; ρ = 1 when Σ_t d = 0).
+    ρ_t = T · d_t / Σ_t d_t        (mean 1 over the response; ρ = 1 when Σ_t d = 0; 1 on padding).
+
+:func:`normalize_relevance` is the project's one normalization of relevance: a measure's scores become ρ with it
+(:func:`mrtpo.core.measures.measure_relevance`), and the credit step applies it where relevance enters
+(:func:`mrtpo.core.credit.normalized_relevance`, which also checks the values).
 """
 from __future__ import annotations
 
@@ -39,7 +43,12 @@ def js_distance(logp: torch.Tensor, logq: torch.Tensor, p: torch.Tensor | None =
 def normalize_relevance(d: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """ρ_t = T · d_t / Σ_t d_t over valid tokens (mean 1); ρ = 1 where Σ_t d = 0.
 
-    d: (..., T) distances; mask: (..., T) bool of valid tokens (default all).  Returns (..., T), 0 on padding.
+    Args:
+        d: (..., T) scores ≥ 0 (JS distances, or any measure's).
+        mask: (..., T) bool of valid tokens (default all).
+
+    Returns:
+        (..., T) float32, 1 on padding (the value that reallocates nothing: ρ − 1 = 0).
     """
     d = d.float()
     mask = torch.ones_like(d, dtype=torch.bool) if mask is None else mask.bool()
@@ -47,4 +56,4 @@ def normalize_relevance(d: torch.Tensor, mask: torch.Tensor | None = None) -> to
     total = d.sum(-1, keepdim=True)
     n = mask.sum(-1, keepdim=True).float()
     rho = torch.where(total > 0, n * d / total.clamp_min(1e-30), torch.ones_like(d))
-    return torch.where(mask, rho, torch.zeros_like(rho))
+    return torch.where(mask, rho, torch.ones_like(rho))

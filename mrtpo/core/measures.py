@@ -2,14 +2,16 @@
 (response, reward) pair (:class:`MeasureInput`) returning per-token scores ≥ 0, normalized to ρ (mean 1) by
 :func:`measure_relevance`.  ``js`` is the paper's; docs/METHOD.md says what each other one adds.
 
-Three need no replay (:func:`needs_replay`): the oracle ``evidence`` (what each checker read), ``ktae`` (the group's
-token ids and rewards, :mod:`mrtpo.core.ktae`) and ``entropy`` (the policy's next-token entropy under the sampling
-prompt, which the sampler records).  :func:`allowed_measures` says which measures an input allows, and why not.
+Each entry says, as data, what it reads (:class:`Needs`: the replay, P_all's attention, the rewordings, the group's
+rewards, the checkers' evidence, the entropy under the sampling prompt), and callers ask :func:`needs` instead of
+testing names.  Three need no replay: the oracle ``evidence`` (what each checker read), ``ktae`` (the group's token ids
+and rewards, :mod:`mrtpo.core.ktae`) and ``entropy`` (the policy's next-token entropy under the sampling prompt, which
+the sampler records).  :func:`allowed_measures` says which measures an input allows, and why not.
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -62,18 +64,50 @@ class MeasureInput:
 Measure = Callable[[MeasureInput], np.ndarray]
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What a measure reads beyond the response's tokens (a registry entry's data), or several measures together
+    (``a | b``: what either reads)."""
+
+    replay: bool = True  # the replay's K + 1 passes: d_kt, the sampled tokens' log-probabilities under P_all, P_\k
+    attention: bool = False  # P_all's attention from each response token to v_k (one more pass under P_all)
+    rewording: bool = False  # P_k′: P_all with v_k reworded (R more prompts per reward)
+    rewards: bool = False  # the group's rewards (a group of responses with rewards)
+    evidence: bool = False  # what each reward's checker read (Score.evidence)
+    entropy: bool = False  # the policy's entropy under the sampling prompt (the sampler's, else one forward)
+
+    def __or__(self, other: "Needs") -> "Needs":
+        return Needs(*(a or b for a, b in zip(astuple(self), astuple(other))))
+
+    @property
+    def model(self) -> bool:
+        """Whether the model runs for it: the replay, the attention pass or the entropy forward (where the sampler did
+        not record the entropy)."""
+        return self.replay or self.attention or self.entropy
+
+
 MEASURES: dict[str, Measure] = {}
-
-
 MEASURE_HELP: dict[str, str] = {}
+MEASURE_NEEDS: dict[str, Needs] = {}
 
 
-def register_measure(name: str, help: str):
-    """Decorator: add a measure to :data:`MEASURES` under ``name`` (the CLI, app, trainer and TRL take the name)."""
+def register_measure(name: str, help: str, needs: Needs = Needs()):
+    """Decorator: add a measure to :data:`MEASURES` under ``name`` (the CLI, app, trainer and TRL take the name), with
+    what it reads (``needs``; default: the replay alone)."""
     def add(fn: Measure) -> Measure:
-        MEASURES[name], MEASURE_HELP[name] = fn, help
+        MEASURES[name], MEASURE_HELP[name], MEASURE_NEEDS[name] = fn, help, needs
         return fn
     return add
+
+
+def needs(measures: str | Sequence[str]) -> Needs:
+    """What ``measures`` (one name, or several) read, from their registry entries: the one question every caller asks
+    (what to run, what to refuse) instead of testing names.  An MrtpoError names an unknown measure."""
+    out = Needs(replay=False)
+    for m in [measures] if isinstance(measures, str) else measures:
+        get_measure(m)
+        out = out | MEASURE_NEEDS[m]
+    return out
 
 
 def measure_names() -> list[str]:
@@ -90,7 +124,7 @@ def get_measure(name: str) -> Measure:
 def measure_relevance(name: str, inp: MeasureInput) -> np.ndarray:
     """ρ (T,) float32 of measure ``name``: its scores normalized by :func:`normalize_relevance` (mean 1)."""
     fn = get_measure(name)
-    if inp.js is None and needs_replay(name) and not needs_attention(name):
+    if inp.js is None and MEASURE_NEEDS[name].replay and not MEASURE_NEEDS[name].attention:
         raise MrtpoError(f"the '{name}' measure reads the replay (K + 1 passes over the response); this result came "
                          "without one (only replay-free measures were asked for): replay the group for it")
     scores = np.asarray(fn(inp), dtype=np.float32)
@@ -246,20 +280,16 @@ def reworded_contrast(js: np.ndarray, reworded: np.ndarray | None) -> np.ndarray
 
 @register_measure("js-reworded", "max(0, d_kt − mean over rewordings of v_k of d′_kt), d′ the JS between P_all and "
                                  "P_all with v_k reworded (two more prompts per reward); then the lead, word max and "
-                                 "carried forward as in js-contrast-lead")
+                                 "carried forward as in js-contrast-lead", Needs(rewording=True))
 def _js_reworded(inp: MeasureInput) -> np.ndarray:
     s = lead(reworded_contrast(inp.js, inp.js_reworded))
     return carry_forward(word_max(s, inp.offsets, inp.text), inp.logp_all)
 
 
-def needs_rewording(measure: str) -> bool:
-    """Whether ``measure`` reads P_k′ (v_k reworded): the replay then runs R more prompts per reward."""
-    return get_measure(measure) is _js_reworded
-
-
 @register_measure("attn-contrast", "how much y_t attends to v_k's tokens in P_all (mean over heads and the upper half "
                                    "of the layers) minus the mean over the other replayed rewards' v_j, at least 0; "
-                                   "then word max (one more pass of the responses under P_all, reading its attention)")
+                                   "then word max (one more pass of the responses under P_all, reading its attention)",
+                  Needs(attention=True))
 def _attn_contrast(inp: MeasureInput) -> np.ndarray:
     """s_t = max(0, a_kt − mean_{j≠k} a_jt), word max. Black-box like every JS measure (v_k is the rule), but it
     asks where the policy *looks* at the rule while writing y_t rather than how the rule moves its prediction."""
@@ -269,17 +299,13 @@ def _attn_contrast(inp: MeasureInput) -> np.ndarray:
     return word_max(contrast(inp.attn, inp.attn_others), inp.offsets, inp.text)
 
 
-def needs_attention(measure: str) -> bool:
-    """Whether ``measure`` reads P_all's attention to each v_k: the replay then runs one more pass under P_all."""
-    return get_measure(measure) is _attn_contrast
-
-
 # ---------------------------------------------------------------------------------------------- the oracle
 ORACLE = "evidence"  # needs no replay: relevance from the checker's own evidence
 
 
 @register_measure(ORACLE, "the oracle: 1 on the tokens the reward's checker read (Score.evidence), 0 elsewhere; "
-                          "uniform where it read the whole response or nothing specific; needs no replay")
+                          "uniform where it read the whole response or nothing specific; needs no replay",
+                  Needs(replay=False, evidence=True))
 def _evidence(inp: MeasureInput) -> np.ndarray:
     return evidence_scores(inp.offsets, inp.text, inp.evidence)
 
@@ -307,7 +333,7 @@ def oracle_relevance(offsets: Sequence[tuple[int, int]], text: str, spans) -> np
 @register_measure("ktae", "KTAE (arXiv 2505.16826): per token id, a 2 × 2 table over the group — present or not × "
                           "reward k above its group mean or not — scored by Fisher's exact test and information gain, "
                           "signed by the direction (Cohen's h); s_t = 1 + sign(r_ik − mean) · kt(y_t); needs the "
-                          "group's rewards, no replay (no model pass)")
+                          "group's rewards, no replay (no model pass)", Needs(replay=False, rewards=True))
 def _ktae(inp: MeasureInput) -> np.ndarray:
     """:func:`mrtpo.core.ktae.ktae_scores` (the formula and the paper's choices are that module's docstring)."""
     if inp.group_ids is None or inp.group_rewards is None or inp.index is None:
@@ -322,7 +348,7 @@ def _ktae(inp: MeasureInput) -> np.ndarray:
 @register_measure("entropy", "the policy's next-token entropy H(π(·|x, y<t)) under the sampling prompt x at the "
                              "sampling temperature (\"Beyond the 80/20 rule\", arXiv 2506.01939; TRL's "
                              "top_entropy_quantile): the same for every reward; recorded by the sampler, else one "
-                             "forward under x; no replay")
+                             "forward under x; no replay", Needs(replay=False, entropy=True))
 def _entropy(inp: MeasureInput) -> np.ndarray:
     """s_t = H_t: high-entropy ("forking") tokens get the credit, whichever reward — the control for whether
     per-reward relevance matters at all."""
@@ -334,30 +360,19 @@ def _entropy(inp: MeasureInput) -> np.ndarray:
     return np.maximum(np.asarray(inp.entropy, dtype=np.float32), 0.0)
 
 
-#: the measures that need no replay (no K + 1 passes): what each reads instead
-REPLAY_FREE = {ORACLE: "what each checker read", "ktae": "the group's token ids and rewards",
-               "entropy": "the policy's entropy under the sampling prompt"}
-
-
 def needs_replay(measure: str) -> bool:
-    """Whether ``measure`` reads the replay (every one but the oracle, ``ktae`` and ``entropy``)."""
-    get_measure(measure)
-    return measure not in REPLAY_FREE
+    """:func:`needs`' ``replay``: whether ``measure`` reads the replay (all but the oracle, ``ktae``, ``entropy``)."""
+    return needs(measure).replay
 
 
-def needs_evidence(measure: str) -> bool:
-    """Whether ``measure`` reads what the checkers read (the oracle)."""
-    return get_measure(measure) is _evidence
+def needs_rewording(measure: str) -> bool:
+    """:func:`needs`' ``rewording``: whether ``measure`` reads P_k′ (v_k reworded)."""
+    return needs(measure).rewording
 
 
-def needs_outcomes(measure: str) -> bool:
-    """Whether ``measure`` reads the group's rewards (``ktae``)."""
-    return get_measure(measure) is _ktae
-
-
-def needs_entropy(measure: str) -> bool:
-    """Whether ``measure`` reads the policy's entropy under the sampling prompt (``entropy``)."""
-    return get_measure(measure) is _entropy
+def needs_attention(measure: str) -> bool:
+    """:func:`needs`' ``attention``: whether ``measure`` reads P_all's attention to each v_k."""
+    return needs(measure).attention
 
 
 def allowed_measures(measures: Sequence[str], *, evidence: bool, outcomes: bool, entropy: bool = True,
@@ -369,12 +384,13 @@ def allowed_measures(measures: Sequence[str], *, evidence: bool, outcomes: bool,
     (verifier information and a model).  What ``--measure all`` means."""
     why = {}
     for m in measures:
-        if needs_evidence(m) and not evidence:
+        need = needs(m)
+        if need.evidence and not evidence:
             why[m] = "the oracle needs what each checker read (a task family's verifiers)"
-        elif needs_outcomes(m) and not outcomes:
+        elif need.rewards and not outcomes:
             why[m] = "needs a group of responses with rewards"
-        elif needs_entropy(m) and not entropy:
+        elif need.entropy and not entropy:
             why[m] = "needs the sampling prompt (or the sampler's recorded entropy)"
-        elif needs_replay(m) and not replay:
+        elif need.replay and not replay:
             why[m] = "needs the replay (verifier information and the model)"
     return [m for m in measures if m not in why], why

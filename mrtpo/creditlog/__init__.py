@@ -1,9 +1,9 @@
 """The credit log: a documented, versioned, append-only record of a training run's token credit, one JSONL file per
 step.  Every piece of it lives here: :mod:`.format` (the fields and their checks), :mod:`.access` (which files a
 reader may open), :mod:`.owner` (one run per log), :mod:`.files` (writing whole files, reading new steps only),
-:mod:`.writer_rows` (the options and a row from the credit step), and its two writers — :mod:`.train_writer`
-(mrtpo's trainer) and :mod:`.trl_writer` (the TRL integration), each a room at its trainer's layer
-(``tests/test_layers.py``), so neither is imported here.  The readers of other tools' logs
+:mod:`.writer_rows` (the options and a row from the credit step).  Its two writers stand at their trainers' layers
+(``tests/test_layers.py``), so neither is imported here: mrtpo's trainer's is :mod:`mrtpo.train.credit_writer`, the TRL
+integration's :mod:`.trl_writer` (a room of its own at the integrations' layer).  The readers of other tools' logs
 (:mod:`mrtpo.integrations.tool_logs`) give the same :class:`CreditRow`."""
 from mrtpo.creditlog.files import (
     CreditLog,

@@ -3,9 +3,9 @@ uniform credit of GDPO, the policy's entropy, KTAE, where the policy looks (``at
 best JS variant (``js-support``) and the oracle (the checker's evidence, where the group has it) — each with its token
 AUROC against what the checker read and the seconds it costs for the group.
 
-:func:`compare_result` does the model work once per group (:func:`mrtpo.replay.measured_groups`: one replay with
-P_all's attention, the entropies, the rewards); :func:`compare_rows` reads a row per measure off it with no model call;
-:func:`compare_html` draws them with :func:`mrtpo.display.render.token_row` on one shared color scale.
+:func:`compare_result` does the model work once per group (:func:`mrtpo.replay.replay_groups` with every measure: one
+replay with P_all's attention, the entropies, the rewards); :func:`compare_rows` reads a row per measure off it with no
+model call; :func:`compare_html` draws them with :func:`mrtpo.display.render.token_row` on one shared color scale.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from mrtpo.core.faith_metrics import pair_metrics, token_labels
-from mrtpo.core.measures import ORACLE
+from mrtpo.core.measures import allowed_measures, needs
 from mrtpo.display.render import token_row
-from mrtpo.replay import ReplayConfig, ReplayResult, measured_groups
+from mrtpo.replay import ReplayConfig, ReplayResult, replay_groups
 
 if TYPE_CHECKING:
     from mrtpo.groups import ScoredGroup
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 
 UNIFORM = "uniform"
 #: the rows, in order: the two ends (uniform, the oracle last), the cheap signals, the replay's
-COMPARED = (UNIFORM, "entropy", "ktae", "attn-contrast", "js", "js-support", ORACLE)
+COMPARED = (UNIFORM, "entropy", "ktae", "attn-contrast", "js", "js-support", "evidence")
 LABELS = {UNIFORM: "uniform (GDPO)", "entropy": "entropy", "ktae": "KTAE", "attn-contrast": "attention (attn-contrast)",
-          "js": "js (the paper's)", "js-support": "js-support", ORACLE: "oracle (the evidence)"}
+          "js": "js (the paper's)", "js-support": "js-support", "evidence": "oracle (the evidence)"}
 
 
 @dataclass
@@ -44,6 +44,7 @@ class MeasureRow:
     auroc: float
     seconds: float
     cost: str
+    evidence: bool = False  # the row is the oracle's (it reads the checker's evidence)
 
 
 @dataclass
@@ -62,7 +63,7 @@ class MeasureComparison:
 
 def compare_measures(group: ScoredGroup) -> list[str]:
     """The rows :data:`COMPARED` for ``group``: the oracle only where its checkers said what they read."""
-    return [m for m in COMPARED if m != ORACLE or group.evidence]
+    return [UNIFORM] + allowed_measures(COMPARED[1:], evidence=bool(group.evidence), outcomes=True)[0]
 
 
 def compare_result(lm: LoadedModel, group: ScoredGroup, template: Template, skip_constant: bool = True,
@@ -70,26 +71,28 @@ def compare_result(lm: LoadedModel, group: ScoredGroup, template: Template, skip
     """The model work behind every row, once for the group: one replay reading P_all's attention too, the group's
     rewards, each response's entropy (the sampler's, else one forward under the prompt)."""
     measures = [m for m in compare_measures(group) if m != UNIFORM]
-    return measured_groups(lm, [group], template, measures, skip_constant, config)[0]
+    return replay_groups(lm, [group], template, config, measures, skip_constant=skip_constant)[0]
 
 
-def _cost(result: ReplayResult, measure: str, ktae_seconds: float) -> tuple[float, str]:
-    """(seconds, what they are) of ``measure`` for the group, from the result's clock."""
+def _cost(result: ReplayResult, measure: str, ktae_seconds: float) -> tuple[float, str, bool]:
+    """(seconds, what they are, whether it reads the checker's evidence) of ``measure`` for the group, from the
+    result's clock and what the measure reads (its registry entry)."""
     replay = max(0.0, result.seconds - result.attention_seconds - result.entropy_seconds)
     K = len(result.rewards)
     if measure == UNIFORM:
-        return 0.0, "nothing to compute"
-    if measure == ORACLE:
-        return 0.0, "reads the checker's evidence"
-    if measure == "ktae":
-        return ktae_seconds, "2 × 2 tables over the group's rewards, no model pass"
-    if measure == "entropy":
+        return 0.0, "nothing to compute", False
+    need = needs(measure)
+    if need.evidence:
+        return 0.0, "reads the checker's evidence", True
+    if need.rewards:
+        return ktae_seconds, "2 × 2 tables over the group's rewards, no model pass", False
+    if need.entropy:
         if result.entropy_seconds:
-            return result.entropy_seconds, "one forward under the sampling prompt"
-        return 0.0, "recorded by the sampler while it sampled"
-    if measure == "attn-contrast":
-        return result.attention_seconds, "one pass under P_all reading its attention (beside the replay)"
-    return replay, f"the replay: {K + 1} prompts × {len(result.responses)} responses"
+            return result.entropy_seconds, "one forward under the sampling prompt", False
+        return 0.0, "recorded by the sampler while it sampled", False
+    if need.attention:
+        return result.attention_seconds, "one pass under P_all reading its attention (beside the replay)", False
+    return replay, f"the replay: {K + 1} prompts × {len(result.responses)} responses", False
 
 
 def compare_rows(group: ScoredGroup, result: ReplayResult, i: int, reward: str,
@@ -128,7 +131,7 @@ def shared_top(rows: Sequence[MeasureRow]) -> float:
     """The ρ drawn at full color in every row: the :data:`SCALE_QUANTILE` quantile of the rows' values, the oracle's
     left out (its T / |evidence| on a few tokens would leave every other row blank), at least :data:`SCALE_FLOOR`
     (twice the mean; uniform credit is then drawn at half strength).  Larger values saturate."""
-    pool = [r.values for r in rows if r.measure != ORACLE and len(r.values)]
+    pool = [r.values for r in rows if not r.evidence and len(r.values)]
     top = float(np.quantile(np.concatenate(pool), SCALE_QUANTILE)) if pool else SCALE_FLOOR
     return max(SCALE_FLOOR, top)
 

@@ -10,7 +10,7 @@ import torch
 
 from mrtpo.core import advantages as adv_mod
 from mrtpo.core.faith_metrics import group_summary
-from mrtpo.display.token_view import TokenView, token_view
+from mrtpo.display.token_view import TokenView
 from mrtpo.groups import ScoredGroup
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 
@@ -38,8 +38,9 @@ def group_table(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo")
     """One row per response: its text, each reward's value and GDPO's per-reward z-score Â, GDPO's advantage and,
     when ``method`` is another one, that method's response-level advantage (the token mean of its token advantages)."""
     G = len(group.samples)
-    gd = adv_mod.compute("gdpo", torch.tensor(group.rewards, dtype=torch.float32), G)
-    mv = token_view(group, replay, method=method, beta=0.0)
+    R = torch.tensor(group.rewards, dtype=torch.float32)
+    gd = adv_mod.compute("gdpo", R, G)
+    mv = adv_mod.compute(method, R, G)  # the response-level advantage: the token mean of the method's tokens
     z = gd.diagnostics["zscore"]
     rows = []
     for i, s in enumerate(group.samples):

@@ -13,7 +13,6 @@ import torch
 from mrtpo.core.credit import BETA, CreditConfig, TokenCredit, assign_credit, relevance_tensor, reward_matrix
 from mrtpo.core.faith_metrics import pair_metrics
 from mrtpo.groups import ScoredGroup
-from mrtpo.replay.noreplay import with_context
 from mrtpo.replay.results import ReplayResult
 from mrtpo.tasks.base import Span
 
@@ -80,15 +79,23 @@ def _rows(rho: torch.Tensor, credit: TokenCredit, names: Sequence[str], lengths:
 
 
 def group_credit(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", beta: float = BETA,
-                 weights=None, cap: float | None = None) -> TokenCredit:
+                 weights=None, cap: float | None = None, relevance: tuple[torch.Tensor, torch.Tensor] | None = None
+                 ) -> TokenCredit:
     """The credit step (:func:`mrtpo.core.credit.assign_credit`) of one group: ``method`` on its rewards (G, K), spread
     over its tokens by the replay's relevance at ``beta`` (no warmup: the explorer's β is the effective one).  What
-    :func:`token_view` shows, and what the Teach page lays out step by step (:func:`mrtpo.core.credit.credit_steps`)."""
-    lengths = [len(r.token_ids) for r in replay.responses]
-    rho, mask = relevance_tensor([r.relevance for r in replay.responses], group.reward_names, lengths)  # (G, K, T)
+    :func:`token_view` shows, and what the Teach page lays out step by step (:func:`mrtpo.core.credit.credit_steps`).
+    ``relevance``: the replay's (ρ (G, K, T), mask (G, T)) where the caller has it already (:func:`group_relevance`)."""
+    rho, mask = relevance if relevance is not None else group_relevance(group, replay)
     cfg = CreditConfig(method=method, beta=beta, cap=cap)
     return assign_credit(torch.tensor(group.rewards, dtype=torch.float32), rho, mask, cfg, group.rewards.shape[0],
                          weights=weights)
+
+
+def group_relevance(group: ScoredGroup, replay: ReplayResult) -> tuple[torch.Tensor, torch.Tensor]:
+    """The replay's relevance as the credit step takes it: ρ (G, K, T) and the mask (G, T)
+    (:func:`mrtpo.core.credit.relevance_tensor`, once per view)."""
+    lengths = [len(r.token_ids) for r in replay.responses]
+    return relevance_tensor([r.relevance for r in replay.responses], group.reward_names, lengths)
 
 
 def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", beta: float = BETA,
@@ -101,11 +108,11 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
     group's rewards; ``entropy`` the entropies its samples carry, an MrtpoError where they carry none).
     """
     if measure is not None:  # ktae reads the group's rewards, entropy the sampler's entropies (no model call)
-        replay = with_context(replay, group.samples, group.reward_names, group.rewards)
+        replay = replay.with_context(group.samples, group.reward_names, group.rewards)
         replay = replay.with_measure(measure, group.evidence or None)
     lengths = [len(r.token_ids) for r in replay.responses]
-    rho, _ = relevance_tensor([r.relevance for r in replay.responses], group.reward_names, lengths)  # (G, K, T)
-    credit = group_credit(group, replay, method, beta, weights, cap)
+    rho, mask = group_relevance(group, replay)  # (G, K, T), once for the view
+    credit = group_credit(group, replay, method, beta, weights, cap, (rho, mask))
     rel, per_tok, tok = _rows(rho, credit, group.reward_names, lengths)  # ρ as the replay gave it
     adv = credit.adv
     return TokenView(

@@ -34,16 +34,14 @@ from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 
-from mrtpo.config import opt
 from mrtpo.core.advantages import active_rewards
-from mrtpo.core.credit import CreditConfig, assign_credit, relevance_tensor
+from mrtpo.core.credit import assign_credit, relevance_tensor
 from mrtpo.core.info import INFO
-from mrtpo.core.measures import ORACLE, needs_replay
 from mrtpo.creditlog.trl_writer import (
     CreditLogRun,
     TrlCreditLog,
@@ -54,13 +52,12 @@ from mrtpo.creditlog.trl_writer import (
     model_name,
     open_log,
 )
-from mrtpo.creditlog.writer_rows import GROUPS, GROUPS_HELP, LOG_HELP
 from mrtpo.errors import MrtpoError
+from mrtpo.integrations.trl_config import MRTPOConfig, MRTPOGRPOConfig
 from mrtpo.integrations.trl_text import completion_text as completion_text  # noqa: F401 - kept importable from here
 from mrtpo.integrations.trl_text import prompt_text
 from mrtpo.model import SamplingConfig
-from mrtpo.replay import GroupInput, ReplayConfig, replay_groups
-from mrtpo.templates import Template
+from mrtpo.replay import GroupInput, replay_groups
 
 try:
     from trl import GRPOTrainer
@@ -72,25 +69,14 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 VerifierInfoFn = Callable[[Any, Any, dict], dict[str, str]]
 
 
-@dataclass
-class MRTPOConfig(CreditConfig):
-    """How the trainer computes advantages (METHOD.md): the credit fields of :class:`mrtpo.core.credit.CreditConfig`
-    (``method``, ``beta``, ``warmup``, ``cap``, ``measure``: the same names, defaults and checks as everywhere), plus
-    the verifier-information ``template``, the replay's budgets and the credit log (``credit_log``: a folder;
-    ``credit_log_groups``: groups per step; :mod:`mrtpo.creditlog.trl_writer`)."""
-
-    template: Template | dict | None = None  # verifier-information template for P_all / P_\k
-    replay: ReplayConfig = field(default_factory=ReplayConfig)
-    credit_log: str | None = opt(None, LOG_HELP)
-    credit_log_groups: int = opt(GROUPS, GROUPS_HELP, lo=1, hi=4096)
-    credit_log_logprobs: bool = opt(True, "log each token's log-prob and entropy from TRL's own loss forward (a "
-                                          "step is written once its loss has run; False: at once, with only the "
-                                          "log-probs TRL computed)")
-
-    def __post_init__(self):
-        super().__post_init__()  # MrtpoError for an unknown method or measure, β outside [0, 1], ...
-        if not isinstance(self.template, Template):
-            self.template = Template.from_dict(self.template)
+def _mrtpo_config(args, given: MRTPOConfig | None) -> MRTPOConfig:
+    """The trainer's MRTPOConfig: ``given`` (``mrtpo_config=``), else the one ``args`` carries (an
+    :class:`MRTPOGRPOConfig`), else the defaults."""
+    carried = args.mrtpo_config() if isinstance(args, MRTPOGRPOConfig) else None
+    if given is not None and carried is not None and carried not in (given, MRTPOConfig()):
+        raise MrtpoError("MRTPO's settings are given twice, saying different things: in args (MRTPOGRPOConfig's "
+                         "mrtpo_* fields) and as mrtpo_config; give them once")
+    return given or carried or MRTPOConfig()
 
 
 def grpo_sampling(sampling: SamplingConfig) -> dict[str, Any]:
@@ -121,7 +107,9 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     ``MRTPOConfig.info``, the regime to build: ``rule``, ``findings`` or ``quoted``, else its texts are the rule by
     construction), ``replay_prompt_fn(prompt, example) -> str`` (what fills the template's ``{prompt}`` when a
     completion is replayed; default: the prompt's text, :func:`mrtpo.integrations.trl_text.prompt_text`; a task
-    family's: :mod:`mrtpo.integrations.trl_tasks`) and ``mrtpo_config`` (:class:`MRTPOConfig`).
+    family's: :mod:`mrtpo.integrations.trl_tasks`). MRTPO's settings come with TRL's in ``args`` when it is an
+    :class:`MRTPOGRPOConfig` (one config: ``mrtpo_method``, ``mrtpo_beta``, ...), or as ``mrtpo_config``
+    (:class:`MRTPOConfig`) beside a plain ``GRPOConfig``; both at once, saying different things, is an MrtpoError.
     After each generation ``self.mrtpo_last`` holds this process' ``trl_advantages`` (B,) as TRL computed them,
     ``advantages`` ((B,) or (B, T)), ``mask`` (B, T) and the replay statistics.
     """
@@ -129,16 +117,16 @@ class MRTPOGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, verifier_info_fn: VerifierInfoFn | None = None,
                  mrtpo_config: MRTPOConfig | None = None,
                  replay_prompt_fn: Callable[[Any, dict], str] | None = None, **kwargs):
-        self.mrtpo_config = cfg = mrtpo_config or MRTPOConfig()
-        if cfg.tokens and verifier_info_fn is None and needs_replay(cfg.measure):
+        self.mrtpo_config = cfg = _mrtpo_config(kwargs.get("args", args[2] if len(args) > 2 else None), mrtpo_config)
+        if cfg.tokens and verifier_info_fn is None and cfg.reads.replay:
             raise MrtpoError(f"method '{cfg.method}' reallocates over tokens and needs "
                              "verifier_info_fn(prompt, completion, example) -> {reward: text} (the measures 'ktae' "
                              "and 'entropy' need none)")
-        if cfg.tokens and cfg.measure == ORACLE:
+        if cfg.tokens and cfg.reads.evidence:
             raise MrtpoError(f"measure '{cfg.measure}' (the oracle) needs what each checker read; TRL's reward "
                              "functions return numbers: pick another measure (js, js-contrast, ktae, entropy, ...)")
         self._pass_info = verifier_info_fn is not None and _takes_info(verifier_info_fn)
-        if cfg.info != INFO and cfg.tokens and not self._pass_info and needs_replay(cfg.measure):
+        if cfg.info != INFO and cfg.tokens and not self._pass_info and cfg.reads.replay:
             raise MrtpoError(f"info='{cfg.info}': verifier_info_fn(prompt, completion, example) gives its own texts "
                              f"(the '{INFO}' regime); to build the '{cfg.info}' one, let it take a keyword 'info'")
         self.verifier_info_fn = verifier_info_fn

@@ -28,7 +28,7 @@ def decoder_stack(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def fast_bf16_cpu() -> bool:
-    """Whether this CPU has AMX-BF16 or AVX512-BF16 (bfloat16 matrix products about 3x faster than float32)."""
+    """Whether this CPU has AMX-BF16 or AVX512-BF16 (bfloat16 matrix products much faster than float32)."""
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith("flags")), "")
@@ -57,8 +57,8 @@ class RowsLinear(torch.nn.Module):
 
     The same products and sums (float32 summation order aside). On AVX2 CPUs, MKL's float32 GEMM with a handful of
     rows (a decoding step: one per response) reads the weights at a fraction of the memory bandwidth; with the
-    operands swapped the weight matrix is the long side: 1.5x faster for SmolLM2's layers and 2.5x for its 49,152 x
-    576 LM head (8 rows: 66.9 → 26.2 ms, medians of 30, AMD EPYC). x (..., in) → (..., out); more than
+    operands swapped the weight matrix is the long side and the product is faster (docs/benchmarks.md, "Sampling").
+    x (..., in) → (..., out); more than
     :data:`FEW_ROWS` rows: ``F.linear``."""
 
     def __init__(self, lin: torch.nn.Linear):

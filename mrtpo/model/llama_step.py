@@ -2,13 +2,18 @@
 as transformers' layers, in the same order and dtypes, without their per-call plumbing (cache objects, masks made per
 call, module hooks, swapping the cast weights into the module).
 
-A step of G rows of a 135M model is a few hundred small products; on a CPU most of transformers' step is the calls
-around them. Measured on the default model (8 rows, bf16 weight copies, Intel AMX-BF16, 2 threads): 35 ms a step
-through the model's layers, 23 ms here, hidden states bit-identical. q/k/v and gate/up each multiply as one matrix
-(the Decoder's cast copies are re-laid so the separate weights are views of it: no second copy), and few rows
-multiply as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`), faster for bf16 on AMX too. The replay's passes
-(:meth:`LlamaStep.forward`: many tokens per row after a cached past, one :class:`_Attention` per pass) gain
-less — their products are larger — about 6 % of the replay's decoder time on the same machine.
+What it computes: the hidden states transformers' Llama-family layers compute (RMSNorm, rotary positions, grouped
+attention, SwiGLU), for a decoding step or a pass of many tokens after a cached past. Why that equals the reference:
+the same operations in the same order and dtypes — bit-identical hidden states for a decoding step
+(``tests/model/test_llama_step.py``); the one change of the attention, :class:`_Attention`'s split into past and own
+keys, merges two softmaxes exactly (its docstring).
+
+Why: a step of G rows of a 135M model is a few hundred small products; on a CPU most of transformers' step is the
+calls around them. q/k/v and gate/up each multiply as one matrix (the Decoder's cast copies are re-laid so the
+separate weights are views of it: no second copy), and few rows multiply as (W xᵀ)ᵀ
+(:func:`mrtpo.model.decoder.rows_linear`). The replay's passes (:meth:`LlamaStep.forward`: many tokens per row
+after a cached past, one :class:`_Attention` per pass) gain less: their products are larger (figures:
+docs/benchmarks.md, "Figures behind the code's choices").
 """
 from __future__ import annotations
 
@@ -166,10 +171,10 @@ class _Attention:
 
         out = (e^{lse₁} o₁ + e^{lse₂} o₂) / (e^{lse₁} + e^{lse₂}) = o₂ + σ(lse₁ − lse₂) (o₁ − o₂)
 
-    (a row that sees no past key: lse₁ = −∞, σ = 0; the kernel itself gives such a row lse₁ = 0, o₁ = 0). Measured
-    on the default model, T = 2,000, K = 3, G = 4 (AMD AVX512-BF16): the replay 70.8 → 57.6 s. Otherwise, and on
-    other devices, one call with the additive mask (0 / −∞: the same results, and SDPA's CPU kernel reads it 5-15 %
-    faster than a bool one)."""
+    (a row that sees no past key: lse₁ = −∞, σ = 0; the kernel itself gives such a row lse₁ = 0, o₁ = 0): the two
+    partial softmaxes over disjoint key sets recombine into the softmax over all keys, so the output equals the
+    one masked call's within float rounding. Otherwise, and on other devices, one call with the additive mask
+    (0 / −∞: the same results, and SDPA's CPU kernel reads it faster than a bool one)."""
 
     def __init__(self, dtype, device, b: int, L: int, past: int, past_seen: torch.Tensor | None):
         self.past = past

@@ -180,7 +180,7 @@ def _load_problem(path: str, e: Exception) -> str:
 
 
 def default_model_cached() -> bool:
-    """Whether the default model is already converted to safetensors (the first load converts it: ~20 s)."""
+    """Whether the default model is already converted to safetensors (the first load converts it, once)."""
     target = cache_dir() / "models" / _DEFAULT_CACHE_NAME
     return (target / "config.json").exists() and (target / "model.safetensors").exists()
 

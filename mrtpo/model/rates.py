@@ -48,8 +48,7 @@ KEEP = 8  # clean runs kept per key, and as many shared ones
 OTHERS_CPU = 0.5  # cores: other processes busy beyond the cores this work leaves spare by more than this → shared
 RATE_FILE = "rates.json"  # under $MRTPO_CACHE (:func:`mrtpo.model.cache_dir`)
 # effective FLOP/s assumed before anything is measured (a forward token costs about 2 × parameters FLOPs): low on
-# purpose — a first estimate errs long.  Measured for comparison: the default model replays at ~80 GFLOP/s and
-# samples groups of 4–8 at ~30 GFLOP/s on 2 AVX2 cores.
+# purpose — a first estimate errs long (below what a small CPU's measured rates are).
 DEFAULT_FLOPS = {"cpu": {"sample": 1.5e10, "replay": 3e10},
                  "mps": {"sample": 5e10, "replay": 2e11},
                  "cuda": {"sample": 2e11, "replay": 2e12}}

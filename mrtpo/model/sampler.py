@@ -117,8 +117,8 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     config says so, Gemma 2's tanh(z / c) · c) and takes float32 logits through
     :func:`next_token_scores`; greedy takes the argmax. ``exact_draws`` draws with ``torch.multinomial``, as
     ``generate`` does (at the model's dtype: same seed, same samples); otherwise :func:`draw` draws from the same
-    distribution with one uniform number per row instead of one exponential per vocabulary entry (about 2 ms
-    instead of 9 per step for 8 x 49k on 2 CPU cores). A
+    distribution with one uniform number per row instead of one exponential per vocabulary entry (far fewer random
+    numbers per step). A
     row that produced a ``stop`` token gets padding from then on; the loop ends when every row has stopped or after
     max_new_tokens tokens. Models whose cache is not per-layer keys and values sample with ``generate`` instead.
     ``few_rows`` (what ``precision="auto"`` asks for): the decoding steps run where they measured fastest — on bf16

@@ -19,13 +19,12 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
-from mrtpo.core.measures import needs_attention, needs_replay, needs_rewording
 from mrtpo.model import LoadedModel, TooLong, compute_dtype, decoder_stack
 from mrtpo.model import decoder as _decoder
 from mrtpo.model.rates import Rates, forward_rate, n_params, sample_tokens
-from mrtpo.replay.engine import GroupInput, ReplayConfig, _plan
+from mrtpo.replay.engine import GroupInput, ReplayConfig, replay_needs, scored_measures
 from mrtpo.replay.kvtrie import pass_tokens, plan_passes
-from mrtpo.replay.passes import sequences
+from mrtpo.replay.plan import plan_group, sequences
 from mrtpo.templates import Template, variant_label
 
 if TYPE_CHECKING:
@@ -133,28 +132,28 @@ def prompt_tokens(lm: LoadedModel, prompt: str, verifier_info: dict[str, str], t
 
 
 def replay_tokens(lm: LoadedModel, groups: Sequence[GroupInput], template: Template | None = None,
-                  config: ReplayConfig | None = None, measure: str = "js", reword: bool | None = None,
+                  config: ReplayConfig | None = None, measure: str | Sequence[str] = "js", reword: bool | None = None,
                   attention: bool | None = None) -> tuple[int, int]:
     """(the forward tokens :func:`mrtpo.replay.replay_groups` will report for these arguments — its
     ``forward_tokens`` —, the tokens of the passes that read P_all's attention, which it does not count), from the
-    token ids and the token budgets, without a pass; (0, 0) for a measure that needs no replay."""
+    token ids and the token budgets, without a pass; (0, 0) for measures that need no replay."""
     cfg = config or ReplayConfig()
-    if not groups or not needs_replay(measure):
+    need = replay_needs(measure, reword, attention)
+    if not groups or not need.replay:
         return 0, 0
-    rw = needs_rewording(measure) if reword is None else reword
-    plans = [_plan(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards, rw, offsets=False)
+    plans = [plan_group(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards, need.rewording, offsets=False)
              for g in groups]
     _, seqs, _ = sequences(plans)
     share = cfg.share_prefix and _decoder.prefix_mode(decoder_stack(lm.model)) != "unshared"  # as the replay does
     trie, batches, _ = plan_passes(seqs, cfg.token_budget, cfg.kv_budget, share)
     extra = 0
-    if needs_attention(measure) if attention is None else attention:  # one more pass per response under P_all
+    if need.attention:  # one more pass per response under P_all
         extra = sum(len(p.prompt_ids[i][p.variants[0]]) + len(r) for p in plans for i, r in enumerate(p.resp_ids))
     return sum(pass_tokens(trie.segments, b) for b in batches), extra
 
 
 def estimate_replay(lm: LoadedModel, groups: Sequence[GroupInput], template: Template | None = None,
-                    config: ReplayConfig | None = None, measure: str = "js", reword: bool | None = None,
+                    config: ReplayConfig | None = None, measure: str | Sequence[str] = "js", reword: bool | None = None,
                     attention: bool | None = None, rates: Rates | None = None, bound: bool = False) -> Estimate:
     """:func:`replay_tokens` (both counts) and their seconds at this machine's replay rate; ``parts["replay"]`` is
     the replay's ``forward_tokens``."""
@@ -169,10 +168,9 @@ def estimate_scored(lm: LoadedModel, groups: Sequence[ScoredGroup], template: Te
                     skip_constant: bool = True, config: ReplayConfig | None = None, measure: str = "js",
                     reword: bool | None = None, attention: bool | None = None, rates: Rates | None = None
                     ) -> Estimate:
-    """:func:`estimate_replay` for what :func:`mrtpo.replay.replay_scored_groups` runs."""
-    replay_with = measure if needs_replay(measure) else "js"
+    """:func:`estimate_replay` for what :func:`mrtpo.replay.replay_scored` runs on each of ``groups``."""
     inputs = [GroupInput(g.prompt, g.verifier_info, g.samples, g.rewards if skip_constant else None) for g in groups]
-    return estimate_replay(lm, inputs, template, config, replay_with, reword, attention, rates)
+    return estimate_replay(lm, inputs, template, config, scored_measures(measure), reword, attention, rates)
 
 
 def estimate_unsampled(lm: LoadedModel, prompt: str, replay_prompt: str, verifier_info: dict[str, str], n: int,
@@ -180,13 +178,14 @@ def estimate_unsampled(lm: LoadedModel, prompt: str, replay_prompt: str, verifie
                        measure: str = "js", precision: str = "auto", rates: Rates | None = None,
                        replay: bool = True, replays: int = 1, reword: bool | None = None,
                        attention: bool | None = None) -> Estimate:
-    """Sampling n responses to ``prompt`` and (``replay``) replaying them ``replays`` times under ``replay_prompt``
-    with ``verifier_info``, before anything is sampled: an upper bound (every response ``max_new_tokens`` long — as
-    long as the model's context allows —, no two alike, every reward replayed)."""
+    """Sampling n responses to ``prompt`` and (``replay``, where ``measure`` reads one: the replay of a scored group,
+    :func:`mrtpo.replay.replay_scored`'s) replaying them ``replays`` times under ``replay_prompt`` with
+    ``verifier_info``, before anything is sampled: an upper bound (every response ``max_new_tokens`` long — as long as
+    the model's context allows —, no two alike, every reward replayed)."""
     est = estimate_sample(lm, prompt, n, max_new_tokens, precision, rates)
     if not replay or not verifier_info:
         return est
-    measure = measure if needs_replay(measure) else "js"  # a replay for the tokens and d (replay_scored's)
+    measure = scored_measures(measure)
     V = lm.model.get_output_embeddings().weight.shape[0]
     T = max_new_tokens
     for _ in range(3):

@@ -11,7 +11,7 @@ from mrtpo.core.faith_metrics import response_metrics, summarize_pairs
 from mrtpo.core.info import INFO, check_info
 from mrtpo.groups import sample_group
 from mrtpo.model import LoadedModel, SamplingConfig
-from mrtpo.replay.measured import measured_groups
+from mrtpo.replay.engine import replay_groups
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 
@@ -25,7 +25,7 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
     per reward (a repeat ``id#2`` counts under ``id``).  The measures re-read the replay (the oracle ``evidence``
     reads the evidence itself, ``ktae`` the group's rewards, ``entropy`` the sampler's entropies), so each measure
     costs no model time; each regime is one replay, and none when only replay-free measures are asked for
-    (:func:`mrtpo.replay.measured.measured_groups`).
+    (:func:`mrtpo.replay.replay_groups` with every measure).
 
     Returns {"infos": {regime: {"rewards": {reward: {measure: summary}}, "all": {measure: summary}, "pairs":
     {measure: {reward: [(example index, PairMetrics), ...]}}}}, "seconds": {...}}, a summary being
@@ -42,7 +42,7 @@ def faithfulness_report(lm: LoadedModel, family: TaskFamily, examples: Sequence[
         for info in infos:
             t1 = time.perf_counter()
             g = g0.with_info(family, info)
-            rep = measured_groups(lm, [g], template, measures, skip_constant=False)[0]
+            rep = replay_groups(lm, [g], template, measure=measures, skip_constant=False)[0]
             t2 = time.perf_counter()
             for m in measures:
                 rm = rep.with_measure(m, g.evidence)

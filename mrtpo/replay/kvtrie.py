@@ -1,5 +1,12 @@
 """Final hidden states of many token sequences that share prefixes, each shared prefix computed once.
 
+What it computes: for every sequence, the decoder stack's final hidden states at the positions asked for — what one
+forward of that sequence alone gives (``mrtpo/method.py``'s plain forward; ``tests/replay/test_architectures.py`` and
+``tests/replay/test_kvtrie.py`` compare them). Why it equals that: a causal decoder's state at a position depends only
+on the tokens up to it, so a prefix's keys and values are the same in every sequence that starts with it; computed
+once and handed to each continuation as its cached past (at the continuation's own positions, behind masks that hide
+the padding), they give the continuation the keys and values it would have computed itself.
+
 The replay teacher-forces 1 + K variants of every response of a group: P_all + y_i and P_\\k + y_i.  Those
 sequences share a lot of their beginnings: the system and task prompt (every sequence), the verifier items
 before the one left out (P_all and P_\\k of a response), and response-independent verifier text (across
@@ -81,8 +88,9 @@ def _merge_short(trie: Trie, min_saved: int) -> Trie:
     """Fold every branching segment that saves fewer than ``min_saved`` tokens into its children.
 
     Keeping a segment with c children shared saves (c − 1) × its length in tokens, but costs a level of passes,
-    and a pass has a fixed cost (about 40 ms on 2 CPU cores for SmolLM2, ~130 tokens' worth).  Parents come
-    before children in ``trie.segments``; a folded segment's children take its tokens and its parent."""
+    and a pass has a fixed cost (:data:`PASS_COST` tokens' worth: reading the weights, the calls around them).
+    Parents come before children in ``trie.segments``; a folded segment's children take its tokens and its
+    parent."""
     segs = [Segment(list(s.tokens), s.start, s.parent, s.level, s.has_children) for s in trie.segments]
     children = [0] * len(segs)
     for s in segs:
@@ -197,7 +205,7 @@ def _kv_len(segs, batch) -> int:
     return _past_len(segs, batch) + max(len(segs[i].tokens) for i in batch)
 
 
-PASS_COST = 128  # the fixed cost of a forward pass, in tokens' worth (about 40 ms on 2 CPU cores)
+PASS_COST = 128  # the fixed cost of a forward pass, in tokens' worth (on a small CPU: its weights read once)
 
 
 def _split(rows: list[int], segs: list[Segment], token_budget: int, kv_budget: int) -> list[list[int]]:

@@ -1,12 +1,13 @@
-"""Relevance without the replay: the measures ``ktae`` and ``entropy`` (:data:`mrtpo.core.measures.REPLAY_FREE`).
+"""Relevance without the replay: the measures that read none (the oracle, ``ktae``, ``entropy``: their registry
+entries say so, :class:`mrtpo.core.measures.Needs`).
 
-``ktae`` reads the group's token ids and rewards (no model pass); ``entropy`` reads the policy's next-token entropy
-H(π(·|x, y<t)) under the *sampling* prompt x (not P_all), which the sampler records in each :class:`Sample`
-(:func:`mrtpo.model.sample`); for a response it did not sample (a given text, an uploaded rollout) one forward pass
-under x gives it (:func:`sampling_entropy`: x once, shared by the group, as the replay runs P_all).  Neither runs
-the K + 1 passes of the replay: :func:`mrtpo.replay.replay_groups` hands a group asked for only these to
-:func:`replay_free`, which returns a :class:`ReplayResult` of the same shape with no JS (``replayed`` False).
-:func:`attach_context` gives a replay's result what these measures read (the group's rewards, the sampler's
+The oracle reads what each checker read; ``ktae`` reads the group's token ids and rewards (no model pass);
+``entropy`` reads the policy's next-token entropy H(π(·|x, y<t)) under the *sampling* prompt x (not P_all), which the
+sampler records in each :class:`Sample` (:func:`mrtpo.model.sample`); for a response it did not sample (a given text,
+an uploaded rollout) one forward pass under x gives it (:func:`sampling_entropy`: x once, shared by the group, as the
+replay runs P_all).  None runs the K + 1 passes of the replay: :func:`mrtpo.replay.replay_groups` gives a group asked
+for only these :func:`unreplayed`, a :class:`ReplayResult` of the same shape with no JS (``replayed`` False).
+:meth:`ReplayResult.attach_context` gives a result what these measures read (the group's rewards, the sampler's
 entropies), so that :meth:`ReplayResult.with_measure` re-derives them with no model call; :func:`with_entropy` fills
 in the entropies the sampler did not record.
 """
@@ -19,24 +20,18 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mrtpo.core.advantages import active_rewards
-from mrtpo.core.measures import measure_relevance, needs_entropy, needs_outcomes
-from mrtpo.errors import MrtpoError
 from mrtpo.model import (
     Decoder,
     LoadedModel,
-    Sample,
     check_length,
     compute_dtype,
-    decode,
     decoder_stack,
-    token_offsets,
-    tokenize_response,
 )
 from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.defaults import TEMPERATURE
 from mrtpo.model.llama_step import llama_step
 from mrtpo.replay.kvtrie import shared_hidden
+from mrtpo.replay.plan import group_rewards, response_tokens, text_and_offsets
 from mrtpo.replay.results import ReplayResult, ResponseRelevance
 
 #: the most logits (tokens × vocabulary) the entropy's head projects at a time (64 MiB in float32)
@@ -45,39 +40,28 @@ ENTROPY_LOGITS = 1 << 24
 TOKEN_BUDGET, KV_BUDGET = 2048, 4096
 
 
-def response_tokens(lm: LoadedModel, r) -> tuple[str | None, list[int], list[tuple[int, int]] | None]:
-    """(text, token ids, character offsets) of a response (text, :class:`Sample` or token ids); for token ids the text
-    and offsets are None (filled by :func:`text_and_offsets` once the length is checked: a response too long for the
-    model fails fast)."""
-    if isinstance(r, str):
-        ids, offs = tokenize_response(lm, r)
-        return r, ids, offs
-    ids = list(r.token_ids) if isinstance(r, Sample) else [int(t) for t in r]
-    return None, ids, None
-
-
-def text_and_offsets(lm: LoadedModel, text: str | None, ids: list[int], offs) -> tuple[str, list[tuple[int, int]]]:
-    return (text, offs) if text is not None else (decode(lm, ids), token_offsets(lm, ids))
-
-
-def recorded_entropy(r) -> np.ndarray | None:
-    """The entropies the sampler recorded for response ``r`` (a :class:`Sample`), else None."""
-    h = getattr(r, "entropy", None)
-    return None if h is None else np.asarray(h, dtype=np.float32)
 
 
 def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[int]], temperature: float = TEMPERATURE,
                      precision: str = "auto", token_budget: int = TOKEN_BUDGET, kv_budget: int = KV_BUDGET
                      ) -> list[np.ndarray]:
-    """H_t = −Σ_v π_τ(v | x, y<t) log π_τ(v | x, y<t) (T_i,) of each response under the sampling prompt
-    x = ``lm.chat_prompt(prompt)`` (the prompt :func:`mrtpo.model.sample` samples under), π_τ = softmax(logits / τ)
-    at the sampling temperature τ (≤ 0: 1), as the sampler records it.
+    """Each response's next-token entropy under the sampling prompt, as the sampler records it:
+    H_t = −Σ_v π_τ(v | x, y<t) log π_τ(v | x, y<t), π_τ = softmax(logits / τ).
 
-    One forward of the group as the replay runs P_all alone: x once, its KV cache serving every response
-    (:func:`mrtpo.replay.kvtrie.shared_hidden`, padded batches under ``token_budget`` / ``kv_budget``, the decoder
-    stack in ``precision`` — :func:`mrtpo.model.compute_dtype`: bf16 weight copies on a CPU with fast bf16 products
-    under ``"auto"``, ``"model"`` the model's dtype); the head in that dtype over at most :data:`ENTROPY_LOGITS`
-    logits at a time, the softmax and the entropy in float32 (the model's own logits: bias, Gemma 2's soft-cap)."""
+    Args:
+        lm: the policy.
+        prompt: the user message x the responses were sampled under (``lm.chat_prompt(prompt)``, as
+            :func:`mrtpo.model.sample` builds it).
+        responses: each response's token ids.
+        temperature: the sampling temperature τ (≤ 0: 1).
+        precision: the decoder stack's (:func:`mrtpo.model.compute_dtype`: ``"auto"`` bf16 weight copies on a CPU
+            with fast bf16 products, ``"model"`` the model's dtype).
+        token_budget, kv_budget: the passes' budgets (:func:`mrtpo.replay.kvtrie.shared_hidden`).
+
+    Returns:
+        Per response, H (T_i,) float32. One forward of the group as the replay runs P_all alone: x once, its KV cache
+        serving every response; the head in the stack's dtype over at most :data:`ENTROPY_LOGITS` logits at a time,
+        the softmax and the entropy in float32 (the model's own logits: bias, Gemma 2's soft-cap)."""
     check_model(lm.model, lm.tokenizer, lm.name)
     x = lm.encode(lm.chat_prompt(prompt))
     out = [np.zeros(0, np.float32) for _ in responses]
@@ -109,30 +93,10 @@ def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[
     return out
 
 
-def outcomes_of(names: Sequence[str], rewards) -> dict[str, np.ndarray]:
-    """{reward: (G,) its values} from rewards (G, K) in the order of ``names`` ({} for None)."""
-    if rewards is None:
-        return {}
-    r = np.asarray(rewards, dtype=float).reshape(-1, len(names))
-    return {k: r[:, j].copy() for j, k in enumerate(names)}
 
 
-def attach_context(result: ReplayResult, responses: Sequence, names: Sequence[str], rewards) -> ReplayResult:
-    """``result`` with what the replay-free measures read: the group's rewards (``outcomes``, for ``ktae``) and each
-    response's entropy where the sampler recorded it (responses that are :class:`Sample`), in place."""
-    result.outcomes = outcomes_of(names, rewards) or result.outcomes
-    for rr, r in zip(result.responses, responses):
-        h = recorded_entropy(r)
-        if h is not None and len(h) == len(rr.token_ids) and rr.entropy is None:
-            rr.entropy = h
-    return result
 
 
-def with_context(result: ReplayResult, responses: Sequence, names: Sequence[str], rewards) -> ReplayResult:
-    """A copy of ``result`` with what :func:`attach_context` adds (``result`` itself is left as it is: a cached
-    replay may serve other groups' rewards)."""
-    out = replace(result, responses=[replace(r) for r in result.responses], outcomes=dict(result.outcomes))
-    return attach_context(out, responses, names, rewards)
 
 
 def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature: float = TEMPERATURE,
@@ -153,36 +117,19 @@ def with_entropy(lm: LoadedModel, result: ReplayResult, prompt: str, temperature
                    seconds=result.seconds + took, forward_passes=result.forward_passes + 1)
 
 
-def replay_free(lm: LoadedModel, prompt: str, verifier_info, responses: Sequence, rewards, measure: str,
-                sampling_prompt: str | None = None, temperature: float = TEMPERATURE, skip_constant: bool = True,
-                precision: str = "auto") -> ReplayResult:
-    """A group's relevance under a measure that needs no replay (``ktae``, ``entropy``): a :class:`ReplayResult` of
-    the same shape as the replay's, with no JS (``js`` {}, ``replayed`` False), no model pass for ``ktae`` and at most
-    one forward under ``sampling_prompt`` (default ``prompt``) for ``entropy`` where the sampler recorded none.
+def unreplayed(lm: LoadedModel, verifier_info, responses: Sequence, rewards) -> ReplayResult:
+    """A group's result without the replay, for the measures that read none (the oracle, ``ktae``, ``entropy``): a
+    :class:`ReplayResult` of the replay's shape, its tokens and offsets, no JS (``js`` {}, ``replayed`` False) and no
+    relevance yet (:func:`mrtpo.replay.replay_groups` fills it in from the measure); no model pass.
 
-    Arguments as :func:`mrtpo.replay.replay_group`'s (verifier_info gives the reward names; rewards (G, K) in its key
-    order or None): the rewards constant in the group are skipped as the replay skips them (``skip_constant``);
-    ``ktae`` needs rewards; ``precision``: the entropy forward's (:func:`sampling_entropy`)."""
+    Arguments as :class:`mrtpo.replay.GroupInput`'s (verifier_info gives the reward names; rewards (G, K) in its key
+    order, or None): the rewards constant in the group are skipped as the replay skips them."""
     t0 = time.perf_counter()
-    G = len(responses)
-    infos = list(verifier_info) if isinstance(verifier_info, (list, tuple)) else [verifier_info] * G
-    if len(infos) != G:
-        raise ValueError(f"verifier_info has {len(infos)} entries for {G} responses")
-    names = list(infos[0]) if infos else []
-    if needs_outcomes(measure) and rewards is None:
-        raise MrtpoError(f"the '{measure}' measure needs the group's rewards; none were given")
-    act, skip = active_rewards(names, rewards if skip_constant else None)
-    toks = [response_tokens(lm, r) for r in responses]
+    _, act, skip = group_rewards(verifier_info, responses, rewards)
     out = []
-    for text, ids, offs in toks:
+    for r in responses:
+        text, ids, offs = response_tokens(lm, r)
         text, offs = text_and_offsets(lm, text, ids, offs)
-        out.append(ResponseRelevance(text=text, token_ids=ids, offsets=offs, js={}, relevance={k: None for k in act},
-                                     skipped=list(skip), measure=measure))
-    res = attach_context(ReplayResult(out, [{} for _ in out], act, skip, replayed=False), responses, names, rewards)
-    if needs_entropy(measure):
-        res = with_entropy(lm, res, sampling_prompt if sampling_prompt is not None else prompt, temperature,
-                           precision)
-    for i, rr in enumerate(res.responses):
-        rr.relevance = {k: measure_relevance(measure, rr.measure_input(k, group=res.group_outcomes(i))) for k in act}
-    res.seconds = time.perf_counter() - t0
-    return res
+        out.append(ResponseRelevance(text=text, token_ids=ids, offsets=offs, js={}, relevance=dict.fromkeys(act),
+                                     skipped=list(skip), measure=""))
+    return ReplayResult(out, [{} for _ in out], act, skip, replayed=False, seconds=time.perf_counter() - t0)

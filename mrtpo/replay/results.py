@@ -60,7 +60,7 @@ class ResponseRelevance:
     def with_measure(self, name: str, evidence: dict | None = None, group: "GroupOutcomes | None" = None
                      ) -> "ResponseRelevance":
         """The same response with ``relevance`` from measure ``name`` (no model call); ``evidence``: {reward: the
-        spans its checker read} (:data:`mrtpo.core.measures.ORACLE` needs it); ``group``: what ``ktae`` reads."""
+        spans its checker read} (the oracle, ``evidence``, reads it); ``group``: what ``ktae`` reads."""
         ev = {} if evidence is None else evidence
         rel = {k: measure_relevance(name, self.measure_input(k, ev.get(k) if k in ev else NO_EVIDENCE, group))
                for k in self.relevance}
@@ -115,6 +115,25 @@ class ReplayResult:
     def measure(self) -> str:
         return self.responses[0].measure if self.responses else "js"
 
+    def attach_context(self, responses: Sequence, names: Sequence[str], rewards) -> "ReplayResult":
+        """This result with what the replay-free measures read, in place: the group's rewards (``outcomes``: rewards
+        (G, K) in the order of ``names``, for ``ktae``) and each response's entropy where the sampler recorded it
+        (``responses`` that carry one, :class:`mrtpo.model.Sample`)."""
+        if rewards is not None:
+            r = np.asarray(rewards, dtype=float).reshape(-1, len(names))
+            self.outcomes = {k: r[:, j].copy() for j, k in enumerate(names)} or self.outcomes
+        for rr, resp in zip(self.responses, responses):
+            h = getattr(resp, "entropy", None)
+            if h is not None and len(h) == len(rr.token_ids) and rr.entropy is None:
+                rr.entropy = np.asarray(h, dtype=np.float32)
+        return self
+
+    def with_context(self, responses: Sequence, names: Sequence[str], rewards) -> "ReplayResult":
+        """A copy with what :meth:`attach_context` adds (this result is left as it is: a cached replay may serve other
+        groups' rewards)."""
+        out = replace(self, responses=[replace(r) for r in self.responses], outcomes=dict(self.outcomes))
+        return out.attach_context(responses, names, rewards)
+
     def group_outcomes(self, i: int) -> GroupOutcomes | None:
         """What ``ktae`` reads for response ``i`` (None where the result holds no rewards)."""
         if not self.outcomes:
@@ -124,11 +143,16 @@ class ReplayResult:
     def with_measure(self, name: str, evidence: Sequence[dict] | None = None) -> "ReplayResult":
         """The same replay with every response's relevance from measure ``name`` (:data:`MEASURES`; no model
         call: the measures read what the replay stored); ``evidence``: per response {reward: the spans its checker
-        read} (:data:`mrtpo.core.measures.ORACLE` needs it: a group's ``evidence``).  ``ktae`` reads the group's
+        read} (the oracle, ``evidence``, reads it: a group's ``evidence``).  ``ktae`` reads the group's
         rewards (``outcomes``), ``entropy`` each response's ``entropy``; the JS measures need ``replayed``."""
         get_measure(name)
         if name == self.measure:
             return self
+        return self.measured(name, evidence)
+
+    def measured(self, name: str, evidence: Sequence[dict] | None = None) -> "ReplayResult":
+        """:meth:`with_measure`, computed even where the result already holds ``name``'s relevance (how a replay fills
+        in the relevance of its measure)."""
         ev = list(evidence) if evidence else [None] * len(self.responses)
         return replace(self, responses=[r.with_measure(name, e, self.group_outcomes(i))
                                         for i, (r, e) in enumerate(zip(self.responses, ev))])

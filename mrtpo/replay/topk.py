@@ -6,7 +6,8 @@ import torch
 from mrtpo.core.js import js_distance
 from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel
-from mrtpo.replay.engine import Response, _plan
+from mrtpo.replay.engine import Response
+from mrtpo.replay.plan import plan_group
 from mrtpo.templates import ALL, Template
 
 
@@ -42,7 +43,7 @@ def next_token_topk(
         raise MrtpoError(f"reward '{reward}' has no verifier information (rewards: {', '.join(verifier_info)})")
     if not isinstance(k, int) or k < 1:
         raise MrtpoError(f"k must be an integer >= 1, got {k!r}")
-    plan = _plan(lm, prompt, [verifier_info], [response], template, None)
+    plan = plan_group(lm, prompt, [verifier_info], [response], template, None)
     rid = plan.resp_ids[0]
     if not 0 <= t < len(rid):
         raise MrtpoError(f"position t = {t} is outside the response (0 ≤ t < {len(rid)})")

@@ -1,6 +1,7 @@
 """What a training run needs, in one dataclass composed of its parts: the credit (:class:`CreditConfig`: estimator,
 β, warmup, cap, relevance measure), the sampling (:class:`SamplingConfig`: group size, tokens, temperature) and the
-optimisation (:class:`OptimConfig`), and the credit log (:class:`mrtpo.creditlog.CreditLogConfig`).  Stored with the
+optimisation (:class:`OptimConfig`), the replay (:class:`mrtpo.replay.ReplayConfig`: budgets, precision; its
+entropy temperature is the sampling's) and the credit log (:class:`mrtpo.creditlog.CreditLogConfig`).  Stored with the
 run as one flat JSON object (:meth:`TrainConfig.to_dict`); the CLI's ``train`` flags and the Train page's form are
 generated from the fields' metadata (:mod:`mrtpo.config`).
 """
@@ -14,6 +15,7 @@ from mrtpo.creditlog.writer_rows import CreditLogConfig
 from mrtpo.errors import MrtpoError
 from mrtpo.model import MAX_GROUP_SIZE, SamplingConfig
 from mrtpo.model.defaults import SEED_RANGE
+from mrtpo.replay import ReplayConfig
 from mrtpo.tasks import COMPARE_MODES, family_names, resolve_examples
 from mrtpo.tasks.checklist_items import MAX_ITEMS
 from mrtpo.templates import Template
@@ -69,6 +71,7 @@ class TrainConfig:
     sampling: SamplingConfig = part(SamplingConfig, omit=("seed",))  # the sampling seeds: the schedule's
     prompts_per_step: int = opt(2, "prompts per step B (N = B·G responses)", lo=1, hi=1024)
     optim: OptimConfig = part(OptimConfig)
+    replay: ReplayConfig = part(ReplayConfig, omit=("temperature",))  # the entropy's temperature: the sampling's
     seed: int = opt(0, "seed of the initialization (LoRA) and minibatch order; of the schedule too unless "
                        "schedule_seed is given", lo=SEED_RANGE[0], hi=SEED_RANGE[1])
     schedule_seed: int | None = opt(None, "seed of the prompt order and of every sampling stream (default: seed); runs "

@@ -21,7 +21,7 @@ sampled responses with their token data, probe relevance) in one transaction aft
 ``checkpoint_every`` steps (default 10) saves a checkpoint of what trains — the LoRA adapter, or the trainable
 parameters — with the AdamW state (atomically: temp file, fsync, ``os.replace``), keeping only
 the last one. With ``credit_log`` set, each step's first groups also go to the credit log
-(:mod:`mrtpo.creditlog.train_writer`), a folder of this run's only: claimed when the trainer is made, continued by the
+(:mod:`mrtpo.train.credit_writer`), a folder of this run's only: claimed when the trainer is made, continued by the
 run resumed.
 
 Resuming: ``Trainer(None, store, run)`` only reads the store (it loads the last checkpoint). ``train()`` takes
@@ -41,19 +41,18 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from mrtpo.core.credit import TokenCredit, assign_credit, relevance_tensor, reward_matrix
-from mrtpo.core.measures import ORACLE, oracle_relevance
+from mrtpo.core.credit import MEASURE, TokenCredit, assign_credit, relevance_tensor, reward_matrix
 from mrtpo.creditlog import CreditLogConfig
-from mrtpo.creditlog.train_writer import TrainCreditLog, log_owner, run_inputs, step_rows
 from mrtpo.errors import MrtpoError
 from mrtpo.groups import score_group, template_for
-from mrtpo.model import LoadedModel, sample, token_offsets, weights_fixed
+from mrtpo.model import LoadedModel, sample, weights_fixed
 from mrtpo.model.rates import busy
-from mrtpo.replay import ReplayConfig, replay_scored_groups
+from mrtpo.replay import replay_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
 from mrtpo.tasks import apply_options, get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.train.config import TrainConfig, check_run_examples
+from mrtpo.train.credit_writer import TrainCreditLog, log_owner, run_inputs, step_rows
 from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
 from mrtpo.train.recorder import Recorder, sample_rows
@@ -234,23 +233,23 @@ class Trainer:
         return Rollout(groups, names, R, prompt_ids, resp_ids)
 
     def credit_for(self, ro: Rollout, step: int, clock: PhaseClock) -> tuple[TokenCredit, list, list[dict]]:
-        """The step's credit: for MRTPO methods each group replayed with the current policy (eval, no grad) — or,
-        with the oracle measure, the relevance read off the checkers' evidence, and with ``ktae`` / ``entropy`` the
-        group's rewards / the sampler's entropies (:mod:`mrtpo.replay.noreplay`), no replay — then
-        :func:`assign_credit` over the trained tokens (the EOS that ends a response is trained but not replayed:
-        uniform credit there), at β_s = β · smoothstep((step − 1) / warmup).  Returns the credit, the replays (None
-        per group without one) and the relevance used, per response {reward: ρ (T,)}."""
+        """The step's credit: for MRTPO methods each group's relevance from :func:`mrtpo.replay.replay_groups` with the
+        current policy (eval, no grad): the replay where the measure reads it, else what the measure reads instead (the
+        checkers' evidence for the oracle, the group's rewards for ``ktae``, the sampler's entropies for ``entropy``;
+        :mod:`mrtpo.replay.noreplay`) — then :func:`assign_credit` over the trained tokens (the EOS that ends a
+        response is trained but not replayed: uniform credit there), at β_s = β · smoothstep((step − 1) / warmup).
+        The phase ``replay`` is timed where the model runs for it.  Returns the credit, the results (None per group of
+        a response-level method) and the relevance used, per response {reward: ρ (T,)}."""
         replays: list = [None] * len(ro.groups)
         relevance: list[dict] = [{}] * ro.R.shape[0]
-        if self.method.tokens and self.credit.measure != ORACLE:
-            clock.start("replay")
-            replays = replay_scored_groups(self.lm, ro.groups, self.template, measure=self.credit.measure,
-                                           config=ReplayConfig(temperature=self.config.sampling.temperature))
+        if self.method.tokens:
+            if self.credit.reads.model:
+                clock.start("replay")
+            replays = replay_groups(self.lm, ro.groups, self.template, measure=self.credit.measure,
+                                    config=dataclasses.replace(self.config.replay,
+                                                               temperature=self.config.sampling.temperature))
             relevance = [rr.relevance for rep in replays for rr in rep.responses]
             clock.stop()
-        elif self.method.tokens:  # the oracle: what each checker read, as relevance
-            relevance = [{k: oracle_relevance(token_offsets(self.lm, s.token_ids), s.text, g.evidence[i][k])
-                          for k in g.reward_names} for g in ro.groups for i, s in enumerate(g.samples)]
         rho, mask = relevance_tensor(relevance, ro.names, [len(r) for r in ro.resp_ids], pad=True)
         credit = assign_credit(ro.R, rho if self.method.tokens else None, mask, self.credit,
                                self.config.sampling.group_size, step=step - 1)
@@ -308,7 +307,12 @@ class Trainer:
         return m
 
     def _probe_rows(self) -> list[dict]:
-        return probe_rows(self.lm, self.probe, self.template, self.credit.measure)
+        return probe_rows(self.lm, self.probe, self.template, self.probe_measure)
+
+    @property
+    def probe_measure(self) -> str:
+        """The measure the probe shows: the run's where it reads the replay, else the paper's ``js``."""
+        return self.credit.measure if self.credit.reads.replay else MEASURE
 
     # ------------------------------------------------------------------------------------------ training
     def step(self) -> dict[str, float]:

@@ -2,9 +2,7 @@
 every step, so the Train page can show how training shifted it."""
 from __future__ import annotations
 
-from mrtpo.core.credit import MEASURE
 from mrtpo.core.info import INFO
-from mrtpo.core.measures import needs_replay
 from mrtpo.groups import score_group
 from mrtpo.model import LoadedModel, SamplingConfig, sample, token_offsets
 from mrtpo.replay import replay_group
@@ -29,10 +27,11 @@ def sample_probe(lm: LoadedModel, family: TaskFamily, example: Example, size: in
 
 def probe_rows(lm: LoadedModel, probe: list[dict], template: Template, measure: str) -> list[dict]:
     """Relevance of every probe response for every reward under the current policy (all rewards replayed), as
-    store rows {idx, reward, js, relevance}.  The measures that need no replay (the oracle, ``ktae``, ``entropy``) are
-    not what a probe of fixed responses shows, so their runs' probe shows the paper's ``js``."""
+    store rows {idx, reward, js, relevance}; ``measure`` reads the replay (the measures that need none — the oracle,
+    ``ktae``, ``entropy`` — are not what a probe of fixed responses shows: their runs' probe shows the paper's ``js``,
+    :meth:`mrtpo.train.Trainer.probe_measure`)."""
     rep = replay_group(lm, probe[0]["prompt"], [p["verifier_info"] for p in probe], [p["token_ids"] for p in probe],
-                       template, rewards=None, measure=measure if needs_replay(measure) else MEASURE)
+                       template, rewards=None, measure=measure)
     return [{"idx": i, "reward": k, "js": [round(float(x), 6) for x in r.js[k]],
              "relevance": [round(float(x), 5) for x in r.relevance[k]]}
             for i, r in enumerate(rep.responses) for k in r.relevance]

@@ -1,5 +1,5 @@
 """One step's sampled batch (:class:`Rollout`), what the loop builds and the store writes (:mod:`.recorder`) and the
-credit log (:mod:`mrtpo.creditlog.train_writer`) read: its own module below them, so none of them imports the loop."""
+credit log (:mod:`mrtpo.train.credit_writer`) read: its own module below them, so none of them imports the loop."""
 from __future__ import annotations
 
 from dataclasses import dataclass

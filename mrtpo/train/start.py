@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mrtpo.core.measures import needs_attention, needs_replay, needs_rewording
 from mrtpo.errors import MrtpoError
 from mrtpo.model import LoadedModel
 from mrtpo.replay.attention import attention_problem
@@ -28,9 +27,9 @@ def check_fit(lm: LoadedModel, family: TaskFamily, examples: list, cfg: TrainCon
       where it is replayed (a token method whose measure replays, or the probe's example) P_all, each P_\\k (and each
       rewording) with every reward's rule as its verifier information — the ``findings`` and ``quoted`` regimes add
       what the checker found, which is not known before sampling."""
-    measure = cfg.credit.measure
-    replayed = cfg.credit.parsed.tokens and needs_replay(measure)
-    if (replayed or probe) and needs_attention(measure):
+    measure, reads = cfg.credit.measure, cfg.credit.reads
+    replayed = cfg.credit.tokens and reads.replay
+    if (replayed or probe) and reads.attention:
         problem = attention_problem(lm)
         if problem:
             raise MrtpoError(f"measure {measure}: {problem}; pick another measure (nothing was stored)")
@@ -40,7 +39,7 @@ def check_fit(lm: LoadedModel, family: TaskFamily, examples: list, cfg: TrainCon
         if replayed or probe:  # every example's: any may be the probe's first one (example_ids)
             rules = family.rule_info(ex)
             info = {k: rules.get(k, "") for k in family.reward_names(ex)}
-            sizes.update(prompt_tokens(lm, family.replay_prompt(ex), info, template, needs_rewording(measure)))
+            sizes.update(prompt_tokens(lm, family.replay_prompt(ex), info, template, reads.rewording))
         runs = sizes if replayed or j == 0 else {"its prompt": sizes["its prompt"]}
         what = max(runs, key=runs.get)
         rows.append((runs[what], ex.id, what, max(sizes.values())))

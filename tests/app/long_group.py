@@ -6,15 +6,15 @@ import os
 
 os.environ.setdefault("MRTPO_MODEL", "tiny-random")
 
-from mrtpo_app import state as S  # noqa: E402
+from mrtpo_app import state  # noqa: E402
 
 
 def explore_with(at, group_replay, run: bool = True):
     """Put ``(group, replay)`` in ``at``'s session as the current Explore group (sampled from the sidebar's default
     task, so no "another example" warning) and run the page."""
     group, replay = group_replay
-    at.session_state["mrtpo_group"] = S.SessionGroup(
-        mode="task", choices=S.Choices("tiny-random", "cpu", "sql", "shop-01"), group=group, replay=replay,
+    at.session_state["mrtpo_group"] = state.SessionGroup(
+        mode="task", choices=state.Choices("tiny-random", "cpu", "sql", "shop-01"), group=group, replay=replay,
         template={}, settings={"seed": 0, "id": 1})
     return at.run() if run else at
 

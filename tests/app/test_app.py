@@ -19,9 +19,11 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from mrtpo.core.advantages import compute  # noqa: E402
 from mrtpo.errors import MrtpoError  # noqa: E402
 from mrtpo.model import SamplingConfig  # noqa: E402
-from mrtpo_app import caches as C  # noqa: E402
-from mrtpo_app import models as M  # noqa: E402
-from mrtpo_app import state as S  # noqa: E402
+from mrtpo_app import (
+    caches,  # noqa: E402
+    models,  # noqa: E402
+    state,  # noqa: E402
+)
 from mrtpo_app.timer import Timer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,13 +88,13 @@ def test_explore_table_heatmap_spans_and_beta(sampled: AppTest):
     assert run.replay.rewards == ["punctuation:no_comma"] and run.replay.skipped == ["keywords:existence"]
     from mrtpo.display.render import token_cells
 
-    C = len(token_cells(run.replay.responses[0].tokens()))  # cells: a character's byte tokens drawn as one
+    cells = len(token_cells(run.replay.responses[0].tokens()))  # cells: a character's byte tokens drawn as one
     body = at.get("html")[0].proto.body
     oracle = int(run.group.evidence[0]["punctuation:no_comma"] is not None)  # commas: a list of spans, [] if none
     assert oracle == 1 and body.count("evidence (oracle) ρ") == oracle
-    assert body.count('<span class="tok"') == C * (4 * 1 + oracle + 2)
+    assert body.count('<span class="tok"') == cells * (4 * 1 + oracle + 2)
     rows = _rows(body)
-    assert len(rows) == 6 + oracle and all(len(bg) == C for _, bg in rows)
+    assert len(rows) == 6 + oracle and all(len(bg) == cells for _, bg in rows)
     reason = html.escape(run.group.reasons[0]["keywords:existence"])
     assert reason and "<b>keywords:existence</b> = 0" in body and reason in body and "not replayed" in body
     assert any("keywords:existence = 0" in shown(w.value).replace("*", "") for w in at.warning)  # named above
@@ -270,16 +272,16 @@ def test_sample_until_varied_keeps_the_group_when_none_is_better():
 def test_selecting_a_table_row_selects_that_response():
     """The responses table's selection moves the response picker, only when the selection changes (a picker
     changed by hand afterwards keeps its value)."""
-    state = {"explore_response": 0}
-    S.follow_table(state, [], "explore_response", "seen")
-    assert state == {"explore_response": 0, "seen": None}
-    S.follow_table(state, [2], "explore_response", "seen")
-    assert state["explore_response"] == 2
-    state["explore_response"] = 1  # picked by hand; the row stays selected
-    S.follow_table(state, [2], "explore_response", "seen")
-    assert state["explore_response"] == 1
-    S.follow_table(state, [3], "explore_response", "seen")
-    assert state["explore_response"] == 3
+    session = {"explore_response": 0}
+    state.follow_table(session, [], "explore_response", "seen")
+    assert session == {"explore_response": 0, "seen": None}
+    state.follow_table(session, [2], "explore_response", "seen")
+    assert session["explore_response"] == 2
+    session["explore_response"] = 1  # picked by hand; the row stays selected
+    state.follow_table(session, [2], "explore_response", "seen")
+    assert session["explore_response"] == 1
+    state.follow_table(session, [3], "explore_response", "seen")
+    assert session["explore_response"] == 3
 
 
 def test_explore_method_choice_and_combined(sampled: AppTest):
@@ -378,7 +380,7 @@ def test_methods_charts_token_methods_and_token_axis(sampled: AppTest):
     for m, base in (("mrtpo", "gdpo"), ("mrtpo+dara", "dara"), ("mrtpo+gd2po", "gd2po")):
         b = bars[f"{m} (token mean)"]
         assert b["y"] == pytest.approx(compute(base, R, 4).final.numpy().round(4).tolist(), abs=2e-4)
-        v = S.view(run, m, 0.5)  # whiskers: the lowest and the highest token advantage of each response
+        v = state.view(run, m, 0.5)  # whiskers: the lowest and the highest token advantage of each response
         assert b["error_y"]["array"] == pytest.approx([float(a.max() - a.mean()) for a in v.token_adv], abs=2e-4)
     prof = json.loads(next(c.proto.spec for c in at.get("plotly_chart") if "methods_rel_chart" in c.proto.id))
     toks = [t["text"] for t in run.replay.responses[0].tokens()]
@@ -401,12 +403,12 @@ def test_error_messages_show_user_text_literally(sampled: AppTest):
 
 def test_timer_tells_a_cache_hit_from_work():
 
-    C.sample_cached.clear()
+    caches.sample_cached.clear()
     t = {}
     with Timer(t, "sample") as first:
-        C.sample_cached("tiny-random", "cpu", "Say hi.", SamplingConfig(2, 4, seed=12345))
+        caches.sample_cached("tiny-random", "cpu", "Say hi.", SamplingConfig(2, 4, seed=12345))
     with Timer(t, "sample") as again:
-        C.sample_cached("tiny-random", "cpu", "Say hi.", SamplingConfig(2, 4, seed=12345))
+        caches.sample_cached("tiny-random", "cpu", "Say hi.", SamplingConfig(2, 4, seed=12345))
     with Timer(t, "score") as other:  # no cached function called: not "cached"
         sum(range(10))
     assert (first.cached, again.cached, other.cached) == (False, True, False)
@@ -415,17 +417,17 @@ def test_timer_tells_a_cache_hit_from_work():
 
 def test_state_sample_until_varied_uses_the_cached_sampler():
     from mrtpo.tasks import get_family
-    from mrtpo_app import state as St
+    from mrtpo_app import state
 
     fam = get_family("instructions")
     ex = fam.example("tea-note")
-    ch = St.Choices("tiny-random", "cpu", "instructions", "tea-note")
+    ch = state.Choices("tiny-random", "cpu", "instructions", "tea-note")
     seen = []
     with Timer({}, "sample") as first:
-        group, tries = C.sample_until_varied(ch, fam, ex, 6, SamplingConfig(4, 16), on_try=seen.append)
+        group, tries = caches.sample_until_varied(ch, fam, ex, 6, SamplingConfig(4, 16), on_try=seen.append)
     assert [t.seed for t in tries] == [0, 1, 2, 3] and seen == tries and tries[-1].varied == ["punctuation:no_comma"]
     with Timer({}, "sample") as again:  # the same seeds again: every group from the cache
-        group2, _ = C.sample_until_varied(ch, fam, ex, 6, SamplingConfig(4, 16))
+        group2, _ = caches.sample_until_varied(ch, fam, ex, 6, SamplingConfig(4, 16))
     assert not first.cached and again.cached and again.text == "cached"
     np.testing.assert_array_equal(group.rewards, group2.rewards)
 
@@ -461,14 +463,14 @@ def test_first_load_of_the_default_model_says_it_converts(monkeypatch):
         said.append(text)
         yield
 
-    monkeypatch.setattr(M.st, "spinner", spinner)
-    monkeypatch.setattr(M, "_model", lambda name, device="auto": f"model {name}")
+    monkeypatch.setattr(models.st, "spinner", spinner)
+    monkeypatch.setattr(models, "_model", lambda name, device="auto": f"model {name}")
     monkeypatch.setattr("mrtpo.model.default_model_cached", lambda: False)
-    assert M.get_model("default") == "model default" and said == [M.CONVERTING]
+    assert models.get_model("default") == "model default" and said == [models.CONVERTING]
     assert "Converting the default model" in said[0] and "20 s" in said[0]
     monkeypatch.setattr("mrtpo.model.default_model_cached", lambda: True)
-    M.get_model("default")
-    M.get_model("tiny-random")
+    models.get_model("default")
+    models.get_model("tiny-random")
     assert len(said) == 1
 
 
@@ -499,8 +501,8 @@ def test_templates_page_malformed_then_rerun(sampled: AppTest):
 
 def test_explore_says_cached_for_a_group_sampled_before(sampled: AppTest):
     at = sampled
-    C.sample_cached.clear()  # (an earlier test in this process may have sampled the same group)
-    C.replay_cached.clear()
+    caches.sample_cached.clear()  # (an earlier test in this process may have sampled the same group)
+    caches.replay_cached.clear()
     at.button(key="explore_sample").click().run()
     first = at.session_state["mrtpo_group"].timings
     assert first["sample"].endswith(" s") and first["replay"].endswith(" s")

@@ -17,8 +17,10 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from mrtpo.model import MAX_NEW_TOKENS, SamplingConfig, compute_dtype, load_model, sample  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
-from mrtpo_app import caches as C  # noqa: E402
-from mrtpo_app import work as W  # noqa: E402
+from mrtpo_app import (
+    caches,  # noqa: E402
+    work,  # noqa: E402
+)
 from mrtpo_app.timer import Timer  # noqa: E402
 from tests.app.test_app import APP, _ok, shown  # noqa: E402
 
@@ -50,17 +52,18 @@ def test_sessions_sampling_at_once_get_their_seeds_groups_and_so_does_a_later_on
     lm = load_model("tiny-random", "cpu")
     alone = {s: [x.token_ids for x in sample(lm, prompt, n=4, max_new_tokens=MAX_NEW_TOKENS, seed=s)]
              for s in (2, 3, 4)}
-    C.sample_cached.clear()
-    got = together([lambda s=s: C.sample_cached("tiny-random", "cpu", prompt, SamplingConfig(4, MAX_NEW_TOKENS, seed=s))
+    caches.sample_cached.clear()
+    got = together([lambda s=s: caches.sample_cached("tiny-random", "cpu", prompt,
+                                                     SamplingConfig(4, MAX_NEW_TOKENS, seed=s))
                     for s in (2, 3, 4)])
     assert [[x.token_ids for x in g] for g in got] == [alone[s] for s in (2, 3, 4)]
     with Timer({}, "sample") as later:
-        again = C.sample_cached("tiny-random", "cpu", prompt, SamplingConfig(4, MAX_NEW_TOKENS, seed=2))
+        again = caches.sample_cached("tiny-random", "cpu", prompt, SamplingConfig(4, MAX_NEW_TOKENS, seed=2))
     assert later.cached and [x.token_ids for x in again] == alone[2]
 
 
 def test_turns_are_first_come_first_served_and_waiters_see_their_place():
-    turns, order, seen = W.Turns(), [], {}
+    turns, order, seen = work.Turns(), [], {}
     first_in = threading.Event()
 
     def user(name, hold):
@@ -90,7 +93,7 @@ def test_turns_are_first_come_first_served_and_waiters_see_their_place():
 
 
 def test_a_waiter_that_leaves_gives_up_its_place():
-    turns, order = W.Turns(), []
+    turns, order = work.Turns(), []
 
     class Gone(BaseException):  # what Streamlit raises in a session's thread when it stops
         pass
@@ -120,40 +123,40 @@ def test_a_job_that_waited_in_the_queue_records_only_its_own_work(tmp_path, monk
 
     rates = RT.Rates(tmp_path / "rates.json")
     monkeypatch.setattr(RT, "RATES", rates)
-    C.sample_cached.clear()
+    caches.sample_cached.clear()
     prompt, hold, holding = get_family("instructions").example("tea-note").prompt, 1.0, threading.Event()
 
     def other_job():
-        with W.TURNS.turn():
+        with work.TURNS.turn():
             holding.set()
             time.sleep(hold)
     t = threading.Thread(target=other_job)
     t.start()
     holding.wait(60)
     t0 = time.perf_counter()
-    with W.job():
-        C.sample_cached("tiny-random", "cpu", prompt, SamplingConfig(2, 8, seed=5))
+    with work.job():
+        caches.sample_cached("tiny-random", "cpu", prompt, SamplingConfig(2, 8, seed=5))
     wall = time.perf_counter() - t0
     t.join()
     lm = load_model("tiny-random", "cpu")
-    (_, seconds, _), = rates.runs(RT.rate_key(lm, compute_dtype(lm, C.PRECISION), "sample"))
+    (_, seconds, _), = rates.runs(RT.rate_key(lm, compute_dtype(lm, caches.PRECISION), "sample"))
     assert wall >= hold and seconds < wall - hold / 2
 
 
 def test_memo_computes_a_key_once_and_hands_out_copies():
-    memo, calls = W.Memo(2), []
+    memo, calls = work.Memo(2), []
 
     def compute():
         calls.append(1)
         time.sleep(0.2)
         return {"x": [1, 2]}
 
-    got = together([lambda: W.cached(memo, "k", compute) for _ in range(3)])
+    got = together([lambda: work.cached(memo, "k", compute) for _ in range(3)])
     assert len(calls) == 1 and sorted(c for _, c in got) == [False, False, True]
     got[0][0]["x"].append(3)
-    assert W.cached(memo, "k", compute) == ({"x": [1, 2]}, False)
+    assert work.cached(memo, "k", compute) == ({"x": [1, 2]}, False)
     for k in ("a", "b"):
-        W.cached(memo, k, compute)
+        work.cached(memo, k, compute)
     assert not memo.peek("k")[0] and memo.peek("b")[0]  # the least recently used went
 
 
@@ -166,7 +169,7 @@ def test_explore_says_it_waited_for_the_model():
     held = threading.Event()
 
     def other_session():
-        with W.TURNS.turn():
+        with work.TURNS.turn():
             held.set()
             time.sleep(2.0)
 

@@ -31,17 +31,17 @@ def _ok(at: AppTest) -> None:
 
 @pytest.fixture()
 def app(tiny):
-    from mrtpo_app import state as S
+    from mrtpo_app import state
 
     fam = get_family("instructions")
     ex = fam.example("tea-note")
     group = score_group(fam, ex, [Sample(tokenize_response(tiny, t)[0], t) for t in RESPONSES])
     template = template_for(fam).to_dict()
-    ch = S.Choices("tiny-random", "auto", "instructions", "tea-note")
+    ch = state.Choices("tiny-random", "auto", "instructions", "tea-note")
     at = AppTest.from_file(APP, default_timeout=120)
     at.session_state["mrtpo_family"], at.session_state["mrtpo_example"] = "instructions", "tea-note"
-    at.session_state["mrtpo_group"] = S.SessionGroup("task", ch, group, replay_scored(tiny, group, template_for(fam)),
-                                                     template, {"id": 1}, {})
+    at.session_state["mrtpo_group"] = state.SessionGroup(
+        "task", ch, group, replay_scored(tiny, group, template_for(fam)), template, {"id": 1}, {})
     at.run()
     _ok(at)
     return at, group

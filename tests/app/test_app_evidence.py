@@ -20,8 +20,10 @@ from mrtpo.groups import score_group, template_for
 from mrtpo.model import Sample, tokenize_response  # noqa: E402
 from mrtpo.replay import replay_scored
 from mrtpo.tasks import get_family  # noqa: E402
-from mrtpo_app import caches as C  # noqa: E402
-from mrtpo_app import state as S  # noqa: E402
+from mrtpo_app import (
+    caches,  # noqa: E402
+    state,  # noqa: E402
+)
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 RESPONSES = ["Tea, green tea, and a cup.", "Green tea in a cup is calm.", "Black tea, hot.", "Tea is nice."]
@@ -41,11 +43,11 @@ def app(tiny) -> AppTest:
     group = score_group(fam, ex, [Sample(tokenize_response(tiny, t)[0], t) for t in RESPONSES], info="quoted")
     template = template_for(fam).to_dict()
     replay = replay_scored(tiny, group, template_for(fam))
-    ch = S.Choices("tiny-random", "auto", "instructions", "tea-note")
+    ch = state.Choices("tiny-random", "auto", "instructions", "tea-note")
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state["mrtpo_family"], at.session_state["mrtpo_example"] = "instructions", "tea-note"
     at.session_state["explore_info"] = "quoted"  # the group's regime: told what the checker read
-    at.session_state["mrtpo_group"] = S.SessionGroup("task", ch, group, replay, template, {"id": 1}, {})
+    at.session_state["mrtpo_group"] = state.SessionGroup("task", ch, group, replay, template, {"id": 1}, {})
     at.run()
     _ok(at)
     return at
@@ -191,7 +193,7 @@ def _picked_measure_replays_again(at: AppTest, measure: str, input_of, **extra):
     assert f"relevance ρ ({measure})" in at.get("html")[0].proto.body
     run = at.session_state["mrtpo_group"]
     assert not any(input_of(r) for r in run.replay.responses)
-    again = C.replay_for(run.choices, run.group, run.template, **extra)  # the cached replay the page used
+    again = caches.replay_for(run.choices, run.group, run.template, **extra)  # the cached replay the page used
     assert all(set(input_of(r)) == set(r.js) for r in again.responses)
     df = next(d.value for d in at.dataframe if "token AUROC" in d.value.columns)
     want = faithfulness_table(token_view(run.group, again, measure=measure))
@@ -218,4 +220,4 @@ def test_attn_contrast_replays_once_more_with_the_attention(app: AppTest):
     """attn-contrast reads P_all's attention to each v_k, which the group's replay did not read: picking it replays
     the group once more with the attention (cached), and ρ is the library's for that replay."""
     run, again = _picked_measure_replays_again(app, "attn-contrast", lambda r: r.attn, attention=True)
-    assert C.lacks_inputs(run.replay, "attn-contrast") and not C.lacks_inputs(again, "attn-contrast")
+    assert caches.lacks_inputs(run.replay, "attn-contrast") and not caches.lacks_inputs(again, "attn-contrast")

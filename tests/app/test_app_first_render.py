@@ -21,13 +21,13 @@ FIRST_RENDER = """
 import json, sys
 from concurrent.futures import Future
 from streamlit.testing.v1 import AppTest
-from mrtpo_app import models as M
+from mrtpo_app import models
 held = []
 class Held:  # the preload thread, held back: whatever it would import stays unimported
     def submit(self, fn, *args):
         held.append([fn.__name__, *args])
         return Future()
-M._PRELOADER = Held()
+models._PRELOADER = Held()
 at = AppTest.from_file("app.py", default_timeout=60).run()
 print(json.dumps({"exceptions": [e.value for e in at.exception], "errors": [e.value for e in at.error],
                   "imported": [m for m in HEAVY if m in sys.modules], "held": held,
@@ -38,9 +38,9 @@ print(json.dumps({"exceptions": [e.value for e in at.exception], "errors": [e.va
 CLICK_DURING_PRELOAD = """
 import json, sys, threading
 from streamlit.testing.v1 import AppTest
-from mrtpo_app import models as M
-gate, preload = threading.Event(), M._preload
-M._preload = lambda *a: (gate.wait(60), preload(*a))[1]  # the preload thread starts its imports at the click
+from mrtpo_app import models
+gate, preload = threading.Event(), models._preload
+models._preload = lambda *a: (gate.wait(60), preload(*a))[1]  # the preload thread starts its imports at the click
 at = AppTest.from_file("app.py", default_timeout=120).run()  # asks for the preload (tiny-random)
 started = "torch" not in sys.modules  # so the click below comes before torch is imported
 gate.set()
@@ -48,7 +48,7 @@ at.button(key="explore_sample").click().run()
 html = " ".join(h.proto.body for h in at.get("html"))
 print(json.dumps({"exceptions": [e.value for e in at.exception], "errors": [e.value for e in at.error],
                   "clicked_before_imports": started, "tokens": html.count('class="tok"'),
-                  "preload_taken": M._PRELOADS == {} and ("tiny-random", "auto") in M._PRELOADED,
+                  "preload_taken": models._PRELOADS == {} and ("tiny-random", "auto") in models._PRELOADED,
                   "group": len(at.session_state["mrtpo_group"].group.samples)}))
 """
 

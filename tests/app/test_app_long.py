@@ -157,9 +157,9 @@ def test_upload_many_medium_rows_overview_first_past_the_page_budget(monkeypatch
     (scaled down to 1 MB): the rows' overview and one row × one reward in full, not every row drawn in full."""
     import json
 
-    from mrtpo.display import page as P
+    from mrtpo.display import page
 
-    monkeypatch.setattr(P, "PAGE_BUDGET", 1_000_000, raising=False)
+    monkeypatch.setattr(page, "PAGE_BUDGET", 1_000_000, raising=False)
     rng = np.random.default_rng(0)
     words = "the cup of green tea is warm and kind to the reader who sips it slowly".split()
     lines = [json.dumps({"input": "Write about tea.", "output": " ".join(rng.choice(words, 60)), "step": 1,

@@ -17,7 +17,7 @@ from mrtpo.groups import score_group, template_for  # noqa: E402
 from mrtpo.model import Sample, tokenize_response  # noqa: E402
 from mrtpo.replay import replay_scored  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
-from mrtpo_app import state as S  # noqa: E402
+from mrtpo_app import state  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 # rewards (no_comma, keywords:existence): (0, 1), (1, 0), (0, 1), (1, 0) — every sum is 1, so std(a) = 0
@@ -36,12 +36,12 @@ def _teach(tiny, info: str) -> AppTest:
     ex = fam.example("tea-note")
     group = score_group(fam, ex, [Sample(tokenize_response(tiny, t)[0], t) for t in RESPONSES], info=info)
     replay = replay_scored(tiny, group, template_for(fam))
-    ch = S.Choices("tiny-random", "auto", "instructions", "tea-note")
+    ch = state.Choices("tiny-random", "auto", "instructions", "tea-note")
     at = AppTest.from_file(APP, default_timeout=60)
     at.session_state["mrtpo_family"], at.session_state["mrtpo_example"] = "instructions", "tea-note"
     at.session_state["explore_info"] = info
-    at.session_state["mrtpo_group"] = S.SessionGroup("task", ch, group, replay, template_for(fam).to_dict(),
-                                                     {"id": 1}, {})
+    at.session_state["mrtpo_group"] = state.SessionGroup("task", ch, group, replay, template_for(fam).to_dict(),
+                                                         {"id": 1}, {})
     at.run()
     _ok(at)
     at.switch_page("pages/teach-mrtpo.py").run()
@@ -72,7 +72,7 @@ def test_teach_with_cancelling_rewards_shows_the_apps_token_advantages(tiny):
         assert "scale s = std(a)+ε = **0.0001**" in text and "f_0 = 1 / max(s, 1) = **1.0000**" in text
         want = sum(a * 0.5 * (float(rho[k][t]) - 1) for a, k in zip(a_hat, run.group.reward_names))
         assert float(page) == pytest.approx(want, abs=1e-4)  # GDPO's A_0 = 0 plus the reallocated part, floored
-        assert float(app) == pytest.approx(float(S.view(run, "mrtpo", 0.5).token_adv[0][t]), abs=1e-4)
+        assert float(app) == pytest.approx(float(state.view(run, "mrtpo", 0.5).token_adv[0][t]), abs=1e-4)
     assert any("The scale is below 1 here" in c.value for c in at.caption)
 
 

@@ -219,16 +219,16 @@ def test_bad_run_name_is_a_message_and_nothing_is_written(db):
 
 # ---------------------------------------------------------------------------------------------- experiments
 def _experiment(db, steps=2):
-    from mrtpo import experiment as X
+    from mrtpo import experiment
 
     base = {k: v for k, v in TrainConfig.from_dict(dict(model="tiny-random", device="cpu", task="instructions",
                                          example_ids=["plant-care", "city-travel"], group_size=4, prompts_per_step=1,
                                          max_new_tokens=8, probe_size=2)).to_dict().items()
-            if k not in X.PER_RUN_FIELDS}
-    exp = X.ExperimentConfig("pagexp", ["gdpo", "mrtpo"], 2, steps, base)
+            if k not in experiment.PER_RUN_FIELDS}
+    exp = experiment.ExperimentConfig("pagexp", ["gdpo", "mrtpo"], 2, steps, base)
     st = Store(db)
-    X.run_experiment(st, exp)
-    return st, exp, X.experiment_summary(X.read_experiment(st, exp))
+    experiment.run_experiment(st, exp)
+    return st, exp, experiment.experiment_summary(experiment.read_experiment(st, exp))
 
 
 def test_experiment_view(db):

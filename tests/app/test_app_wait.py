@@ -21,9 +21,11 @@ from mrtpo.model import SamplingConfig, load_model, sample  # noqa: E402
 from mrtpo.replay import ReplayConfig, replay_group  # noqa: E402
 from mrtpo.tasks import get_family  # noqa: E402
 from mrtpo.templates import Template  # noqa: E402
-from mrtpo_app import caches as C  # noqa: E402
-from mrtpo_app import wait  # noqa: E402
-from mrtpo_app import work as W  # noqa: E402
+from mrtpo_app import (
+    caches,  # noqa: E402
+    wait,  # noqa: E402
+    work,  # noqa: E402
+)
 from tests.app.test_app import APP, _ok, shown  # noqa: E402
 
 ROLLOUTS = str(__import__("pathlib").Path(APP).parent / "pages" / "your-rollouts.py")
@@ -43,7 +45,7 @@ def _explore(seed: int) -> AppTest:
 
 def _sample_key(seed: int) -> str:
     prompt = get_family("instructions").example("tea-note").prompt
-    return W.Memo.key("_sample", "tiny-random", "auto", prompt, SamplingConfig(seed=seed))
+    return work.Memo.key("_sample", "tiny-random", "auto", prompt, SamplingConfig(seed=seed))
 
 
 def _asked(at: AppTest) -> list[str]:
@@ -72,11 +74,11 @@ def test_above_the_threshold_sample_asks_first(monkeypatch):
     asked = _asked(at)
     assert len(asked) == 1 and QUESTION.match(asked[0]) and "(at most " in asked[0], asked  # a bound: not sampled
     assert "mrtpo_group" not in at.session_state
-    assert not C.sample_cached.memo.has(_sample_key(31))  # nothing ran
+    assert not caches.sample_cached.memo.has(_sample_key(31))  # nothing ran
     at.button(key="explore_cancel").click().run()
     _ok(at)
     assert [i.value for i in at.info][:1] == ["Cancelled: nothing was run."] and not _asked(at)
-    assert "mrtpo_group" not in at.session_state and not C.sample_cached.memo.has(_sample_key(31))
+    assert "mrtpo_group" not in at.session_state and not caches.sample_cached.memo.has(_sample_key(31))
     at.button(key="explore_sample").click().run()
     at.button(key="explore_continue").click().run()  # now it runs
     _ok(at)
@@ -129,21 +131,21 @@ def test_cancel_stops_mid_way_keeps_nothing_and_frees_the_model(monkeypatch, pha
     at = _explore(seed)
     stop = Stopper(phase, 3)
     monkeypatch.setattr(wait.Work, "show", lambda self, v, t: stop(self, v, t))
-    replays_before = len(C.replay_cached.memo._done)
+    replays_before = len(caches.replay_cached.memo._done)
     at.button(key="explore_sample").click().run()
     assert not at.exception and "mrtpo_group" not in at.session_state
     steps = [t for t in stop.seen if t.startswith(phase)]
     assert len(steps) == 3  # stopped at the third redraw: the work went no further
     if phase == "sampling":
-        assert not C.sample_cached.memo.has(_sample_key(seed))  # a stopped sampling is not kept
+        assert not caches.sample_cached.memo.has(_sample_key(seed))  # a stopped sampling is not kept
     else:
-        assert C.sample_cached.memo.has(_sample_key(seed))  # the sampling finished before the stop: kept
-        assert len(C.replay_cached.memo._done) == replays_before  # the replay is not
-    assert W.TURNS.waiting() == 0
+        assert caches.sample_cached.memo.has(_sample_key(seed))  # the sampling finished before the stop: kept
+        assert len(caches.replay_cached.memo._done) == replays_before  # the replay is not
+    assert work.TURNS.waiting() == 0
     got = threading.Event()
 
     def next_job():
-        with W.TURNS.turn():
+        with work.TURNS.turn():
             got.set()
 
     t0 = time.perf_counter()
@@ -171,7 +173,7 @@ def test_a_long_replay_shows_each_response_as_it_is_ready(monkeypatch):
     monkeypatch.delenv("MRTPO_ASK_ABOVE_S", raising=False)
     monkeypatch.setattr(wait, "PART_S", 0.0)  # every replay "long": one part per response
     monkeypatch.setattr(wait, "LONG", 10_000)
-    C.replay_cached.clear()
+    caches.replay_cached.clear()
     at = _explore(1)  # seed 1: the no-comma reward varies (it is replayed)
     at.button(key="explore_sample").click().run()
     _ok(at)
@@ -232,14 +234,14 @@ def test_streamlits_own_stop_lands_at_the_next_redraw(monkeypatch):
     at.button(key="explore_sample").click().run()
     assert not at.exception and "mrtpo_group" not in at.session_state
     assert len(seen) == 3  # the third redraw raised: no fourth step was shown, the sampling stopped there
-    assert not C.sample_cached.memo.has(_sample_key(36)) and W.TURNS.waiting() == 0
+    assert not caches.sample_cached.memo.has(_sample_key(36)) and work.TURNS.waiting() == 0
 
 
 def test_a_stopped_computation_is_no_answer_for_a_session_waiting_for_it():
     """Session A computes a key and is stopped mid-way (Streamlit's StopException from its progress callback);
     session B, waiting for the same key, is not handed the stop: it computes the key itself; only B's value is kept,
     and no turn is left held."""
-    memo, started, runs = W.Memo(4), threading.Event(), []
+    memo, started, runs = work.Memo(4), threading.Event(), []
 
     def stopped():
         runs.append("a")
@@ -269,4 +271,4 @@ def test_a_stopped_computation_is_no_answer_for_a_session_waiting_for_it():
     for t in threads:
         t.join(10)
     assert out == {"a": "stopped", "b": ({"value": 7}, True)} and runs == ["a", "b"]
-    assert memo.peek("k") == (True, {"value": 7}) and W.TURNS.waiting() == 0
+    assert memo.peek("k") == (True, {"value": 7}) and work.TURNS.waiting() == 0

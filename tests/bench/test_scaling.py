@@ -120,7 +120,7 @@ def test_phase_timers_split_the_replay_and_leave_its_numbers(tiny):
     assert spent["decoder"] > 0 and spent["vocabulary"] > 0
     assert spent["decoder"] + spent["vocabulary"] <= total
     assert engine.shared_hidden is kvtrie.shared_hidden  # restored
-    assert engine._finish.__name__ == "_finish"
+    assert engine.vocabulary_side.__name__ == "vocabulary_side"
     for a, b in zip(before.responses, during.responses):
         for k in a.js:
             np.testing.assert_array_equal(a.js[k], b.js[k])
@@ -130,8 +130,8 @@ def test_phase_timers_split_the_replay_and_leave_its_numbers(tiny):
 def test_phase_timers_name_a_function_the_engine_lost(monkeypatch):
     from mrtpo.replay import engine, kvtrie
 
-    monkeypatch.delattr(engine, "_finish")
-    with pytest.raises(RuntimeError, match=r"mrtpo.replay.engine._finish is gone"):
+    monkeypatch.delattr(engine, "vocabulary_side")
+    with pytest.raises(RuntimeError, match=r"mrtpo.replay.engine.vocabulary_side is gone"):
         with SP.phase_timers():
             pass
     assert engine.shared_hidden is kvtrie.shared_hidden  # nothing left wrapped

@@ -3,7 +3,7 @@ head's FLOP share, the stage timers (they count the engine's calls and put the l
 import torch
 
 from bench import vocab as B
-from mrtpo.replay import ReplayConfig, engine, replay_group
+from mrtpo.replay import ReplayConfig, engine, replay_group, vocab
 
 
 def test_rows_and_ratios():
@@ -32,10 +32,10 @@ def test_head_flop_share_by_hand(tiny):
 
 
 def test_stage_timers_count_and_restore(tiny):
-    saved = (engine._finish, engine.chain, engine.fused_chain, torch.matmul)
+    saved = (engine.vocabulary_side, vocab.chain, vocab.fused_chain, torch.matmul)
     with B.stage_timers() as spent:
         replay_group(tiny, "List users.", {"a": "check a", "b": "check b"}, ["SELECT 1;"],
                      config=ReplayConfig(fused="off"))
     assert spent["vocabulary"] > 0 and spent["projection"] > 0 and spent["chain"] > 0
     assert spent["vocabulary"] >= spent["projection"] + spent["chain"]
-    assert (engine._finish, engine.chain, engine.fused_chain, torch.matmul) == saved
+    assert (engine.vocabulary_side, vocab.chain, vocab.fused_chain, torch.matmul) == saved

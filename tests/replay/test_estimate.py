@@ -24,7 +24,7 @@ from mrtpo.replay.estimate import (
     eta_text,
     replay_tokens,
 )
-from mrtpo.replay.parts import replay_in_parts, split_parts
+from mrtpo.replay.group import split_parts
 
 PROMPT = "Write two lines about tea."
 INFO = {"brief": "Answer in under two lines.", "tea": "Mention green tea by name.",
@@ -336,9 +336,9 @@ def test_a_group_replayed_in_parts_gives_the_one_shot_numbers(tiny, group):
     cfg = ReplayConfig(precision="model")
     one = replay_group(tiny, PROMPT, INFO, group, rewards=R, config=cfg)
     seen, calls = [], []
-    parts = replay_in_parts(tiny, PROMPT, INFO, group, rewards=R, config=cfg, parts=3,
-                            progress=lambda d, t: calls.append(d / t), on_part=lambda idx, rep: seen.append(
-                                (idx, [r.token_ids for r in rep.responses])))
+    parts = replay_group(tiny, PROMPT, INFO, group, rewards=R, config=cfg, parts=3,
+                         progress=lambda d, t: calls.append(d / t), on_part=lambda idx, rep: seen.append(
+                             (idx, [r.token_ids for r in rep.responses])))
     assert [idx for idx, _ in seen] == split_parts(4, 3) == [[0], [1, 2], [3]]
     assert [t for _, ts in seen for t in ts] == [s.token_ids for s in group]  # each part's responses, in order
     # the rewards to replay are the group's: "kind" is constant in the group, "brief" varies though not in part [1, 2]

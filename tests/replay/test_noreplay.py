@@ -11,9 +11,8 @@ from mrtpo.model import sample
 from mrtpo.replay import (
     GroupInput,
     ReplayConfig,
-    measured_group,
-    measured_groups,
     replay_group,
+    replay_groups,
     replay_scored,
     sampling_entropy,
 )
@@ -129,8 +128,8 @@ def test_no_replay_for_ktae_and_entropy(tiny, no_replay, monkeypatch):
 
 
 def test_one_result_serves_every_measure(tiny, monkeypatch):
-    """measured_group: one replay (with the attention pass), the group's rewards, the entropy forward; each measure
-    re-derived from it equals the single call with that measure."""
+    """replay_groups with several measures: one replay (with the attention pass), the group's rewards, the entropy
+    forward; each measure re-derived from it equals the single call with that measure."""
     from mrtpo.model import decoder
 
     monkeypatch.setattr(decoder, "fast_bf16_cpu", lambda: False)  # float32 everywhere: the batches round alike
@@ -138,10 +137,10 @@ def test_one_result_serves_every_measure(tiny, monkeypatch):
     R = np.array([[1, 0], [0, 1], [1, 1]], dtype=float)
     gi = GroupInput(PROMPT, INFO, texts, R, PROMPT)
     measures = ["js", "ktae", "entropy", "attn-contrast", "js-support"]
-    both = measured_group(tiny, gi, None, measures, skip_constant=False)
+    both = replay_groups(tiny, [gi], None, measure=measures, skip_constant=False)[0]
     assert both.replayed and both.attention_seconds > 0 and both.entropy_seconds > 0
     for m in measures:
-        one = measured_group(tiny, gi, None, [m], skip_constant=False)
+        one = replay_groups(tiny, [gi], None, measure=[m], skip_constant=False)[0]
         assert one.replayed == (m not in ("ktae", "entropy"))
         for a, b in zip(one.with_measure(m).responses, both.with_measure(m).responses):
             for k in INFO:
@@ -151,8 +150,8 @@ def test_one_result_serves_every_measure(tiny, monkeypatch):
 def test_measured_groups_skip_the_replay_for_replay_free_measures(tiny, no_replay):
     fam = get_family("sql")
     g = sample_group(tiny, fam, fam.examples()[0], n=3, max_new_tokens=8, seed=2)
-    rep = measured_groups(tiny, [g], template_for(fam), ["ktae", "entropy", "evidence"], skip_constant=False,
-                          config=ReplayConfig())[0]
+    rep = replay_groups(tiny, [g], template_for(fam), ReplayConfig(), ["ktae", "entropy", "evidence"],
+                        skip_constant=False)[0]
     assert not rep.replayed
     for m in ("ktae", "entropy", "evidence"):
         assert set(rep.with_measure(m, g.evidence).responses[0].relevance) == set(g.reward_names)

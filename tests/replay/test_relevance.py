@@ -55,8 +55,8 @@ def test_normalize_relevance():
     d = torch.tensor([[0.0, 1.0, 3.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
     rho = normalize_relevance(d, mask)
-    np.testing.assert_allclose(rho[0].numpy(), [0.0, 0.75, 2.25, 0.0])  # T·d/Σd with T = 3
-    np.testing.assert_allclose(rho[1].numpy(), [1.0, 1.0, 0.0, 0.0])  # Σd = 0 → uniform
+    np.testing.assert_allclose(rho[0].numpy(), [0.0, 0.75, 2.25, 1.0])  # T·d/Σd with T = 3; 1 on padding
+    np.testing.assert_allclose(rho[1].numpy(), [1.0, 1.0, 1.0, 1.0])  # Σd = 0 → uniform; 1 on padding
     assert rho[0, :3].mean().item() == pytest.approx(1.0)
 
 
@@ -115,11 +115,11 @@ def test_reworded_variants_batched_equal_naive_and_leave_the_rest_alone(tiny):
 def test_small_logits_budget_chunks_vocab(tiny, monkeypatch, precision):
     """Projections of a few tokens (logits_budget), and the element-wise chain a token at a time inside them
     (JS_LOGITS), give what one projection of everything gives: the same numbers, bit for bit."""
-    from mrtpo.replay import engine as E
+    from mrtpo.replay import vocab
 
     V = tiny.model.config.vocab_size
     whole = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(precision=precision))
-    monkeypatch.setattr(E, "JS_LOGITS", V * (1 + len(INFO)))  # one token per step of the chain
+    monkeypatch.setattr(vocab, "JS_LOGITS", V * (1 + len(INFO)))  # one token per step of the chain
     budget = 4 * V * (1 + len(INFO))  # 4 tokens per projection
     parts = replay_group(tiny, PROMPT, INFO, RESPONSES[:2], config=ReplayConfig(logits_budget=budget,
                                                                               precision=precision))

@@ -23,14 +23,14 @@ def test_config_checks_the_measure():
 
 def test_trainer_uses_the_measure(monkeypatch, tmp_path):
     seen = []
-    real = train_mod.replay_scored_groups
+    real = train_mod.replay_groups
 
     def spy(*args, **kwargs):
         res = real(*args, **kwargs)
         seen.extend((kwargs.get("measure"), r) for r in res)
         return res
 
-    monkeypatch.setattr(train_mod, "replay_scored_groups", spy)
+    monkeypatch.setattr(train_mod, "replay_groups", spy)
     from mrtpo.store import Store
 
     st = Store(tmp_path / "runs.db")
@@ -102,13 +102,13 @@ def test_the_oracle_trains_without_a_replay(tmp_path):
 def test_the_regime_reaches_the_trainers_replay(monkeypatch):
     """TrainConfig's info decides v_k in the trainer's replays: quoted P_all quotes what the checker read."""
     seen = []
-    real = train_mod.replay_scored_groups
+    real = train_mod.replay_groups
 
     def spy(lm, groups, *a, **kw):
         seen.extend(groups)
         return real(lm, groups, *a, **kw)
 
-    monkeypatch.setattr(train_mod, "replay_scored_groups", spy)
+    monkeypatch.setattr(train_mod, "replay_groups", spy)
     for info in ("rule", "quoted"):
         seen.clear()
         Trainer(cfg(info=info, probe_size=0), family=EvidenceToy()).train(1)

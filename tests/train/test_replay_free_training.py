@@ -24,14 +24,14 @@ def test_the_trainer_credits_without_a_replay(measure, no_replay, monkeypatch, t
     from mrtpo.store import Store
 
     seen = []
-    real = train_mod.replay_scored_groups
+    real = train_mod.replay_groups
 
     def spy(lm, groups, *a, **kw):
         res = real(lm, groups, *a, **kw)
         seen.extend(zip(groups, res))
         return res
 
-    monkeypatch.setattr(train_mod, "replay_scored_groups", spy)
+    monkeypatch.setattr(train_mod, "replay_groups", spy)
     st = Store(tmp_path / "runs.db")
     tr = Trainer(cfg(measure=measure, probe_size=0), st, "r", family=ToyFamily())
     m = tr.train(1)[0]
