@@ -173,12 +173,18 @@ class Ticker:
         return f"; about {duration_text(pace * (self.total - self.done))} left"
 
 
+def samples_key(lm: LoadedModel, spec: TuneSpec, ex: Example, seed: int) -> str:
+    """What decides a group's responses: the model, the example's content, the seed and the sampling settings."""
+    s = spec.sampling
+    return key("samples", model_identity(lm), lm.name, spec.family.name, example_digest(ex), seed, s.group_size,
+               s.max_new_tokens, s.temperature, s.top_p, spec.precision)
+
+
 def sampled(lm: LoadedModel, spec: TuneSpec, ex: Example, seed: int, cache: TuneCache, tick: Ticker
             ) -> tuple[str, list[Sample], float]:
     """The group of ``ex`` at ``seed`` (from the cache when it holds it): (its key, the samples, seconds taken)."""
     s = spec.sampling
-    k = key("samples", model_identity(lm), lm.name, spec.family.name, example_digest(ex), seed, s.group_size,
-            s.max_new_tokens, s.temperature, s.top_p, spec.precision)
+    k = samples_key(lm, spec, ex, seed)
     rec = cache.get("samples", k)
     if rec is None:
         t0 = time.perf_counter()
@@ -296,3 +302,24 @@ def run_tune(lm: LoadedModel, spec: TuneSpec, cache: TuneCache | None = None,
     seconds = time.perf_counter() - t0
     choice.report = held_out_report(tuning, held, choice, spec, seconds)
     return TuneResult(choice, tuning, held, seconds)
+
+
+def estimate_tune(lm: LoadedModel, spec: TuneSpec, cache: TuneCache | None = None):
+    """Sampling and replaying what :func:`run_tune` still has to compute (groups whose samples the cache holds
+    count nothing): an upper bound, as :func:`mrtpo.replay.estimate.estimate_task_group` gives one group's."""
+    from mrtpo.replay.estimate import Estimate, estimate_task_group
+
+    cache = cache if cache is not None else TuneCache(None)
+    configs = spec.configs()
+    need = measure_needs(spec.measures)
+    s = spec.sampling
+    total = Estimate()
+    for draw, extra in ((spec.tuning, 0), (spec.held_out, 2)):
+        for ex, seed in draw.groups():
+            if cache.has("samples", samples_key(lm, spec, ex, seed)):
+                continue
+            total = total + estimate_task_group(lm, spec.family, ex, s.group_size, s.max_new_tokens,
+                                                next(iter(configs.values())).template, precision=spec.precision,
+                                                replays=len(configs) + extra, attention=need["attention"],
+                                                reword=need["reword"])
+    return total

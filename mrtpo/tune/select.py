@@ -93,8 +93,7 @@ def refused(records: Sequence[dict]) -> dict[str, str]:
     for kind, n in left.items():
         if kind not in counted:
             parts = [f"{words[w]} in {plural(c, 'reply', 'replies')}" for w, c in n.items() if c]
-            out[kind] = ("its checker states no evidence a token could be scored against: it " + "; ".join(parts)
-                         + "; it keeps the default entry")
+            out[kind] = "its checker states no evidence a token could be scored against: it " + "; ".join(parts)
     return out
 
 
@@ -213,3 +212,32 @@ def held_out_report(tuning: Sequence[dict], held: Sequence[dict], choice: Choice
                  "replay_seconds": sum(v for s in secs for k, v in s.items() if k != "sampling"),
                  "replays": sum(len(s) - 1 for s in secs)},
     }
+
+
+def ci_text(ci) -> str:
+    """``0.712 [0.690, 0.733]`` (``–`` without pairs)."""
+    mean, lo, hi, n = ci
+    return "–" if not n else f"{mean:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def delta_text(ci) -> str:
+    mean, lo, hi, n = ci
+    return "–" if not n else f"{mean:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def summary_rows(choice: Choice) -> list[dict]:
+    """The choice's report as rows, one per reward kind and one for every pair ("all"): the entry chosen, the pairs
+    on the held-out draw, the tuning score of the entry, today's and the chosen configuration's held-out token AUROC
+    with intervals, and their paired difference."""
+    rep = choice.report
+    ho, tu = rep["held_out"], rep["tuning"]
+    kinds = [k for k in ho["tuned"] if k != "*"]
+    out = []
+    for k in [*kinds, "*"]:
+        e = choice.kinds.get(k, choice.default) if k != "*" else None
+        out.append({"reward kind": "all" if k == "*" else k,
+                    "entry": "per kind" if e is None else f"{e.wording} + {e.measure}",
+                    "pairs (held-out)": ho["tuned"][k][3], "tuning (chosen)": ci_text(tu["tuned"].get(k, [0] * 4)),
+                    "held-out: today (rule + js)": ci_text(ho["default"][k]),
+                    "held-out: tuned": ci_text(ho["tuned"][k]), "Δ": delta_text(ho["delta"].get(k, [0] * 4))})
+    return out
