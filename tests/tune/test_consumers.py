@@ -1,0 +1,70 @@
+"""The choice file where it is read: the trainer (``TrainConfig.tuned``: each step's replay worded and measured as
+the file says; a stale file refused before anything runs), an experiment's arm (``mrtpo:tuned=FILE``) and the
+fields it replaces refused beside it."""
+from pathlib import Path
+
+import pytest
+
+import mrtpo.train.loop as L
+from mrtpo import experiment as X
+from mrtpo.errors import MrtpoError
+from mrtpo.templates import Template
+from mrtpo.train import TrainConfig, Trainer
+from mrtpo.tune import Choice, ChoiceError, Entry, save_choice
+from mrtpo.tune.space import TUNED
+
+
+def choice_file(tmp_path: Path, name="choice.json", family="sql", model_id="tiny-random") -> Path:
+    c = Choice(Template("Checks:\n{verifier_info}\n\n{prompt}", "* {reward}: {text}", "\n"), "before",
+               Entry("rule", "{rule}", "js-support"), {"format": Entry("checker", "The {kind} checker: {rule}",
+                                                                      "attn-contrast+js-support")},
+               {}, "tiny-random", model_id, family)
+    path = tmp_path / name
+    save_choice(c, path)
+    return path
+
+
+def cfg(**kw) -> TrainConfig:
+    base = dict(model="tiny-random", device="cpu", task="sql", method="mrtpo", group_size=2, prompts_per_step=1,
+                max_new_tokens=8, warmup=0, probe_size=0, seed=3, example_ids=["shop-03"])
+    return TrainConfig.from_dict({**base, **kw})
+
+
+def test_a_trainer_replays_as_the_choice_says(tmp_path, monkeypatch):
+    path = choice_file(tmp_path)
+    seen = []
+    real = L.tuned_replays
+    monkeypatch.setattr(L, "tuned_replays", lambda *a, **k: seen.append(a) or real(*a, **k))
+    tr = Trainer(cfg(tuned=str(path)))
+    assert tr.template == Template("Checks:\n{verifier_info}\n\n{prompt}", "* {reward}: {text}", "\n")
+    ro = tr.rollout(1)
+    _, replays, relevance = tr.credit_for(ro, 1, L.PhaseClock(1))
+    assert len(seen) == 1 and seen[0][2].source == f"choice file {path}"
+    assert replays[0].measure == TUNED and "user\nChecks:\n" in replays[0].prompts[0]["__all__"]
+    # format's text worded by the checker wording, the other rewards' as written
+    assert "* format: The format checker: " in replays[0].prompts[0]["__all__"]
+    assert relevance[0] == replays[0].responses[0].relevance
+
+
+def test_a_stale_or_clashing_choice_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ChoiceError, match="was tuned for the 'tools' task, not 'sql'"):
+        Trainer(cfg(tuned=str(choice_file(tmp_path, "t.json", family="tools"))))
+    with pytest.raises(ChoiceError, match="tuned on model 'tiny-random' \\(SmolLM2-135M-Instruct\\), not on "
+                                          "'tiny-random'"):
+        Trainer(cfg(tuned=str(choice_file(tmp_path, "m.json", model_id="SmolLM2-135M-Instruct"))))
+    with pytest.raises(ChoiceError, match="file not found"):
+        Trainer(cfg(tuned=str(tmp_path / "none.json")))
+    with pytest.raises(MrtpoError, match="tuned .* leave measure, info out"):
+        cfg(tuned="x.json", measure="js-support", info="quoted")
+    # the path is stored absolute; a stored config loads even when its file is gone
+    c = cfg(tuned="rel/choice.json")
+    assert Path(c.tuned).is_absolute() and TrainConfig.from_dict(c.to_dict()).tuned == c.tuned
+
+
+def test_an_experiment_arm_trains_with_a_choice_file(tmp_path):
+    path = choice_file(tmp_path, "my choice.json")
+    base = {k: v for k, v in cfg().to_dict().items() if k not in X.PER_RUN_FIELDS}
+    e = X.ExperimentConfig("e", ["mrtpo", f"mrtpo:tuned={path}"], 1, 1, base)
+    assert [n for _, _, n in e.runs()] == ["e.mrtpo.s0", "e.mrtpo.tuned-my_choice.s0"]
+    assert e.run_config(f"mrtpo:tuned={path}", 0).tuned == str(path)
+    assert e.run_config("mrtpo", 0).tuned is None
