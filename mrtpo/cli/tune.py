@@ -143,3 +143,40 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto", type=device_flag, help="auto | cpu | cuda | cuda:N | mps")
     quiet_arg(p)
     p.set_defaults(fn=cmd_tune)
+
+
+# ---------------------------------------------------------------------------------------------- other commands
+def tuned_flag(p) -> None:
+    """``--tuned CHOICE``: a choice file (``explain``; ``train`` and ``experiment`` have it as a config field)."""
+    p.add_argument("--tuned", default=None, metavar="CHOICE",
+                   help="a choice file written by `mrtpo tune`: each reward's verifier-information wording and "
+                        "relevance measure, and the template (instead of --template, --measure and --info)")
+
+
+def tuned_choice(a):
+    """The choice of ``--tuned`` (None without it), validated before any model work; the flags it replaces, given
+    beside it, are refused."""
+    from mrtpo.cli.common import given_flag
+    from mrtpo.tune import load_choice
+
+    if not getattr(a, "tuned", None):
+        return None
+    clash = [given_flag(a, k) for k in ("measure", "info") if given_flag(a, k)] + \
+        (["--template"] if getattr(a, "template", None) else [])
+    if clash:
+        raise MrtpoError(f"--tuned {a.tuned} gives the template and each reward's wording and measure: leave "
+                         f"{', '.join(clash)} out")
+    return load_choice(a.tuned)
+
+
+def tuned_group_replay(choice, lm, group, task: str | None, config, progress):
+    """``group`` worded and replayed as ``choice`` says (checked against ``lm`` and ``task`` first): (the worded
+    group, its replay with each reward's own measure)."""
+    from mrtpo.tasks import get_family
+    from mrtpo.tune import model_identity
+    from mrtpo.tune.apply import tuned_replays
+
+    fam = get_family(task) if task else None
+    choice.check(model_identity(lm), fam.name if fam else None)
+    worded, reps = tuned_replays(lm, [group], choice, fam, config=config, progress=progress)
+    return worded[0], reps[0]

@@ -68,3 +68,41 @@ def test_an_experiment_arm_trains_with_a_choice_file(tmp_path):
     assert [n for _, _, n in e.runs()] == ["e.mrtpo.s0", "e.mrtpo.tuned-my_choice.s0"]
     assert e.run_config(f"mrtpo:tuned={path}", 0).tuned == str(path)
     assert e.run_config("mrtpo", 0).tuned is None
+
+
+def test_explain_reads_a_choice_file(tmp_path, capsys):
+    import json
+
+    import numpy as np
+
+    from mrtpo.cli import main
+    from mrtpo.groups import score_group
+    from mrtpo.model import Sample, load_model, tokenize_response
+    from mrtpo.tasks import get_family
+    from mrtpo.tune import load_choice
+    from mrtpo.tune.apply import tuned_replays
+
+    path = choice_file(tmp_path)
+    resp = tmp_path / "r.jsonl"
+    texts = ["```sql\nSELECT name FROM customers\n```", "SELECT 1"]
+    resp.write_text("\n".join(json.dumps({"response": t}) for t in texts) + "\n")
+    out = tmp_path / "e.json"
+    args = ["explain", "--task", "sql", "--example", "shop-03", "--responses", str(resp), "--model", "tiny-random",
+            "--html", str(tmp_path / "e.html"), "--json", str(out), "--quiet"]
+    assert main([*args, "--tuned", str(path)]) == 0
+    data = json.loads(out.read_text())
+    assert data["measure"] == TUNED and data["tuned"] == str(path)
+    # the same as the library's tuned replay of the same group
+    lm, fam = load_model("tiny-random", "cpu"), get_family("sql")
+    g = score_group(fam, fam.example("shop-03"), [Sample(tokenize_response(lm, t)[0], t) for t in texts])
+    rep = tuned_replays(lm, [g], load_choice(path), fam)[1][0]
+    for k, rho in rep.responses[0].relevance.items():
+        np.testing.assert_allclose(data["responses"][0]["relevance"][k], rho, atol=1e-5)
+    capsys.readouterr()
+    assert main([*args, "--tuned", str(path), "--measure", "js-word"]) == 2
+    assert "--tuned" in (err := capsys.readouterr().err) and "leave --measure out" in err
+    assert main([*args, "--tuned", str(choice_file(tmp_path, "t.json", family="tools"))]) == 2
+    assert "was tuned for the 'tools' task, not 'sql'" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text('{"kind": "mrtpo-tune-choice", "version": 2}')
+    assert main([*args, "--tuned", str(tmp_path / "bad.json")]) == 2
+    assert "version 2; this mrtpo reads choice files of version 1" in capsys.readouterr().err
