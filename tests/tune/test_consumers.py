@@ -106,3 +106,38 @@ def test_explain_reads_a_choice_file(tmp_path, capsys):
     (tmp_path / "bad.json").write_text('{"kind": "mrtpo-tune-choice", "version": 2}')
     assert main([*args, "--tuned", str(tmp_path / "bad.json")]) == 2
     assert "version 2; this mrtpo reads choice files of version 1" in capsys.readouterr().err
+
+
+def test_trl_trainer_reads_a_choice_file(tmp_path, tiny, monkeypatch):
+    pytest.importorskip("trl", reason="optional extra 'trl' not installed")
+    import torch
+
+    import mrtpo.integrations.trl as trl_mod
+    from tests.integrations.test_trl import _inputs, _trainer
+
+    c = Choice(Template("{prompt}\nChecks: {verifier_info}", "[{reward}] {text}", "; "), "custom",
+               Entry("rule", "{rule}", "js-support"),
+               {}, {"_reward_len": Entry("checker", "The {kind} checker: {rule}", "attn-contrast")},
+               "tiny-random", "tiny-random", None)
+    path = tmp_path / "c.json"
+    save_choice(c, path)
+    seen = []
+    real = trl_mod.replay_groups
+    monkeypatch.setattr(trl_mod, "replay_groups", lambda *a, **k: seen.append((a, k)) or real(*a, **k))
+    tr = _trainer(tmp_path, tiny, "mrtpo", 0.5, tuned=str(path))
+    torch.manual_seed(0)
+    tr._generate_and_score_completions(_inputs())
+    (args, kw), = seen
+    assert args[2] == c.template and kw["measure"] == "js" and kw["attention"] is True
+    info = args[1][0].verifier_info[0]
+    assert info["_reward_len"].startswith("The _reward_len checker: length modulo 3")
+    assert info["_reward_vowels"] == "the answer must contain a vowel"
+    with pytest.raises(MrtpoError, match="gives the template and each reward's measure: leave measure out"):
+        trl_mod.MRTPOConfig(tuned=str(path), measure="js-word")
+    save_choice(Choice(Template(), "after", Entry("findings", "{rule} {findings}", "js")), tmp_path / "f.json")
+    with pytest.raises(MrtpoError, match="wording 'findings' reads \\{findings\\}"):
+        trl_mod.MRTPOConfig(tuned=str(tmp_path / "f.json"))
+    # a model whose name says it is another one: the choice is stale
+    monkeypatch.setattr(tiny.model.config, "_name_or_path", "org/other-model")
+    with pytest.raises(ChoiceError, match="tuned on model 'tiny-random' \\(tiny-random\\), not on 'other-model'"):
+        _trainer(tmp_path, tiny, "mrtpo", 0.5, tuned=str(path))
