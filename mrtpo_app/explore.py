@@ -21,6 +21,7 @@ from mrtpo_app import caches as C
 from mrtpo_app import long_view as LV
 from mrtpo_app import state as S
 from mrtpo_app import topk_chart
+from mrtpo_app import tune_panel as TP
 from mrtpo_app import work as W
 from mrtpo_app.sampling import Inputs, sample_group
 from mrtpo_app.timer import Timer
@@ -78,7 +79,7 @@ def constant_warning(inp: Inputs, run: S.SessionGroup) -> None:
 
 def _measure_picker(where) -> str:
     """The relevance measure (ρ is re-derived from the stored replay: no model call); `js` is the paper's."""
-    names = measure_names()
+    names = measure_names() + ([TP.TUNED] if TP.session_choice(S.choices().family) is not None else [])
     kept = st.session_state.get(S.MEASURE_KEY, MEASURE)
 
     def keep() -> None:
@@ -157,7 +158,9 @@ def heatmaps(run: S.SessionGroup, method: str) -> None:
              "advantages stay visible; shared by the group: one scale for every response, to compare responses. "
              "The download uses the same choice.")
     replay = run.replay
-    if C.lacks_inputs(replay, measure):
+    if measure == TP.TUNED:  # each reward its own measure, as this session's tuned configuration says
+        replay, measure = TP.tuned_replay(run, replay), None
+    elif C.lacks_inputs(replay, measure):
         what = "P_k′ (v_k said in other words)" if needs_rewording(measure) else "P_all's attention to each v_k"
         with guard(f"replaying for {measure}"), st.spinner(f"{measure} reads {what}: replaying the group once more…"), \
                 W.job():

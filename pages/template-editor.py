@@ -13,6 +13,7 @@ from mrtpo.replay.noreplay import with_context
 from mrtpo.templates import Template
 from mrtpo_app import caches as C
 from mrtpo_app import state as S
+from mrtpo_app import tune_panel
 from mrtpo_app.sidebar import page
 from mrtpo_app.timer import Timer
 from mrtpo_app.ui import guard, md, short, show_error
@@ -52,6 +53,11 @@ run = S.require_group()
 g = run.group
 fam_key = run.choices.family if run.mode == "task" else None
 st.markdown(f"Group **{md(run.label)}**, G = {len(g.samples)}; rewards: {md(', '.join(g.reward_names))}")
+if st.segmented_control("What to do", ["Edit by hand", "Tune"], default="Edit by hand", required=True,
+                        key="tpl_mode", help="Tune: search each reward's wording and relevance measure on a tuning "
+                                             "draw, judge the choice on a held-out draw") == "Tune":
+    tune_panel.show(run)
+    st.stop()
 
 cur = run.template
 c1, c2 = st.columns([3, 1])
