@@ -184,9 +184,9 @@ def _side_by_side(run: S.SessionGroup, choice) -> tuple:
     i = st.selectbox("Response", list(range(len(g.samples))), key="tune_response",
                      format_func=lambda j: f"#{j} — {short(g.samples[j].text, 70)}")
     with st.spinner("replaying the group under both configurations (cached by their inputs)…"), W.job():
-        today = C.replay_for(run.choices, g, template_for(fam).to_dict())
+        today = C.replay_for(run.choices, g, template_for(fam).to_dict(), skip_constant=False)  # every reward's ρ
         tg = tuned_group(choice, fam, g)
-        tuned = C.replay_for(run.choices, tg, choice.template.to_dict(), **replay_inputs(choice))
+        tuned = C.replay_for(run.choices, tg, choice.template.to_dict(), skip_constant=False, **replay_inputs(choice))
     tuned = choice_relevance(with_context(tuned, tg.samples, tg.reward_names, tg.rewards), choice)
     c1, c2 = st.columns(2)
     for col, grp, rep, title in ((c1, g, today, "Today: the family's template, the rule as written, js"),
@@ -194,8 +194,9 @@ def _side_by_side(run: S.SessionGroup, choice) -> tuple:
         v = token_view(grp, rep, measure=None if rep is tuned else "js")
         col.markdown(f"**{title}**")
         col.html(f"<style>{render.CSS}</style>{render.response_html(v, i, scale='response', group=grp)}")
-    st.caption("The same response and advantages; only the relevance ρ that spreads each reward's advantage differs. "
-               "Underlined: the characters each checker read.")
+    st.caption("The same response and advantages; only the relevance ρ that spreads each reward's advantage differs "
+               "(every reward replayed, also one constant in the group). Underlined: the characters each checker "
+               "read.")
     return tg, tuned  # the worded group and its tuned replay
 
 

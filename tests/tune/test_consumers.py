@@ -141,3 +141,11 @@ def test_trl_trainer_reads_a_choice_file(tmp_path, tiny, monkeypatch):
     monkeypatch.setattr(tiny.model.config, "_name_or_path", "org/other-model")
     with pytest.raises(ChoiceError, match="tuned on model 'tiny-random' \\(tiny-random\\), not on 'other-model'"):
         _trainer(tmp_path, tiny, "mrtpo", 0.5, tuned=str(path))
+
+
+def test_the_credit_log_of_a_tuned_run_says_so(tmp_path):
+    import json
+
+    Trainer(cfg(tuned=str(choice_file(tmp_path)), credit_log=str(tmp_path / "log")))
+    meta = json.loads((tmp_path / "log" / "meta.json").read_text())
+    assert meta["measure"] == "tuned"  # each reward's own measure, not the config's js
