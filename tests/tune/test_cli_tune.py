@@ -51,3 +51,19 @@ def test_checkers_without_evidence_are_refused_by_name(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no reward's checker stated evidence in the tuning draw" in err
     assert "'mention': its checker states no evidence" in err and "read nothing specific (evidence [])" in err
+
+
+def test_tune_on_your_own_examples(tmp_path, capsys):
+    own = tmp_path / "mine.jsonl"
+    own.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "a", "db": "shop", "question": "How many customers are there?",
+         "reference": "SELECT COUNT(*) FROM customers"},
+        {"id": "b", "schema_sql": "CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1), (2);",
+         "question": "What is the largest x?", "reference": "SELECT MAX(x) FROM t"}]) + "\n")
+    out = tmp_path / "c.json"
+    assert main(["tune", "--task", "sql", "--examples", str(own), "--out", str(out), *SMALL]) == 0
+    rep = load_choice(out).report
+    assert rep["draws"]["tuning"]["examples"] == ["a"] and rep["draws"]["held_out"]["examples"] == ["b"]
+    # the examples file is an input: the choice file may not replace it
+    assert main(["tune", "--task", "sql", "--examples", str(own), "--out", str(own), *SMALL]) == 2
+    assert "writing it would replace your input" in capsys.readouterr().err
