@@ -43,6 +43,7 @@ from mrtpo.groups import sample_group, template_for
 from mrtpo.model import load_model
 from mrtpo.replay import replay_groups, sampling_entropy
 from mrtpo.tasks import get_family
+from mrtpo.tune.select import cluster_ci
 
 try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as a script
     from bench import report
@@ -59,16 +60,8 @@ QUICK = {"examples": 3, "max_new_tokens": 32, "seeds": "0", "boot": 200}  # --qu
 def bootstrap_ci(clusters: dict, n_boot: int, seed: int = 0) -> tuple[float, float, float, int]:
     """(mean, low, high, pairs) of the values in ``clusters`` ({cluster: [values]}): the mean over every value, and
     the 2.5 / 97.5 % percentiles of that mean over ``n_boot`` resamples of the clusters with replacement (NaN
-    without values)."""
-    keys = [k for k, v in clusters.items() if len(v)]
-    if not keys:
-        return float("nan"), float("nan"), float("nan"), 0
-    sums = np.array([float(np.sum(clusters[k])) for k in keys])
-    counts = np.array([len(clusters[k]) for k in keys])
-    idx = np.random.default_rng(seed).integers(0, len(keys), size=(n_boot, len(keys)))  # (B, C)
-    means = sums[idx].sum(1) / counts[idx].sum(1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(sums.sum() / counts.sum()), float(lo), float(hi), int(counts.sum())
+    without values): :func:`mrtpo.tune.select.cluster_ci`, the one cluster bootstrap of token AUROC means."""
+    return tuple(cluster_ci(clusters, n_boot, seed))
 
 
 def one_group(lm, fam, ex, measures, template, group: int, max_new_tokens: int, seed: int,

@@ -17,7 +17,7 @@ from mrtpo.display import faithfulness_table, overview, render, token_view, view
 from mrtpo.display import page as display_page
 from mrtpo.groups import varied_rewards
 from mrtpo.model.defaults import resample_problem
-from mrtpo_app import caches, long_view, state, topk_chart, work
+from mrtpo_app import caches, long_view, state, topk_chart, tune_panel, work
 from mrtpo_app.sampling import Inputs, sample_group
 from mrtpo_app.timer import Timer
 from mrtpo_app.ui import beta_slider, guard, md, short
@@ -74,7 +74,8 @@ def constant_warning(inp: Inputs, run: state.SessionGroup) -> None:
 
 def _measure_picker(where) -> str:
     """The relevance measure (ρ is re-derived from the stored replay: no model call); `js` is the paper's."""
-    names = measure_names()
+    names = measure_names() + ([tune_panel.TUNED] if tune_panel.session_choice(state.choices().family) is not None
+                               else [])
     kept = st.session_state.get(state.MEASURE_KEY, MEASURE)
 
     def keep() -> None:
@@ -153,7 +154,9 @@ def heatmaps(run: state.SessionGroup, method: str) -> None:
              "advantages stay visible; shared by the group: one scale for every response, to compare responses. "
              "The download uses the same choice.")
     replay = run.replay
-    if caches.lacks_inputs(replay, measure):
+    if measure == tune_panel.TUNED:  # each reward its own measure, as this session's tuned configuration says
+        replay, measure = tune_panel.tuned_replay(run, replay), None
+    elif caches.lacks_inputs(replay, measure):
         inputs = caches.replay_inputs(measure)
         what = "P_k′ (v_k said in other words)" if inputs["reword"] else "P_all's attention to each v_k"
         with guard(f"replaying for {measure}"), st.spinner(f"{measure} reads {what}: replaying the group once more…"), \

@@ -269,6 +269,10 @@ def sample_group(inp: Inputs, tries: int = 1, want: int = 1, better_than: int | 
             else:
                 group = click.sample_once(prompt, cnames, info)
             template = state.current_template(inp.ch.family if inp.mode == "Task example" else None)
+            if inp.mode == "Task example":  # a tuned configuration in use: each reward's text worded as it says
+                from mrtpo_app.tune_panel import worded
+
+                group = worded(inp.ch.family, group)
             replay = click.replay(lm, group, template)
         except Exception as e:  # noqa: BLE001 - shown as st.error, never a traceback
             status.update(label=f"Failed while {click.step}", state="error", expanded=True)

@@ -10,7 +10,7 @@ from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
 from mrtpo.display import faithfulness_table, panels, relevance_change, render, token_view
 from mrtpo.errors import MrtpoError
 from mrtpo.templates import Template
-from mrtpo_app import caches, state
+from mrtpo_app import caches, state, tune_panel
 from mrtpo_app.sidebar import page
 from mrtpo_app.timer import Timer
 from mrtpo_app.ui import guard, md, short, show_error
@@ -50,6 +50,11 @@ run = state.require_group()
 g = run.group
 fam_key = run.choices.family if run.mode == "task" else None
 st.markdown(f"Group **{md(run.label)}**, G = {len(g.samples)}; rewards: {md(', '.join(g.reward_names))}")
+if st.segmented_control("What to do", ["Edit by hand", "Tune"], default="Edit by hand", required=True,
+                        key="tpl_mode", help="Tune: search each reward's wording and relevance measure on a tuning "
+                                             "draw, judge the choice on a held-out draw") == "Tune":
+    tune_panel.show(run)
+    st.stop()
 
 cur = run.template
 c1, c2 = st.columns([3, 1])

@@ -19,7 +19,7 @@ LAYERS = [
     ["mrtpo.tasks"],
     ["mrtpo.groups"],
     ["mrtpo.replay", "mrtpo.method"],
-    ["mrtpo.display", "mrtpo.store", "mrtpo.creditlog"],
+    ["mrtpo.display", "mrtpo.store", "mrtpo.creditlog", "mrtpo.tune"],
     ["mrtpo.train"],
     ["mrtpo.experiment"],
     ["mrtpo.integrations", "mrtpo.creditlog.trl_writer"],

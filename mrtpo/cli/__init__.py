@@ -11,6 +11,7 @@ runs        list the runs in the run store
 compare     per-reward mean-reward curves of runs, side by side
 experiment  paired, seeded comparison of methods (every method × seed as runs; summary, plot, report)
 rollouts    heatmaps for your own rollouts (TRL completions parquet, verl JSONL)
+tune        choose each reward's verifier-information wording and relevance measure (tuning draw, held-out draw)
 app         start the Streamlit workbench
 
 Exit status: 0 done; 1 some lines of a line-oriented command (relevance, score) were bad, each reported on stderr
@@ -23,12 +24,12 @@ import argparse
 import os
 import sys
 
-from mrtpo.cli import app, credit, experiment, explain, faithfulness, rollouts, tasks, train
+from mrtpo.cli import app, credit, experiment, explain, faithfulness, rollouts, tasks, train, tune
 from mrtpo.cli.common import error_text
 from mrtpo.errors import MrtpoError
 
 # each module's register(subparsers) adds its commands
-COMMAND_GROUPS = (credit, explain, faithfulness, tasks, train, experiment, rollouts, app)
+COMMAND_GROUPS = (credit, explain, faithfulness, tasks, train, experiment, rollouts, tune, app)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ from mrtpo.cli.common import (
     sampling_config,
     task_arg,
 )
+from mrtpo.cli.tune import tuned_choice, tuned_flag, tuned_group_replay
 from mrtpo.errors import MrtpoError, TaskFileError
 from mrtpo.jsonl import dumps, json_lines, load_json, write_text
 from mrtpo.model.defaults import MAX_TRIES, SEED_RANGE, resample_problem
@@ -133,6 +134,7 @@ def _check_args(a) -> None:
     if a.json is not None and a.html == a.json:
         raise MrtpoError(f"--html and --json are both {a.html}; give two files")
     get_measure(a.measure)
+    a.choice = tuned_choice(a)  # --tuned: a bad or clashing choice file fails before any model work
     if a.until_varied is not None and not a.task:
         raise MrtpoError("--until-varied samples again with other seeds: it needs --task (not --input)")
     if a.until_varied is not None and a.responses:
@@ -174,7 +176,7 @@ def _task_group(a, prog: Progress):
     texts, a.response_lines = _responses_file(a.responses) if a.responses else (None, None)
     if texts is not None:
         _given_group(a, f"--responses {a.responses}", len(texts))
-    template = load_template(a.template, fam)
+    template = a.choice.template if a.choice else load_template(a.template, fam)
     lm = load_model_arg(a, prog)
     model_measures(lm, [a.measure])  # a measure the model cannot give: refused before any sampling
     if texts is not None:
@@ -245,7 +247,10 @@ def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> No
     else:
         prog.stage(f"{a.measure} for {n} (no replay)")
     try:
-        replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
+        if a.choice is not None:  # each reward worded and measured as the choice file says
+            group, replay = tuned_group_replay(a.choice, lm, group, a.task, cfg, prog.work("replaying"))
+        else:
+            replay = replay_scored(lm, group, template, measure=a.measure, config=cfg, progress=prog.work("replaying"))
     except TooLong as e:
         raise MrtpoError(f"{e.what} is {e.n_tokens} tokens, more than model '{lm.name}' accepts ({e.limit}); "
                          f"{_too_long_fix(a, e, group)}") from None
@@ -260,6 +265,8 @@ def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> No
         print(f"note: {a.html} {page.note}", file=sys.stderr)
     if a.json:
         data = view_to_json(view, group)
+        if a.choice is not None:
+            data["tuned"] = a.tuned
         if tries:
             data["seed"] = tries[-1].seed
             data["tries"] = [{"seed": t.seed, "varied": t.varied, "constant": t.constant} for t in tries]
@@ -276,7 +283,7 @@ def cmd_explain(a) -> int:
     if a.task:
         lm, group, template, tries = _task_group(a, prog)
     elif a.input:
-        template = load_template(a.template)
+        template = a.choice.template if a.choice else load_template(a.template)
         group = _explain_input(a.input)  # a bad file fails before the model loads
         _given_group(a, f"--input {a.input}", len(group.samples))
         lm = load_model_arg(a, prog)
@@ -311,6 +318,7 @@ def register(sub) -> None:
                         "reward varies within the group (a reward constant in the group gives advantage 0 "
                         "everywhere); the JSON records the seed used and the tries")
     credit_args(p, "measure")
+    tuned_flag(p)
     model_args(p)
     quiet_arg(p)
     p.set_defaults(fn=cmd_explain)

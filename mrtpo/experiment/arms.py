@@ -1,6 +1,10 @@
 """An experiment's arms: ``METHOD[:FIELD=VALUE,...]``, parsed and checked (:func:`parse_arm`), named
-(:func:`arm_label`); which fields an arm may set and which are the experiment's."""
+(:func:`arm_label`); which fields an arm may set and which are the experiment's.  An arm may train with a choice file
+written by ``mrtpo tune``: ``mrtpo:tuned=choice.json`` (labelled ``mrtpo.tuned-choice``)."""
 from __future__ import annotations
+
+import re
+from pathlib import PurePath
 
 from mrtpo.config import field_kind, leaf_fields
 from mrtpo.core import advantages as A
@@ -76,4 +80,12 @@ def arm_label(spec: str) -> str:
     """The arm's name in run names and tables: the method, then each field it sets (``mrtpo.info-quoted.measure-
     js-support``); a plain method is its own label."""
     method, overrides = parse_arm(spec)
-    return method + "".join(f".{k}-{v}" for k, v in overrides.items())
+    return method + "".join(f".{k}-{_shown(k, v)}" for k, v in overrides.items())
+
+
+def _shown(key: str, value) -> str:
+    """An arm setting's value in its label: a choice file (``tuned``) by its name without folder or extension, in
+    the characters a run name allows."""
+    if key != "tuned":
+        return str(value)
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", PurePath(str(value)).stem) or "choice"

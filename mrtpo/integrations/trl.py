@@ -35,6 +35,7 @@ from __future__ import annotations
 import inspect
 import time
 from dataclasses import replace
+from pathlib import PurePath
 from typing import Any, Callable
 
 import torch
@@ -58,6 +59,7 @@ from mrtpo.integrations.trl_text import completion_text as completion_text  # no
 from mrtpo.integrations.trl_text import prompt_text
 from mrtpo.model import SamplingConfig
 from mrtpo.replay import GroupInput, replay_groups
+from mrtpo.tune.apply import choice_relevance, replay_inputs, tuned_texts
 
 try:
     from trl import GRPOTrainer
@@ -125,6 +127,8 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         if cfg.tokens and cfg.reads.evidence:
             raise MrtpoError(f"measure '{cfg.measure}' (the oracle) needs what each checker read; TRL's reward "
                              "functions return numbers: pick another measure (js, js-contrast, ktae, entropy, ...)")
+        if cfg.tokens and cfg.choice is not None and verifier_info_fn is None:
+            raise MrtpoError(f"tuned={cfg.tuned!r} words each reward's verifier information: give verifier_info_fn")
         self._pass_info = verifier_info_fn is not None and _takes_info(verifier_info_fn)
         if cfg.info != INFO and cfg.tokens and not self._pass_info and cfg.reads.replay:
             raise MrtpoError(f"info='{cfg.info}': verifier_info_fn(prompt, completion, example) gives its own texts "
@@ -139,6 +143,9 @@ class MRTPOGRPOTrainer(GRPOTrainer):
             run = CreditLogRun()
             kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), run]
         super().__init__(*args, **kwargs)
+        if cfg.choice is not None:  # a choice tuned on another model is stale (a model without a name: not checked)
+            path = str(getattr(getattr(self.model, "config", None), "_name_or_path", "") or "").rstrip("/")
+            cfg.choice.check(PurePath(path).name if path else None)
         # the credit log's record (mrtpo.creditlog.trl_writer): what it needs of this trainer, and its own state
         self.mrtpo_credit_log = None if run is None else TrlCreditLog(
             cfg.credit_log, cfg.credit_log_groups, cfg.credit_log_logprobs, cfg, list(self.reward_func_names),
@@ -249,11 +256,7 @@ class MRTPOGRPOTrainer(GRPOTrainer):
                                                   [{k: info[k] for k in keys} for info in infos],
                                                   [list(ids_list[i]) for i in rows], R,
                                                   sampling_prompt=prompt_text(prompts[rows[0]]))))
-                # every group of the batch through one joint replay (fewer, larger passes)
-                # (ktae, entropy: no replay; the entropy under the prompt at TRL's sampling temperature)
-                results = replay_groups(lm, [gi for _, gi in todo], self.mrtpo_config.template,
-                                        config=replace(self.mrtpo_config.replay, temperature=self.temperature),
-                                        measure=self.mrtpo_config.measure)
+                results = self._replay(lm, [gi for _, gi in todo])
                 stats["replay_forward_tokens"] += results[0].forward_tokens if results else 0
                 for (rows, _), res in zip(todo, results):
                     for i, r in zip(rows, res.responses):
@@ -263,6 +266,16 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         stats["replay_seconds"] = time.perf_counter() - t0
         lengths = [len(next(iter(r.values()))) if r else T for r in relevance]  # not replayed: uniform (ρ = 1)
         return relevance_tensor(relevance, names, lengths, T)[0], [set(r) for r in relevance]  # (B, K, T)
+
+    def _replay(self, lm, inputs: list[GroupInput]) -> list:
+        """Every group of the batch through one joint replay (fewer, larger passes; ``ktae``, ``entropy``: no replay,
+        the entropy under the prompt at TRL's sampling temperature); with a choice file its template, and each reward
+        function's ρ from its own measure."""
+        cfg, choice = self.mrtpo_config, self.mrtpo_config.choice
+        results = replay_groups(lm, inputs, choice.template if choice else cfg.template,
+                                config=replace(cfg.replay, temperature=self.temperature),
+                                measure="js" if choice else cfg.measure, **(replay_inputs(choice) if choice else {}))
+        return [choice_relevance(r, choice) for r in results] if choice else results
 
     def _verifier_info(self, prompt, completion, example, names: list[str]) -> dict[str, str]:
         kw = {"info": self.mrtpo_config.info} if self._pass_info else {}
@@ -276,4 +289,5 @@ class MRTPOGRPOTrainer(GRPOTrainer):
         bad = [k for k, v in info.items() if not isinstance(v, str)]
         if bad:
             raise MrtpoError(f"verifier_info_fn must return text for every reward; not a string: {bad}")
-        return info
+        choice = self.mrtpo_config.choice
+        return tuned_texts(choice, info) if choice is not None else info

@@ -40,11 +40,35 @@ class MRTPOConfig(CreditConfig):
     credit_log_logprobs: bool = opt(True, "log each token's log-prob and entropy from TRL's own loss forward (a "
                                           "step is written once its loss has run; False: at once, with only the "
                                           "log-probs TRL computed)")
+    tuned: str | None = opt(None, "a choice file written by `mrtpo tune`: the template, each reward function's "
+                                  "wording and measure (by its name, else the choice's default; instead of template "
+                                  "and measure)")
 
     def __post_init__(self):
         super().__post_init__()  # MrtpoError for an unknown method or measure, β outside [0, 1], ...
         if not isinstance(self.template, Template):
             self.template = Template.from_dict(self.template)
+        self.choice = None if self.tuned is None else trl_choice(self)
+
+
+def trl_choice(cfg: MRTPOConfig):
+    """The choice file of ``cfg.tuned``, validated; MrtpoError when ``template`` or ``measure`` is set beside it, or
+    when a wording reads what a checker found (TRL's reward functions return numbers: their texts are the rule)."""
+    from mrtpo.core.credit import MEASURE
+    from mrtpo.tune import load_choice
+    from mrtpo.tune.apply import reads_findings
+
+    clash = [f for f, v in (("template", cfg.template != Template()), ("measure", cfg.measure != MEASURE)) if v]
+    if clash:
+        raise MrtpoError(f"tuned={cfg.tuned!r} gives the template and each reward's measure: leave "
+                         f"{', '.join(clash)} out")
+    choice = load_choice(cfg.tuned)
+    found = sorted({e.wording for e in (choice.default, *choice.kinds.values(), *choice.rewards.values())
+                    if reads_findings(e.text)})
+    if found:
+        raise MrtpoError(f"{choice.source}: wording '{found[0]}' reads {{findings}}, what a task family's checker "
+                         "found in the reply; verifier_info_fn gives the rule: tune without that wording")
+    return choice
 
 
 #: MRTPOGRPOConfig's name of an MRTPOConfig field: this prefix + its name (``beta`` is GRPOConfig's KL coefficient)

@@ -7,6 +7,7 @@ generated from the fields' metadata (:mod:`mrtpo.config`).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from mrtpo.config import check_fields, from_flat, opt, part, to_flat
@@ -78,6 +79,9 @@ class TrainConfig:
                                           "that share it see the same prompts and sample from the same streams",
                                     lo=SEED_RANGE[0], hi=SEED_RANGE[1])
     template: dict | None = opt(None, "verifier-info template {prompt,item,separator}")
+    tuned: str | None = opt(None, "a choice file written by `mrtpo tune`: each reward's verifier-information wording "
+                                  "and relevance measure, and the template (instead of template, measure and info); "
+                                  "stored with its path made absolute, read when the run starts or resumes")
     checkpoint_every: int = opt(10, "save a checkpoint every N steps (store only; the last one is kept)", lo=1,
                                 hi=MAX_STEPS)
     probe_size: int = opt(4, "probe responses whose relevance is tracked (0: none)", lo=0, hi=MAX_GROUP_SIZE)
@@ -92,6 +96,8 @@ class TrainConfig:
                              f"of a step (group_size × prompts_per_step = {n})")
         if self.template is not None:
             Template.from_dict(self.template)  # TemplateError names the problem
+        if self.tuned is not None:
+            self.tuned = tuned_path(self)
 
     def to_dict(self) -> dict:
         """The flat form: every field of the config and its parts by name (what the store and the CLI use)."""
@@ -102,6 +108,20 @@ class TrainConfig:
         """From the flat form (older names accepted: ``relevance_measure`` for ``measure``); fields not given take
         their defaults."""
         return from_flat(cls, d, "training config")
+
+
+def tuned_path(cfg: TrainConfig) -> str:
+    """``cfg.tuned`` made absolute; MrtpoError when a field the choice file sets is set too (the file is read when
+    the run starts: a stored run's config loads without it)."""
+    from mrtpo.core.credit import MEASURE
+    from mrtpo.core.info import INFO
+
+    clash = [f for f, v in (("template", cfg.template is not None), ("measure", cfg.credit.measure != MEASURE),
+                            ("info", cfg.credit.info != INFO)) if v]
+    if clash:
+        raise MrtpoError(f"bad training config: tuned ({cfg.tuned}) sets the template, each reward's wording and "
+                         f"measure; leave {', '.join(clash)} out")
+    return os.path.abspath(os.path.expanduser(cfg.tuned))
 
 
 def check_run_examples(store, run_id: int, run: str, examples_spec: str | None, examples: list) -> None:

@@ -83,7 +83,8 @@ class TrainCreditLog:
         c, self.log = cfg, log or (lambda msg: None)
         self.writer = CreditLogWriter(c.log.credit_log, {
             "source": "mrtpo", "model": c.model, "task": c.task, "method": c.credit.method,
-            "measure": c.credit.measure, "info": c.credit.info, "beta": c.credit.beta, "warmup": c.credit.warmup,
+            "measure": "tuned" if c.tuned else c.credit.measure,  # tuned: each reward's, from a choice file
+            "info": c.credit.info, "beta": c.credit.beta, "warmup": c.credit.warmup,
             "group_size": c.sampling.group_size, "rewards": []}, owner, inputs)
 
     def resume(self, steps_done: int) -> None:

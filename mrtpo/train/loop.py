@@ -59,6 +59,8 @@ from mrtpo.train.recorder import Recorder, sample_rows
 from mrtpo.train.rollout import Rollout
 from mrtpo.train.start import check_fit, existing_config, store_run
 from mrtpo.train.timing import PhaseClock
+from mrtpo.train.tuned import check_choice_fits, run_choice
+from mrtpo.tune.apply import tuned_replays
 
 
 class Trainer:
@@ -89,10 +91,13 @@ class Trainer:
         self.examples = self._examples()
         if existing is not None and not restart:  # a resume reads the examples the run was created with, first
             check_run_examples(store, existing.id, run, cfg.examples, self.examples)
-        self.template = template_for(self.family, cfg.template)
+        self.choice = run_choice(cfg.tuned, self.family)  # a choice file: its template, wordings and measures
+        self.template = self.choice.template if self.choice else template_for(self.family, cfg.template)
         self.credit_log = TrainCreditLog(cfg, log_owner(store, run, existing is not None), run_inputs(cfg, store),
                                          self.log) if cfg.log.credit_log else None  # before anything is stored
         self.policy = Policy.build(cfg, lm)
+        if self.choice is not None:
+            check_choice_fits(self.choice, self.lm)
         if existing is None or existing.steps_done == 0:  # what a step or the probe would fail on, refused first
             check_fit(self.lm, self.family, self.examples, cfg, self.template, bool(store and cfg.probe_size))
         self.steps_done = 0
@@ -242,12 +247,16 @@ class Trainer:
         a response-level method) and the relevance used, per response {reward: ρ (T,)}."""
         replays: list = [None] * len(ro.groups)
         relevance: list[dict] = [{}] * ro.R.shape[0]
-        if self.method.tokens:
+        config = dataclasses.replace(self.config.replay, temperature=self.config.sampling.temperature)
+        if self.method.tokens and self.choice is not None:  # each reward worded and measured as the choice says
+            clock.start("replay")
+            replays = tuned_replays(self.lm, ro.groups, self.choice, self.family, config=config)[1]
+            relevance = [rr.relevance for rep in replays for rr in rep.responses]
+            clock.stop()
+        elif self.method.tokens:
             if self.credit.reads.model:
                 clock.start("replay")
-            replays = replay_groups(self.lm, ro.groups, self.template, measure=self.credit.measure,
-                                    config=dataclasses.replace(self.config.replay,
-                                                               temperature=self.config.sampling.temperature))
+            replays = replay_groups(self.lm, ro.groups, self.template, measure=self.credit.measure, config=config)
             relevance = [rr.relevance for rep in replays for rr in rep.responses]
             clock.stop()
         rho, mask = relevance_tensor(relevance, ro.names, [len(r) for r in ro.resp_ids], pad=True)

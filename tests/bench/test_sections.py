@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 SCRIPTS = ["app", "credit_methods", "generate", "learning", "localization", "replay", "scaling", "train", "trl_step",
-           "vocab"]
+           "tune", "vocab"]
 # each script's --help, in one process (the imports of torch and mrtpo once): prints "name rc" and whether --no-doc
 # is offered
 HELP = """
