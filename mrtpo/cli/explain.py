@@ -241,7 +241,7 @@ def _replay_and_write(a, prog: Progress, lm, group, template, tries: list) -> No
 
     cfg = ReplayConfig(temperature=a.temperature)  # entropy: the sampler's, else one forward under the prompt
     n = plural(len(group.samples), "response")
-    if replay_needs(a.measure).replay:
+    if a.choice is not None or replay_needs(a.measure).replay:  # a choice's measures read the replay
         prog.estimate("replaying", lambda: estimate_scored(lm, [group], template, measure=a.measure))
         prog.stage(f"replaying {n} under P_all and each P_\\k")
     else:

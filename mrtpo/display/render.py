@@ -23,7 +23,7 @@ import numpy as np
 
 from mrtpo.core.advantages import parse_method
 from mrtpo.core.faith_metrics import token_labels
-from mrtpo.core.measures import needs, oracle_relevance
+from mrtpo.core.measures import MEASURE_NEEDS, needs, oracle_relevance
 from mrtpo.core.spans import cell_values, cells, text_cells
 from mrtpo.display import TokenView, faithfulness_table
 from mrtpo.display.notes import floor_html, floor_note, js_tip
@@ -331,8 +331,10 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
 
 def oracle_values(view: TokenView, i: int, reward: str) -> np.ndarray | None:
     """(T,) the oracle's ρ of response ``i`` for ``reward``: from what its checker read (Score.evidence; the
-    ``evidence`` measure); None without evidence, for the whole response, or when the view's measure is the oracle."""
-    if not view.evidence or needs(view.measure).evidence or view.evidence[i].get(reward) is None:
+    ``evidence`` measure); None without evidence, for the whole response, or when the view's measure is the oracle (a
+    label outside the registry, such as a tuned choice's, names black-box measures)."""
+    oracle = view.measure in MEASURE_NEEDS and needs(view.measure).evidence
+    if not view.evidence or oracle or view.evidence[i].get(reward) is None:
         return None
     return oracle_relevance([(t["start"], t["end"]) for t in view.tokens[i]], view.texts[i], view.evidence[i][reward])
 
