@@ -214,6 +214,27 @@ def prepare(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = la
     return owner
 
 
+def check_new_runs(store: Store, cfg: ExperimentConfig, family=None) -> None:
+    """What the experiment's runs not yet stored would fail on (prompts past the model's positions, a measure the
+    model cannot give, a choice file of another task or model), refused before :func:`prepare` creates any of them:
+    :func:`mrtpo.train.start.check_new_run` once per arm (its seeds differ only in their draws), on one load of the
+    model."""
+    new = {}
+    for m, s, name in cfg.runs():
+        if m not in new and store.get_run(name) is None:
+            new[m] = cfg.run_config(m, s)
+    if not new:
+        return
+    from mrtpo.model import load_model
+    from mrtpo.tasks import get_family
+    from mrtpo.train.start import check_new_run
+
+    first = next(iter(new.values()))
+    lm = load_model(first.model, first.device)
+    for rc in new.values():
+        check_new_run(lm, family or get_family(rc.task), rc, probe=bool(rc.probe_size))
+
+
 def run_experiment(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = lambda m: None,
                    on_run: Callable[[str, int, int], Callable[[int, dict], None] | None] | None = None,
                    family=None, keep_checkpoints: bool = True) -> None:
@@ -228,6 +249,7 @@ def run_experiment(store: Store, cfg: ExperimentConfig, log: Callable[[str], Non
     fine-tuning checkpoint holds the weights and AdamW's two moments; the summary reads only the stored steps), and
     that run can then not be trained further (:meth:`mrtpo.store.Store.drop_checkpoint_files`).
     """
+    check_new_runs(store, cfg, family)
     owner = prepare(store, cfg, log)
     with store.holding(owner):
         for _, _, name in cfg.runs():

@@ -49,7 +49,7 @@ from mrtpo.model import LoadedModel, sample, weights_fixed
 from mrtpo.model.rates import busy
 from mrtpo.replay import replay_groups
 from mrtpo.store import RunInfo, Store, validate_run_name
-from mrtpo.tasks import apply_options, get_family
+from mrtpo.tasks import get_family
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.train.config import TrainConfig, check_run_examples
 from mrtpo.train.credit_writer import TrainCreditLog, log_owner, run_inputs, step_rows
@@ -57,7 +57,7 @@ from mrtpo.train.policy import Policy
 from mrtpo.train.probe import probe_rows, sample_probe
 from mrtpo.train.recorder import Recorder, sample_rows
 from mrtpo.train.rollout import Rollout
-from mrtpo.train.start import check_fit, existing_config, store_run
+from mrtpo.train.start import check_fit, existing_config, run_examples, store_run
 from mrtpo.train.timing import PhaseClock
 from mrtpo.train.tuned import check_choice_fits, run_choice
 from mrtpo.tune.apply import tuned_replays
@@ -88,7 +88,7 @@ class Trainer:
         self.config = cfg = config
         self.credit, self.method = cfg.credit, cfg.credit.parsed
         self.family = family or get_family(cfg.task)
-        self.examples = self._examples()
+        self.examples = run_examples(self.family, cfg)
         if existing is not None and not restart:  # a resume reads the examples the run was created with, first
             check_run_examples(store, existing.id, run, cfg.examples, self.examples)
         self.choice = run_choice(cfg.tuned, self.family)  # a choice file: its template, wordings and measures
@@ -135,21 +135,6 @@ class Trainer:
         if existing is None:
             validate_run_name(run)
         return existing
-
-    def _examples(self) -> list:
-        cfg = self.config
-        exs = self.family.load_examples(cfg.examples) if cfg.examples else self.family.examples()
-        exs = apply_options(self.family, exs, sql_compare=cfg.sql_compare, tools_compare=cfg.tools_compare,
-                            items=cfg.items)
-        if cfg.example_ids:
-            by_id = {e.id: e for e in exs}
-            missing = [i for i in cfg.example_ids if i not in by_id]
-            if missing:
-                raise MrtpoError(f"task '{cfg.task}' has no example(s) {', '.join(missing)}")
-            exs = [by_id[i] for i in cfg.example_ids]
-        if not exs:
-            raise MrtpoError(f"task '{cfg.task}' has no examples to train on")
-        return exs
 
     @property
     def lm(self) -> LoadedModel:

@@ -7,14 +7,45 @@ from __future__ import annotations
 from typing import Callable
 
 from mrtpo.errors import MrtpoError
+from mrtpo.groups import template_for
 from mrtpo.model import LoadedModel
 from mrtpo.replay.attention import attention_problem
 from mrtpo.replay.estimate import prompt_tokens
 from mrtpo.store import RunInfo, Store
+from mrtpo.tasks import apply_options
 from mrtpo.tasks.base import TaskFamily
 from mrtpo.templates import Template
 from mrtpo.train.config import TrainConfig, check_run_examples
 from mrtpo.wording import plural
+
+
+def run_examples(family: TaskFamily, cfg: TrainConfig) -> list:
+    """The examples a run of ``cfg`` trains on: the family's (or ``cfg.examples``' file), with the task's options
+    (``sql_compare``, ``tools_compare``, ``items``), narrowed to ``cfg.example_ids``; MrtpoError naming missing ids."""
+    exs = family.load_examples(cfg.examples) if cfg.examples else family.examples()
+    exs = apply_options(family, exs, sql_compare=cfg.sql_compare, tools_compare=cfg.tools_compare, items=cfg.items)
+    if cfg.example_ids:
+        by_id = {e.id: e for e in exs}
+        missing = [i for i in cfg.example_ids if i not in by_id]
+        if missing:
+            raise MrtpoError(f"task '{cfg.task}' has no example(s) {', '.join(missing)}")
+        exs = [by_id[i] for i in cfg.example_ids]
+    if not exs:
+        raise MrtpoError(f"task '{cfg.task}' has no examples to train on")
+    return exs
+
+
+def check_new_run(lm: LoadedModel, family: TaskFamily, cfg: TrainConfig, probe: bool) -> None:
+    """What a new run of ``cfg`` would fail on, refused before it is stored: its choice file against the task and
+    ``lm`` (:mod:`mrtpo.train.tuned`), then :func:`check_fit` on its examples and template. An experiment asks this
+    of each arm before it creates any run."""
+    from mrtpo.train.tuned import check_choice_fits, run_choice
+
+    choice = run_choice(cfg.tuned, family)
+    if choice is not None:
+        check_choice_fits(choice, lm)
+    template = choice.template if choice else template_for(family, cfg.template)
+    check_fit(lm, family, run_examples(family, cfg), cfg, template, probe)
 
 
 def check_fit(lm: LoadedModel, family: TaskFamily, examples: list, cfg: TrainConfig, template: Template,

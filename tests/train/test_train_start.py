@@ -132,3 +132,23 @@ def test_the_cli_stores_no_run_whose_prompts_or_measure_do_not_fit(tmp_path, cap
     assert rc == 0 and f"creating run 'p' in {db}" in err
     run = Store(db).require_run("p")
     assert run.steps_done == 1 and json.loads(json.dumps(run.config))["measure"] == "js"
+
+
+def test_an_experiment_stores_no_run_before_every_arm_fits(tmp_path, capsys, gpt2_260):
+    """`experiment` on the GPT-2 with 260 positions: an arm whose measure the model cannot give is refused before
+    any of the experiment's runs is stored (the GDPO arm, which fits, is not created either); the same experiment
+    without that arm then trains, and the refused flags never wedge it."""
+    capsys.readouterr()
+    db, out = tmp_path / "r.db", tmp_path / "out"
+    base = ["experiment", "--task", "instructions", "--model", gpt2_260, "--device", "cpu", "--db", db,
+            "--out", out, "--name", "x", "--example-ids", "hello-de", "--seeds", "1", "--steps", "1",
+            "--group-size", "2", "--max-new-tokens", "4", "--probe-size", "0"]
+    rc, err = _cli(capsys, *base, "--arms", "gdpo", "mrtpo:measure=attn-contrast")
+    assert rc == 2, err
+    assert f"error: measure attn-contrast: model '{gpt2_260}' (GPT2LMHeadModel) has no attention layers" in err
+    assert err.rstrip().endswith("(nothing was stored)")
+    assert Store(db).list_runs() == []
+    rc, err = _cli(capsys, *base, "--arms", "gdpo", "mrtpo:measure=js")
+    assert rc == 0, err
+    assert sorted(Store(db).run_names()) == ["x.gdpo.s0", "x.mrtpo.measure-js.s0"]
+    assert all(Store(db).require_run(n).steps_done == 1 for n in Store(db).run_names())
