@@ -135,6 +135,18 @@ def summarize(store, exp, n_boot: int) -> dict:
     return {k: v for k, v in s.items() if k not in ("definitions", "config")}
 
 
+def step_seconds(store, exps: list) -> dict[str, float]:
+    """Each arm's mean seconds per stored step (``time/step``) over every run of ``exps`` — from the store, so a
+    resumed sweep counts the steps of every call."""
+    got: dict[str, list[float]] = {}
+    for exp in exps:
+        for m, _, name in exp.runs():
+            run = store.get_run(name)
+            if run is not None:
+                got.setdefault(m, []).extend(store.metrics(run.id).get("time/step", {}).values())
+    return {m: sum(v) / len(v) for m, v in got.items() if v}
+
+
 def blackbox_ks(a, oracle_gain: dict[int, float]) -> list[int]:
     """The K of phase 2: ``best`` — the K whose oracle Δ AUC is largest (the smallest K on a tie; none when no oracle
     figure is finite); ``all``; ``none``; or the listed ones."""
@@ -215,9 +227,9 @@ def table_text(table: list[dict]) -> str:
           ", ".join(_f(d, "{:+.3f}") for d in r["seed_diffs"])] for r in table])
 
 
-def ship(table: list[dict], settings: dict, elapsed: float) -> Path:
+def ship(table: list[dict], settings: dict, per_step: dict[str, float]) -> Path:
     """The table for the app's Teach and Train pages (:func:`mrtpo.experiment.sweep.load_sweep`), with the
-    settings, the CPU and the date."""
+    settings, each arm's seconds per step, the CPU and the date."""
     import datetime
 
     from mrtpo.experiment.sweep import RESULT
@@ -226,7 +238,7 @@ def ship(table: list[dict], settings: dict, elapsed: float) -> Path:
     path = sample_data(*RESULT)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"settings": settings, "rows": table, "cpu": report.cpu_kind(),
-                                "date": datetime.date.today().isoformat(), "elapsed": elapsed}, indent=1,
+                                "date": datetime.date.today().isoformat(), "step_seconds": per_step}, indent=1,
                                default=float) + "\n", encoding="utf-8")
     return path
 
@@ -241,25 +253,27 @@ def main(argv=None) -> int:
     print(report.machine(), flush=True)
     log = lambda m: print(m, flush=True)  # noqa: E731
     t0 = time.perf_counter()
-    results, seconds = {}, {}
+    results, seconds, exps = {}, {}, {}
     for k in a.ks:  # phase 1: the oracle against GDPO at every K
-        exp = experiment(a, k, ORACLE_ARMS, store)
+        exp = exps[k] = experiment(a, k, ORACLE_ARMS, store)
         log(f"phase 1, K = {k}: {' | '.join(exp.methods)} × {a.seeds} seeds × {a.steps} steps")
         seconds[k] = train(store, exp, a.keep_checkpoints, log)
         results[k] = summarize(store, exp, a.boot)
     gain = {k: results[k]["paired"][ORACLE_ARMS[1]]["auc_diff"] for k in a.ks}
     for k in blackbox_ks(a, gain):  # phase 2: the black-box arms where the oracle gained most
-        exp = experiment(a, k, ORACLE_ARMS + a.blackbox, store)
+        exp = exps[k] = experiment(a, k, ORACLE_ARMS + a.blackbox, store)
         log(f"phase 2, K = {k}: + {' | '.join(a.blackbox)}")
         seconds[k] = seconds.get(k, 0.0) + train(store, exp, a.keep_checkpoints, log)
         results[k] = summarize(store, exp, a.boot)
     elapsed = time.perf_counter() - t0
+    per_step = step_seconds(store, list(exps.values()))
     table = rows(results)
     plot(table, out / "credit_matters.png")
     settings = {**SETTINGS, "group_size": a.group_size, "max_new_tokens": a.max_new_tokens, "lr": a.lr,
                 "model": a.model, "seeds": a.seeds, "steps": a.steps, "ks": a.ks, "examples": a.examples}
     (out / "sweep.json").write_text(json.dumps({"settings": settings, "rows": table, "seconds": seconds,
-                                                "elapsed": elapsed}, indent=1, default=float), encoding="utf-8")
+                                                "elapsed": elapsed, "step_seconds": per_step}, indent=1,
+                                               default=float), encoding="utf-8")
     text = table_text(table)
     print(f"\n{text}\n\n({elapsed:.0f} s this call; figure {out / 'credit_matters.png'}, data {out / 'sweep.json'})")
     if not a.no_doc and not a.quick:
@@ -271,7 +285,7 @@ def main(argv=None) -> int:
                 f"with its 95 % cluster bootstrap over seeds ({a.boot} resamples); final Δ: over the last 5 steps."
                 f"\n\n{text}\n\n![Δ AUC against K](credit_matters.png)")
         (report.DOC.parent / "credit_matters.png").write_bytes((out / "credit_matters.png").read_bytes())
-        ship(table, settings, elapsed)
+        ship(table, settings, per_step)
         path = report.update_section(SECTION, report.section("bench/credit_matters.py", body))
         print(f"written to {path} (section {SECTION})")
     return 0

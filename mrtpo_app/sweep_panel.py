@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mrtpo.experiment.sweep import load_sweep, verdict
+from mrtpo.experiment.sweep import load_sweep, preset, verdict
 from mrtpo.wording import plural
-from mrtpo_app import charts
+from mrtpo_app import charts, state
 
 ARGUMENT = ("Under GDPO every token of a response carries the sum of all K rewards' advantages, so on the tokens that "
             "decide reward k the other K − 1 are noise, and reward k's signal there shrinks roughly as 1/√K. Token "
@@ -14,8 +14,9 @@ ARGUMENT = ("Under GDPO every token of a response carries the sum of all K rewar
             "advantage on the characters its checker read; and black-box relevance).")
 
 
-def show(key: str) -> None:
-    """The argument, the figure (Δ AUC against GDPO per K and arm, with intervals) and the verdict in words."""
+def show(key: str, link: bool = False) -> None:
+    """The argument, the figure (Δ AUC against GDPO per K and arm, with intervals) and the verdict in words;
+    ``link``: where the sweep showed a gain, a link to the Train page's preset that trains it (Teach)."""
     st.markdown(ARGUMENT)
     res = load_sweep()
     if not res or not res.get("rows"):
@@ -24,6 +25,12 @@ def show(key: str) -> None:
     s = res.get("settings", {})
     st.plotly_chart(charts.credit_sweep(res["rows"]), key=key, width="stretch")
     st.markdown(verdict(res["rows"]))
+    ch = state.choices()
+    cfg = preset(res, ch.model, ch.device) if link else None
+    if cfg is not None:
+        st.markdown(f"Watch it train: [Train → Experiments → **Preset: Where credit matters**]"
+                    f"(training?experiment={cfg.name}) (K = {cfg.base['items']}, GDPO against the oracle's credit, "
+                    f"{plural(cfg.seeds, 'seed')} × {plural(cfg.steps, 'step')}).")
     st.caption(f"Checklist task, model {s.get('model', '?')}, {plural(s.get('seeds', 0), 'seed')} × "
                f"{plural(s.get('steps', 0), 'step')} per run, G = {s.get('group_size', '?')}, lr {s.get('lr', '?')}, "
                f"β {s.get('beta', '?')}, verifier information {s.get('info', 'rule')}; {res.get('cpu', '?')}, "

@@ -22,7 +22,7 @@ from mrtpo.experiment import experiment_summary, load_experiment, read_experimen
 from mrtpo.store import RunInfo, Store
 from mrtpo.train import PHASES, TrainConfig, Trainer
 from mrtpo.wording import plural
-from mrtpo_app import charts, sweep_panel
+from mrtpo_app import charts, credit_preset, sweep_panel
 from mrtpo_app.ui import guard, md, number_field, show_error
 
 # the fields of a new run that the form asks for (the rest keep TrainConfig's defaults); a field's label is its name
@@ -226,6 +226,8 @@ def experiment_view(store: Store, db_path: str) -> None:
     with st.expander("Where token credit should matter: many rewards per response (the credit sweep)",
                      expanded=False):
         sweep_panel.show("train_sweep")
+    with guard("the preset"):
+        credit_preset.show(store, db_path)
     names = store.experiment_names()
     if not names:
         st.info(f"No experiments in {md(db_path)} yet. Run one from a terminal, e.g. `python -m mrtpo experiment "

@@ -42,7 +42,7 @@ st.title("Teach")
 st.caption("Each step of MRTPO on your current group, with its numbers. The whole method for one group, top to "
            "bottom in one file, is `mrtpo/method.py` (read it first); the formulas are in docs/METHOD.md.")
 with st.expander("Where token credit should matter: many rewards per response", expanded=False):
-    sweep_panel.show("teach_sweep")
+    sweep_panel.show("teach_sweep", link=True)
 run = state.require_group()
 g, rep = run.group, run.replay
 G, K = g.rewards.shape

@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from mrtpo.tasks.base import sample_data
 
 RESULT = ("results", "credit_matters.json")  # under mrtpo/sample_data: written by bench/credit_matters.py
 ORACLE = "mrtpo:measure=evidence"
+#: the Train page's preset "Where credit matters": seeds × steps of GDPO against the oracle (about a quarter of the
+#: sweep's runs at one K: it finishes in minutes on 2 cores, as :func:`preset_minutes` estimates)
+PRESET_SEEDS, PRESET_STEPS = 3, 12
+#: the sweep's settings that are TrainConfig fields (the rest: seeds, steps, ks, examples)
+_RUN_FIELDS = ("task", "group_size", "prompts_per_step", "max_new_tokens", "temperature", "top_p", "lr", "beta",
+               "warmup", "probe_size", "info", "bf16_update", "model")
 
 
 def load_sweep() -> dict | None:
@@ -44,3 +51,43 @@ def verdict(rows: list[dict], arm: str = ORACLE) -> str:
     bound = max(r["ci95"][1] for r in mine)
     return (f"No K showed a difference from GDPO (Δ AUC with its 95 % interval: {each}); the intervals rule out a "
             f"gain above {bound:+.3f} AUC at these sizes.")
+
+
+def preset_k(rows: list[dict]) -> int | None:
+    """The K of the preset: where the oracle's interval lies above 0 and its Δ AUC is largest (None: no such K)."""
+    ks = gain_ks(rows)
+    delta = {r["k"]: r["delta"] for r in rows if r["arm"] == ORACLE}
+    return max(sorted(ks), key=lambda k: delta[k]) if ks else None
+
+
+def preset(res: dict | None, model: str | None = None, device: str = "auto"):
+    """The Train page's preset "Where credit matters" (:class:`mrtpo.experiment.ExperimentConfig`), or None where the
+    sweep showed no K at which the oracle gained: GDPO against MRTPO with the oracle's credit at :func:`preset_k`, on
+    the sweep's checklists and settings, :data:`PRESET_SEEDS` × :data:`PRESET_STEPS`, on ``model`` (default: the
+    sweep's). Named after K and the model, so that each model gets its own experiment in a store."""
+    from mrtpo.experiment.arms import PER_RUN_FIELDS
+    from mrtpo.experiment.run import ExperimentConfig
+    from mrtpo.train import TrainConfig
+
+    rows = (res or {}).get("rows") or []
+    k = preset_k(rows)
+    if k is None:
+        return None
+    s = res.get("settings", {})
+    fields = {f: s[f] for f in _RUN_FIELDS if f in s}
+    fields.update(items=k, device=device, checkpoint_every=PRESET_STEPS,
+                  example_ids=s["examples"].split(",") if s.get("examples") not in (None, "all") else None)
+    if model:
+        fields["model"] = model
+    base = {f: v for f, v in TrainConfig.from_dict(fields).to_dict().items() if f not in PER_RUN_FIELDS}
+    tag = re.sub(r"[^A-Za-z0-9_.+-]+", "-", str(base["model"]).rsplit("/", 1)[-1])[:40]
+    return ExperimentConfig(f"credit-matters-k{k}-{tag}", ["gdpo", ORACLE], PRESET_SEEDS, PRESET_STEPS, base)
+
+
+def preset_minutes(res: dict) -> float | None:
+    """The preset's minutes at the sweep's own pace (``step_seconds``: its mean seconds per step of each arm, on its
+    CPU); None where the sweep did not record them."""
+    sec = res.get("step_seconds") or {}
+    if "gdpo" not in sec or ORACLE not in sec:
+        return None
+    return (sec["gdpo"] + sec[ORACLE]) * PRESET_SEEDS * PRESET_STEPS / 60

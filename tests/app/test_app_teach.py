@@ -111,6 +111,8 @@ def test_teach_and_train_show_the_credit_sweep(tiny, monkeypatch, result):
         charts = [c for c in at.get("plotly_chart") if "K (items" in c.proto.spec]
         assert len(charts) == 1
         assert any("6 seeds × 20 steps" in c.value and "AMD AVX512-BF16" in c.value for c in at.caption)
+        link = "(training?experiment=credit-matters-k8-tiny-random)"  # Teach links the Train page's preset
+        assert (link in text) == (result == "gain")
     at.switch_page("pages/training.py").run()
     _ok(at)
     at.radio(key="train_view").set_value("Experiments").run()

@@ -317,3 +317,42 @@ def test_stepping_shows_the_newest_step_without_a_widget_warning(db, monkeypatch
     _ok(at)
     assert at.number_input(key="train_sample_step").value == 1
     assert not [m for m in said if "train_sample_step" in m], said
+
+
+def test_the_preset_where_credit_matters_trains_and_shows_its_gap(db, monkeypatch):
+    """Where the shipped sweep shows a gain, Experiments offers the preset at that K; a click trains GDPO against the
+    oracle here (curves drawn again after every step) and then shows the experiment; with no gain there is none."""
+    from mrtpo.experiment import sweep as SW
+    from mrtpo_app import credit_preset
+
+    rows = [{"k": 2, "arm": SW.ORACLE, "delta": 0.17, "ci95": [0.12, 0.22]},
+            {"k": 4, "arm": SW.ORACLE, "delta": 0.05, "ci95": [0.01, 0.09]}]
+    settings = {"task": "checklist", "group_size": 2, "prompts_per_step": 1, "max_new_tokens": 4, "lr": 1e-5,
+                "beta": 0.5, "warmup": 1, "probe_size": 0, "model": "default", "seeds": 6, "steps": 14,
+                "examples": "dog-note,clean"}
+    res = {"rows": rows, "settings": settings, "cpu": "AMD AVX512-BF16", "step_seconds": {"gdpo": 9, SW.ORACLE: 11}}
+    monkeypatch.setattr(credit_preset, "load_sweep", lambda: res)
+    monkeypatch.setattr(SW, "PRESET_SEEDS", 2)
+    monkeypatch.setattr(SW, "PRESET_STEPS", 2)
+    at = AppTest.from_file(PAGE, default_timeout=300)
+    at.run()
+    at.radio(key="train_view").set_value("Experiments").run()
+    _ok(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "**Preset: Where credit matters.** Checklists of K = 2 items" in text
+    assert f"2 seeds × 2 steps on model **{md('tiny-random')}**" in text
+    assert "about 1 min at the sweep's pace" in text  # (9 + 11) s × 2 seeds × 2 steps
+    at.button(key="train_preset_run").click().run()
+    _ok(at)
+    name = "credit-matters-k2-tiny-random"
+    assert at.selectbox(key="train_exp").value == name
+    st = Store(db)
+    runs = [st.require_run(f"{name}.{arm}.s{s}") for arm in ("gdpo", "mrtpo.measure-evidence") for s in (0, 1)]
+    assert [r.steps_done for r in runs] == [2, 2, 2, 2]
+    assert all((r.config["task"], r.config["items"]) == ("checklist", 2) for r in runs)
+    assert at.metric[0].label == f"Δ AUC  {SW.ORACLE} − gdpo"
+    assert at.button(key="train_preset_run").label == "Continue the preset"
+    monkeypatch.setattr(credit_preset, "load_sweep", lambda: {**res, "rows": [{**rows[0], "ci95": [-0.1, 0.3]}]})
+    at.run()
+    _ok(at)
+    assert "Preset: Where credit matters" not in " ".join(m.value for m in at.markdown)

@@ -33,3 +33,35 @@ def test_the_shipped_result_loads_or_is_none(monkeypatch, tmp_path):
     assert SW.load_sweep() == {"rows": []}
     (tmp_path / "results" / "credit_matters.json").write_text("{broken")
     assert SW.load_sweep() is None
+
+
+SETTINGS = {"task": "checklist", "group_size": 8, "prompts_per_step": 1, "max_new_tokens": 80, "temperature": 0.7,
+            "top_p": 1.0, "lr": 5e-5, "beta": 0.5, "warmup": 3, "probe_size": 0, "info": "rule",
+            "bf16_update": True, "model": "default", "seeds": 6, "steps": 14, "ks": [2, 4, 8],
+            "examples": "dog-note,clean"}
+
+
+def test_the_preset_trains_the_k_with_the_largest_shown_gain():
+    rows = [row(2, SW.ORACLE, 0.17, 0.12, 0.22), row(4, SW.ORACLE, 0.21, 0.15, 0.26),
+            row(8, SW.ORACLE, 0.30, -0.01, 0.6),  # the largest Δ, but its interval holds 0
+            row(4, "mrtpo:measure=js", 0.5, 0.4, 0.6)]  # a black-box arm does not pick the K
+    assert SW.preset_k(rows) == 4
+    res = {"rows": rows, "settings": SETTINGS, "step_seconds": {"gdpo": 9.0, SW.ORACLE: 11.0}}
+    cfg = SW.preset(res)
+    assert cfg.name == "credit-matters-k4-default" and cfg.methods == ["gdpo", SW.ORACLE]
+    assert (cfg.seeds, cfg.steps) == (SW.PRESET_SEEDS, SW.PRESET_STEPS)
+    b = cfg.base
+    assert (b["task"], b["items"], b["example_ids"], b["group_size"], b["max_new_tokens"]) == \
+        ("checklist", 4, ["dog-note", "clean"], 8, 80)
+    assert (b["lr"], b["beta"], b["warmup"], b["bf16_update"], b["temperature"]) == (5e-5, 0.5, 3, True, 0.7)
+    assert "seed" not in b and "method" not in b  # per run
+    other = SW.preset(res, model="/models/Qwen/Qwen3 0.6B", device="cpu")
+    assert other.name == "credit-matters-k4-Qwen3-0.6B" and other.base["model"] == "/models/Qwen/Qwen3 0.6B"
+    assert SW.preset_minutes(res) == (9.0 + 11.0) * SW.PRESET_SEEDS * SW.PRESET_STEPS / 60
+    assert SW.preset_minutes({"rows": rows}) is None
+
+
+def test_no_preset_where_no_k_showed_a_gain():
+    rows = [row(2, SW.ORACLE, 0.01, -0.01, 0.03), row(8, SW.ORACLE, 0.02, -0.01, 0.05)]
+    assert SW.preset_k(rows) is None
+    assert SW.preset({"rows": rows, "settings": SETTINGS}) is None and SW.preset(None) is None
