@@ -197,6 +197,8 @@ def main(argv=None) -> None:
     ap.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: 3 examples, 32 tokens, seed 0, 200 resamples "
                                                          "(never written into docs/benchmarks.md)")
+    ap.add_argument("--section", default=SECTION, help=f"the section of docs/benchmarks.md to write (default "
+                    f"{SECTION}; another name keeps that one, e.g. {SECTION}-checklist for the checklist rows)")
     ap.add_argument("--json", default=None, help="also write every figure as JSON")
     report.add_doc_flag(ap)
     a = ap.parse_args(argv)
@@ -221,9 +223,9 @@ def main(argv=None) -> None:
         Path(a.json).write_text(json.dumps({"model": lm.name, "seeds": a.seeds, "summary": summary}, indent=1,
                                            default=float), encoding="utf-8")
     if not a.no_doc and not a.quick:
-        path = report.update_section(SECTION, report.section("bench/credit_methods.py", doc_text(
+        path = report.update_section(a.section, report.section("bench/credit_methods.py", doc_text(
             a, lm.name, summary, families, res["groups"])))
-        print(f"written to {path} (section {SECTION})")
+        print(f"written to {path} (section {a.section})")
 
 
 if __name__ == "__main__":
