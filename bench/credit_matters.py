@@ -22,7 +22,10 @@ arm with intervals (``--out``/credit_matters.png); everything as JSON (``--out``
 
     PYTHONPATH=$PWD python bench/credit_matters.py [--seeds 6] [--steps 14] [--ks 2,4,8] [--model default]
         [--blackbox mrtpo:measure=attn-contrast,mrtpo:measure=js] [--blackbox-ks best|all|2,8] [--out DIR]
-        [--quick] [--no-doc]
+        [--quick] [--report-only] [--no-doc]
+
+``--report-only``: trains nothing, reports the arms the store holds in full (while a sweep runs, or after it stopped
+part-way).
 
 ``--quick``: the tiny random model, K = 2 and 4, 2 seeds × 2 steps, G = 4 × 16 new tokens (a smoke run of every
 part; its figures say nothing).
@@ -68,6 +71,8 @@ def args(argv=None) -> argparse.Namespace:
     ap.add_argument("--blackbox", default=",".join(BLACKBOX), help="the phase-2 arms, comma-separated")
     ap.add_argument("--blackbox-ks", default="best", help="best (the K where the oracle gained most), all, or a "
                                                           "comma-separated list of K; none: skip phase 2")
+    ap.add_argument("--report-only", action="store_true", help="train nothing: report the arms whose runs the store "
+                    "holds in full (a sweep still running, or stopped part-way)")
     ap.add_argument("--boot", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     ap.add_argument("--out", default="runs/bench-credit-matters")
     ap.add_argument("--keep-checkpoints", action="store_true", help="keep each run's last checkpoint (GBs per run)")
@@ -125,6 +130,20 @@ def train(store, exp, keep: bool, log) -> float:
 
     run_experiment(store, exp, log=lambda m: None, on_run=on_run, keep_checkpoints=keep)
     return time.perf_counter() - t0
+
+
+def finished(store, exp):
+    """``exp`` narrowed to its baseline and the arms whose every run holds ``exp.steps`` steps (None: no such arm)."""
+    from mrtpo.experiment import ExperimentConfig
+
+    def done(m: str) -> bool:
+        return all((r := store.get_run(exp.run_name(m, j))) is not None and r.steps_done >= exp.steps
+                   for j in range(exp.seeds))
+
+    arms = [m for m in exp.methods if done(m)]
+    if len(arms) < 2 or arms[0] != exp.methods[0]:
+        return None
+    return ExperimentConfig(exp.name, arms, exp.seeds, exp.steps, exp.base)
 
 
 def summarize(store, exp, n_boot: int) -> dict:
@@ -254,13 +273,18 @@ def main(argv=None) -> int:
     log = lambda m: print(m, flush=True)  # noqa: E731
     t0 = time.perf_counter()
     results, seconds, exps = {}, {}, {}
-    for k in a.ks:  # phase 1: the oracle against GDPO at every K
+    for k in a.ks if a.report_only else []:  # what the store holds in full, nothing trained
+        exp = finished(store, experiment(a, k, ORACLE_ARMS, store))
+        if exp is not None:
+            exps[k], results[k] = exp, summarize(store, exp, a.boot)
+            log(f"K = {k}: {' | '.join(exp.methods)} (finished)")
+    for k in [] if a.report_only else a.ks:  # phase 1: the oracle against GDPO at every K
         exp = exps[k] = experiment(a, k, ORACLE_ARMS, store)
         log(f"phase 1, K = {k}: {' | '.join(exp.methods)} × {a.seeds} seeds × {a.steps} steps")
         seconds[k] = train(store, exp, a.keep_checkpoints, log)
         results[k] = summarize(store, exp, a.boot)
-    gain = {k: results[k]["paired"][ORACLE_ARMS[1]]["auc_diff"] for k in a.ks}
-    for k in blackbox_ks(a, gain):  # phase 2: the black-box arms where the oracle gained most
+    gain = {k: results[k]["paired"][ORACLE_ARMS[1]]["auc_diff"] for k in results}
+    for k in [] if a.report_only else blackbox_ks(a, gain):  # phase 2: the black-box arms where the oracle gained most
         exp = exps[k] = experiment(a, k, ORACLE_ARMS + a.blackbox, store)
         log(f"phase 2, K = {k}: + {' | '.join(a.blackbox)}")
         seconds[k] = seconds.get(k, 0.0) + train(store, exp, a.keep_checkpoints, log)

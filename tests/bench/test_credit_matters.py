@@ -58,3 +58,16 @@ def test_quick_sweep_resumes_and_reports(tmp_path, capsys):
     again = json.loads((out / "sweep.json").read_text())
     assert again["rows"] == rows
     assert "steps 1..2" not in capsys.readouterr().out
+    assert set(again["step_seconds"]) == {"gdpo", "mrtpo:measure=evidence", "mrtpo:measure=js"}
+    assert all(v > 0 for v in again["step_seconds"].values())
+    # --report-only trains nothing; a run cut short leaves its arm out (the others are reported as before)
+    run = store.require_run("cm-k2.mrtpo.measure-js.s1")
+    owner = store.acquire_lock(run.id)
+    store.truncate(run.id, 1, owner=owner)
+    store.release_lock(run.id, owner)
+    assert CM.main([*argv, "--report-only"]) == 0
+    printed = capsys.readouterr().out
+    assert "steps 1..2" not in printed and "K = 2: gdpo | mrtpo:measure=evidence" in printed
+    report = json.loads((out / "sweep.json").read_text())["rows"]
+    assert report == [r for r in rows if r["arm"] != "mrtpo:measure=js"]
+    assert store.require_run("cm-k2.mrtpo.measure-js.s1").steps_done == 1
