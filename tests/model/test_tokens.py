@@ -148,7 +148,7 @@ def test_a_response_too_long_fails_before_its_offsets(tiny, monkeypatch):
     def no_offsets(lm, ids):
         raise AssertionError("offsets computed before the length check")
 
-    monkeypatch.setattr("mrtpo.replay.noreplay.token_offsets", no_offsets)  # where the replay computes offsets
+    monkeypatch.setattr("mrtpo.replay.plan.token_offsets", no_offsets)  # where the replay computes offsets
     ids = tiny.tokenizer("x" * 50_000, add_special_tokens=False)["input_ids"]
     t0 = time.perf_counter()
     with pytest.raises(MrtpoError, match="more than model 'tiny-random' accepts"):
