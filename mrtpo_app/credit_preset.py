@@ -27,12 +27,15 @@ def show(store: Store, db_path: str) -> None:
     if cfg is None:
         return
     k, minutes = cfg.base["items"], preset_minutes(res)
-    pace = (f"about {minutes:.0f} min at the sweep's pace ({md(res.get('cpu', '?'))}); a random model is faster"
+    swept = res.get("settings", {}).get("model")
+    pace = (f"about {minutes:.0f} min at the sweep's pace ({md(res.get('cpu', '?'))}, model {md(str(swept))})"
             if minutes else "its time was not recorded")
     st.markdown(f"**Preset: Where credit matters.** Checklists of K = {k} items, GDPO against MRTPO with the "
                 f"oracle's credit (each item's advantage on the characters its checker read), "
                 f"{plural(cfg.seeds, 'seed')} × {plural(cfg.steps, 'step')} on model **{md(cfg.base['model'])}** — "
-                f"{pace}. It is the sweep's K with the largest gain; the curves and Δ grow as it trains.")
+                f"{pace}. It is the sweep's K with the largest gain. The runs train one after another (GDPO, then the "
+                f"oracle, seed by seed): the curves and Δ appear once both arms of the first seed have steps, and "
+                f"grow as it trains.")
     have = store.get_experiment(cfg.name) is not None
     if not st.button("Continue the preset" if have else "Run the preset", key="train_preset_run"):
         return

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from mrtpo.experiment.sweep import load_sweep, preset, verdict
+from mrtpo.experiment.sweep import ORACLE, load_sweep, preset, verdict
 from mrtpo.wording import plural
 from mrtpo_app import charts, state
 
@@ -25,6 +25,8 @@ def show(key: str, link: bool = False) -> None:
     s = res.get("settings", {})
     st.plotly_chart(charts.credit_sweep(res["rows"]), key=key, width="stretch")
     st.markdown(verdict(res["rows"]))
+    for arm in dict.fromkeys(r["arm"] for r in res["rows"] if r["arm"] != ORACLE):  # the black-box arms
+        st.markdown(verdict(res["rows"], arm))
     ch = state.choices()
     cfg = preset(res, ch.model, ch.device) if link else None
     if cfg is not None:
@@ -34,5 +36,5 @@ def show(key: str, link: bool = False) -> None:
     st.caption(f"Checklist task, model {s.get('model', '?')}, {plural(s.get('seeds', 0), 'seed')} × "
                f"{plural(s.get('steps', 0), 'step')} per run, G = {s.get('group_size', '?')}, lr {s.get('lr', '?')}, "
                f"β {s.get('beta', '?')}, verifier information {s.get('info', 'rule')}; {res.get('cpu', '?')}, "
-               f"{res.get('date', '?')} (bench/credit_matters.py; docs/benchmarks.md, 'Does token credit matter "
-               f"with many rewards?').")
+               f"{res.get('date', '?')} (bench/credit_matters.py; docs/benchmarks.md, 'Does token credit matter as "
+               f"K grows?').")

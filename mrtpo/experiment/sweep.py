@@ -46,9 +46,14 @@ def verdict(rows: list[dict], arm: str = ORACLE) -> str:
     shown = gain_ks(rows, arm)
     each = "; ".join(f"K = {r['k']}: {r['delta']:+.3f} [{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}]" for r in mine)
     if shown:
-        return (f"Token credit learned faster than GDPO at K = {', '.join(map(str, shown))} (Δ AUC with its 95 % "
+        who = ("Token credit from the checkers' evidence (the oracle)" if arm == ORACLE else
+               f"MRTPO with `{arm.split('measure=', 1)[-1]}`")
+        return (f"{who} learned faster than GDPO at K = {', '.join(map(str, shown))} (Δ AUC with its 95 % "
                 f"interval: {each}).")
     bound = max(r["ci95"][1] for r in mine)
+    if arm != ORACLE:
+        return (f"MRTPO with `{arm.split('measure=', 1)[-1]}` showed no difference from GDPO (Δ AUC with its 95 % "
+                f"interval: {each}); the intervals rule out a gain above {bound:+.3f} AUC at these sizes.")
     return (f"No K showed a difference from GDPO (Δ AUC with its 95 % interval: {each}); the intervals rule out a "
             f"gain above {bound:+.3f} AUC at these sizes.")
 

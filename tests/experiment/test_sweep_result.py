@@ -12,8 +12,12 @@ def test_verdict_where_an_interval_is_above_zero():
     rows = [row(2, SW.ORACLE, 0.01, -0.01, 0.03), row(8, SW.ORACLE, 0.05, 0.02, 0.08),
             row(8, "mrtpo:measure=js", 0.0, -0.02, 0.02)]
     assert SW.gain_ks(rows) == [8] and SW.gain_ks(rows, "mrtpo:measure=js") == []
-    assert SW.verdict(rows) == ("Token credit learned faster than GDPO at K = 8 (Δ AUC with its 95 % interval: "
-                                "K = 2: +0.010 [-0.010, +0.030]; K = 8: +0.050 [+0.020, +0.080]).")
+    assert SW.verdict(rows) == ("Token credit from the checkers' evidence (the oracle) learned faster than GDPO at "
+                                "K = 8 (Δ AUC with its 95 % interval: K = 2: +0.010 [-0.010, +0.030]; K = 8: "
+                                "+0.050 [+0.020, +0.080]).")
+    assert SW.verdict(rows, "mrtpo:measure=js") == ("MRTPO with `js` showed no difference from GDPO (Δ AUC with its "
+                                                    "95 % interval: K = 8: +0.000 [-0.020, +0.020]); the intervals "
+                                                    "rule out a gain above +0.020 AUC at these sizes.")
 
 
 def test_verdict_of_a_null_states_the_bound():
