@@ -215,24 +215,15 @@ def prepare(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = la
 
 
 def check_new_runs(store: Store, cfg: ExperimentConfig, family=None) -> None:
-    """What the experiment's runs not yet stored would fail on (prompts past the model's positions, a measure the
-    model cannot give, a choice file of another task or model), refused before :func:`prepare` creates any of them:
-    :func:`mrtpo.train.start.check_new_run` once per arm (its seeds differ only in their draws), on one load of the
-    model."""
+    """What the experiment's runs not yet stored would fail on, refused before :func:`prepare` creates any of them
+    (:func:`mrtpo.train.start.check_new_runs`, once per arm: its seeds differ only in their draws)."""
+    from mrtpo.train.start import check_new_runs as check
+
     new = {}
     for m, s, name in cfg.runs():
         if m not in new and store.get_run(name) is None:
             new[m] = cfg.run_config(m, s)
-    if not new:
-        return
-    from mrtpo.model import load_model
-    from mrtpo.tasks import get_family
-    from mrtpo.train.start import check_new_run
-
-    first = next(iter(new.values()))
-    lm = load_model(first.model, first.device)
-    for rc in new.values():
-        check_new_run(lm, family or get_family(rc.task), rc, probe=bool(rc.probe_size))
+    check(list(new.values()), family)
 
 
 def run_experiment(store: Store, cfg: ExperimentConfig, log: Callable[[str], None] = lambda m: None,

@@ -48,6 +48,19 @@ def check_new_run(lm: LoadedModel, family: TaskFamily, cfg: TrainConfig, probe: 
     check_fit(lm, family, run_examples(family, cfg), cfg, template, probe)
 
 
+def check_new_runs(configs: list[TrainConfig], family: TaskFamily | None = None) -> None:
+    """:func:`check_new_run` for each of ``configs`` (an experiment's new arms, sharing one model) on one load of
+    their model; ``family`` overrides the task family each names."""
+    if not configs:
+        return
+    from mrtpo.model import load_model
+    from mrtpo.tasks import get_family
+
+    lm = load_model(configs[0].model, configs[0].device)
+    for cfg in configs:
+        check_new_run(lm, family or get_family(cfg.task), cfg, probe=bool(cfg.probe_size))
+
+
 def check_fit(lm: LoadedModel, family: TaskFamily, examples: list, cfg: TrainConfig, template: Template,
               probe: bool) -> None:
     """MrtpoError, before anything is stored or sampled, when a step or the probe (``probe``: the run samples one
