@@ -252,7 +252,8 @@ def test_experiment_view(db):
     df = at.dataframe[0].value
     assert list(df["method"]) == ["gdpo", "mrtpo"]
     assert list(df["AUC"]) == pytest.approx([summary["methods"][m]["auc"] for m in ("gdpo", "mrtpo")])
-    curves = json.loads(at.get("plotly_chart")[0].proto.spec)
+    # the experiment's curves (the credit sweep's figure, in its expander above, is drawn first)
+    curves = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if "K (items" not in c.proto.spec)
     means = [t for t in curves["data"] if t.get("mode") == "lines+markers"]
     bands = [t for t in curves["data"] if t.get("fill") == "toself"]
     assert len(bands) == len(means) > 0  # every mean curve has its band
