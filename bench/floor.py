@@ -48,3 +48,30 @@ def gemm_peak(dtype: torch.dtype = torch.float32, shapes: Sequence[tuple[int, in
             if dt > 0:
                 best = max(best, 2.0 * m * k * n / dt)
     return best
+
+
+def read_bandwidth(nbytes: int = 1 << 28, repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> float:
+    """The best rate at which this machine streams memory into the cores, in bytes/s: ``torch.sum`` over a float32
+    tensor of ``nbytes`` (far larger than any cache), the fastest of ``repeats`` after one warm-up."""
+    x = torch.ones(nbytes // 4, dtype=torch.float32)
+    x.sum()
+    best = 0.0
+    for _ in range(repeats):
+        t0 = clock()
+        x.sum()
+        dt = clock() - t0
+        if dt > 0:
+            best = max(best, nbytes / dt)
+    return best
+
+
+def decode_bytes(n_lin: int, vocab: int, hidden: int, itemsize: int, kv_bytes_per_token: int,
+                 kv_tokens: float) -> float:
+    """Bytes one decoding step must read at least: every linear weight of the stack and the vocabulary head once
+    (``itemsize`` bytes each, the dtype the step computes in), and the KV cache's ``kv_tokens`` positions
+    (``kv_bytes_per_token``: keys and values of every layer for one position). For a few rows the step is a
+    matrix-vector product per weight, so this, over :func:`read_bandwidth`, is its memory floor:
+
+        decode floor = ((N_lin + V · H) · itemsize + kv_bytes_per_token · kv_tokens) / bandwidth
+    """
+    return float((n_lin + vocab * hidden) * itemsize + kv_bytes_per_token * kv_tokens)

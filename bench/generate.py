@@ -30,8 +30,9 @@ from mrtpo.model import compute_dtype, load_model, sample
 from mrtpo.tasks import get_family
 
 try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/generate.py
-    from bench import report
+    from bench import floor, report
 except ImportError:
+    import floor
     import report
 
 
@@ -109,6 +110,23 @@ def peak_memory(a, which: str) -> float:
     return float(out.strip().splitlines()[-1])
 
 
+def decode_floor_s(lm, n_prompt: int, group: int, steps: int) -> tuple[float, float]:
+    """(the least time of one decoding step here in seconds, the bandwidth it is read at in bytes/s): the bytes a step
+    must read (:func:`floor.decode_bytes`: the stack's linear weights and the vocabulary head in the sampler's compute
+    dtype, and the KV cache of the prompt once plus each row's own tokens at the mean step) over
+    :func:`floor.read_bandwidth`."""
+    from mrtpo.model import decoder_stack
+
+    c = lm.model.config
+    itemsize = torch.empty((), dtype=compute_dtype(lm, "auto")).element_size()
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * head_dim * itemsize
+    need = floor.decode_bytes(floor.linear_weights(decoder_stack(lm.model)), c.vocab_size, c.hidden_size, itemsize,
+                              kv_per_token, n_prompt + group * steps / 2)
+    bw = floor.read_bandwidth()
+    return need / bw, bw
+
+
 def sql_prompt(lm) -> str:
     fam = get_family("sql")
     return max(fam.examples(), key=lambda e: len(lm.encode(lm.chat_prompt(e.prompt)))).prompt
@@ -165,6 +183,10 @@ def main() -> None:
     steps = a.max_new_tokens - 1
     print(f"  new sampler: weight cast + prompt pass + first token {t_first:.2f} s; decoding steps "
           f"{(res['new'] - t_first) / max(steps, 1) * 1000:.1f} ms each (if all {steps} steps ran)")
+    step_s = (res["new"] - t_first) / max(steps, 1)
+    floor_s, bw = decode_floor_s(lm, n_prompt, a.group, steps)
+    print(f"  decoding step ÷ its memory floor = {step_s / floor_s:.2f}   (floor {floor_s * 1000:.1f} ms: the weights "
+          f"and KV a step reads at this machine's {bw / 1e9:.1f} GB/s)")
     print(f"  RATIO new / old time = {res['new'] / res['old']:.3f}   (target <= 0.5; precision=model alone: "
           f"{res['new-model'] / res['old']:.3f})")
     mem = None
@@ -176,8 +198,8 @@ def main() -> None:
         setting = (f"Model {a.model} on {lm.device} ({lm.dtype}; the new sampler computes in "
                    f"{compute_dtype(lm, 'auto')}); the longest text-to-SQL prompt ({n_prompt} tokens), "
                    f"G = {a.group} × {a.max_new_tokens} new tokens, temperature 1, seed 0, best of {a.repeats}.")
-        f = dict(setting=setting, time=res, tokens=counts, first=t_first, step_ms=(res["new"] - t_first)
-                 / max(steps, 1) * 1000, memory=mem)
+        f = dict(setting=setting, time=res, tokens=counts, first=t_first, step_ms=step_s * 1000, memory=mem,
+                 floor_ms=floor_s * 1000, bandwidth=bw)
         path = report.update_section("generate", report.section("bench/generate.py", doc_text(f)))
         print(f"  written to {path} (section generate)")
 
@@ -197,7 +219,10 @@ def doc_text(f: dict) -> str:
                 ["RATIO new / old time", f"{t['new'] / t['old']:.3f}", "≤ 0.5 on CPU"],
                 ["new / old time at precision=model", f"{t['new-model'] / t['old']:.3f}", ""],
                 ["new sampler: weight cast + prompt pass + first token", f"{f['first']:.2f} s", ""],
-                ["new sampler: one decoding step", f"{f['step_ms']:.1f} ms", ""]]))
+                ["new sampler: one decoding step", f"{f['step_ms']:.1f} ms", ""],
+                ["its memory floor (weights + KV read once at this machine's read bandwidth)",
+                 f"{f['floor_ms']:.1f} ms at {f['bandwidth'] / 1e9:.1f} GB/s", ""],
+                ["decoding step ÷ its memory floor", f"{f['step_ms'] / f['floor_ms']:.2f}", "≤ 1.5"]]))
 
 
 if __name__ == "__main__":

@@ -65,8 +65,11 @@ def test_replay_section():
 def test_generate_section():
     f = dict(setting="S.", time={"old": 11.78, "new-model": 8.25, "new": 4.94},
              tokens={"old": 695, "new-model": 700, "new": 637}, first=0.3, step_ms=49.5,
-             memory={"old": 174.0, "new-model": 163.0, "new": 341.0})
+             memory={"old": 174.0, "new-model": 163.0, "new": 341.0}, floor_ms=14.1, bandwidth=19.7e9)
     text = generate.doc_text(f)
+    assert ("| its memory floor (weights + KV read once at this machine's read bandwidth) | 14.1 ms at 19.7 GB/s |"
+            in text)
+    assert "| decoding step ÷ its memory floor | 3.51 | ≤ 1.5 |" in text
     assert "| `mrtpo.model.sample`, precision=auto (default) | 4.94 s | 637 | 128.9 | 341 MiB |" in text
     assert "| RATIO new / old time | 0.419 | ≤ 0.5 on CPU |" in text
     f["memory"] = None  # --skip-memory: no memory column
