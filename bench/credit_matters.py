@@ -203,6 +203,7 @@ def plot(table: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     from mrtpo.experiment.report import PALETTE
+    from mrtpo.experiment.sweep import arm_title
 
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     arms = list(dict.fromkeys(r["arm"] for r in table))
@@ -214,8 +215,7 @@ def plot(table: list[dict], path: Path) -> None:
         y = [r["delta"] for r in pts]
         err = [[r["delta"] - r["ci95"][0] for r in pts], [r["ci95"][1] - r["delta"] for r in pts]]
         ax.errorbar(x, y, yerr=err, fmt="o-", capsize=4, color=PALETTE[(i + 1) % len(PALETTE)],
-                    label=arm.replace("mrtpo:measure=evidence", "MRTPO, the oracle (evidence)")
-                    .replace("mrtpo:measure=", "MRTPO, "))
+                    label=arm_title(arm).replace("`", ""))
     ax.axhline(0, color="#444", linewidth=1)
     ks = sorted({r["k"] for r in table})
     ax.set_xticks(ks, [str(k) for k in ks])

@@ -12,6 +12,7 @@ from mrtpo.core.stats import smooth
 from mrtpo.display.curves import metric_title
 from mrtpo.display.run_stats import METRICS, TITLES
 from mrtpo.experiment.report import PALETTE, band_polygons, panel_keys
+from mrtpo.experiment.sweep import arm_title
 
 
 def step_axes(fig: go.Figure, last: int, rows: int) -> None:
@@ -130,7 +131,7 @@ def credit_sweep(rows: list[dict]) -> go.Figure:
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     for i, arm in enumerate(arms):
         pts = [r for r in rows if r["arm"] == arm and r["delta"] is not None and math.isfinite(r["delta"])]
-        name = arm.replace("mrtpo:measure=", "MRTPO, ").replace("evidence", "oracle (evidence)")
+        name = arm_title(arm)
         fig.add_trace(go.Scatter(
             x=[r["k"] + 0.08 * (i - (len(arms) - 1) / 2) for r in pts], y=[r["delta"] for r in pts],
             mode="lines+markers", name=name, line={"color": PALETTE[(i + 1) % len(PALETTE)]},

@@ -28,6 +28,24 @@ def load_sweep() -> dict | None:
         return None
 
 
+def arm_title(arm: str) -> str:
+    """An arm of the sweep in words: ``mrtpo:measure=js`` → "MRTPO with `js`", the oracle → "MRTPO with the oracle
+    (`evidence`)", ``mrtpo:tuned=dir/checklist.json`` → "MRTPO, tuned (`checklist`)"; any other arm as it is."""
+    from mrtpo.errors import MrtpoError
+    from mrtpo.experiment.arms import arm_label, parse_arm
+
+    try:
+        method, overrides = parse_arm(arm)
+    except MrtpoError:
+        return arm
+    if method == "mrtpo" and list(overrides) == ["measure"]:
+        m = overrides["measure"]
+        return "MRTPO with the oracle (`evidence`)" if m == "evidence" else f"MRTPO with `{m}`"
+    if method == "mrtpo" and list(overrides) == ["tuned"]:
+        return f"MRTPO, tuned (`{arm_label(arm).removeprefix('mrtpo.tuned-')}`)"
+    return arm
+
+
 def _finite(*xs) -> bool:
     return all(x is not None and math.isfinite(x) for x in xs)
 
@@ -46,13 +64,12 @@ def verdict(rows: list[dict], arm: str = ORACLE) -> str:
     shown = gain_ks(rows, arm)
     each = "; ".join(f"K = {r['k']}: {r['delta']:+.3f} [{r['ci95'][0]:+.3f}, {r['ci95'][1]:+.3f}]" for r in mine)
     if shown:
-        who = ("Token credit from the checkers' evidence (the oracle)" if arm == ORACLE else
-               f"MRTPO with `{arm.split('measure=', 1)[-1]}`")
+        who = "Token credit from the checkers' evidence (the oracle)" if arm == ORACLE else arm_title(arm)
         return (f"{who} learned faster than GDPO at K = {', '.join(map(str, shown))} (Δ AUC with its 95 % "
                 f"interval: {each}).")
     bound = max(r["ci95"][1] for r in mine)
     if arm != ORACLE:
-        return (f"MRTPO with `{arm.split('measure=', 1)[-1]}` showed no difference from GDPO (Δ AUC with its 95 % "
+        return (f"{arm_title(arm)} showed no difference from GDPO (Δ AUC with its 95 % "
                 f"interval: {each}); the intervals rule out a gain above {bound:+.3f} AUC at these sizes.")
     return (f"No K showed a difference from GDPO (Δ AUC with its 95 % interval: {each}); the intervals rule out a "
             f"gain above {bound:+.3f} AUC at these sizes.")

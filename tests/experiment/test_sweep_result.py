@@ -69,3 +69,13 @@ def test_no_preset_where_no_k_showed_a_gain():
     rows = [row(2, SW.ORACLE, 0.01, -0.01, 0.03), row(8, SW.ORACLE, 0.02, -0.01, 0.05)]
     assert SW.preset_k(rows) is None
     assert SW.preset({"rows": rows, "settings": SETTINGS}) is None and SW.preset(None) is None
+
+
+def test_arm_title_names_measures_the_oracle_and_a_tuned_choice():
+    assert SW.arm_title("mrtpo:measure=js") == "MRTPO with `js`"
+    assert SW.arm_title(SW.ORACLE) == "MRTPO with the oracle (`evidence`)"
+    assert SW.arm_title("mrtpo:tuned=runs/cm/checklist.json") == "MRTPO, tuned (`checklist`)"
+    assert SW.arm_title("gdpo") == "gdpo"
+    assert SW.arm_title("mrtpo:beta=0.3,measure=js") == "mrtpo:beta=0.3,measure=js"  # several settings: as written
+    rows = [{"k": 2, "arm": "mrtpo:tuned=runs/cm/checklist.json", "delta": 0.05, "ci95": [-0.01, 0.11]}]
+    assert SW.verdict(rows, rows[0]["arm"]).startswith("MRTPO, tuned (`checklist`) showed no difference from GDPO")
