@@ -131,7 +131,7 @@ def credit_sweep(rows: list[dict]) -> go.Figure:
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     for i, arm in enumerate(arms):
         pts = [r for r in rows if r["arm"] == arm and r["delta"] is not None and math.isfinite(r["delta"])]
-        name = arm_title(arm)
+        name = arm_title(arm).replace("`", "")  # a legend shows no markdown
         fig.add_trace(go.Scatter(
             x=[r["k"] + 0.08 * (i - (len(arms) - 1) / 2) for r in pts], y=[r["delta"] for r in pts],
             mode="lines+markers", name=name, line={"color": PALETTE[(i + 1) % len(PALETTE)]},
