@@ -1,10 +1,26 @@
-"""The app's model work, cached by every input and shared by every session (:class:`Cached`, a
-:class:`mrtpo_app.work.Memo`): the sampling (by its :class:`mrtpo.model.SamplingConfig`, the seed in it: each call
-draws from a generator of its own, so a key's group is the same whoever sampled it first), the replay and the top-k
-at a token.  A slider never re-runs the model; :class:`mrtpo_app.timer.Timer` says when a block came from here."""
+"""The app's model work, cached by every input and shared by every session (:class:`Cached` on a :class:`Memo`): the
+sampling (by its :class:`mrtpo.model.SamplingConfig`, the seed in it: each call draws from a generator of its own, so
+a key's group is the same whoever sampled it first), the replay and the top-k at a token.  A slider never re-runs the
+model; :class:`mrtpo_app.timer.Timer` says when a block came from here.
+
+**Keyed by everything that decides the result.** :class:`Memo` keys are the JSON of every input (model, device,
+prompt, group size, tokens, temperature, top-p, precision, seed; for a replay the verifier texts, token ids,
+template and rewards). Sampling draws from a generator seeded per call (:func:`mrtpo.model.sample`), so a key
+gives the same result whoever computed it. Two sessions asking for one key at once compute it once (the second
+waits for the first). Results are handed out as copies (a session may change its own).
+
+**Computed during a turn of the model.** A result the memo does not hold is computed while this thread holds a turn
+of the model's queue (:func:`mrtpo_app.work.model_turn`: the current job's, taken at its first such computation);
+the queue only orders the turns and calls nothing here.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import copy
+import json
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -23,25 +39,107 @@ if TYPE_CHECKING:
     from mrtpo_app.state import Choices
 
 
+_ABANDONED = object()  # a computation whose session stopped before it finished: a waiter computes it itself
+
+
+class Memo:
+    """Results by key for every session of the process: the ``max_entries`` used last are kept; a key asked for by
+    several sessions at once is computed once."""
+
+    def __init__(self, max_entries: int):
+        self.max_entries = max_entries
+        self._done: OrderedDict[str, Any] = OrderedDict()
+        self._pending: dict[str, Future] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(*parts) -> str:
+        return json.dumps(parts, sort_keys=True, default=repr)
+
+    def peek(self, key: str) -> tuple[bool, Any]:
+        """(True, a copy of the result) when ``key`` is done, else (False, None)."""
+        with self._lock:
+            if key not in self._done:
+                return False, None
+            self._done.move_to_end(key)
+            value = self._done[key]
+        return True, copy.deepcopy(value)
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` is done (no copy made)."""
+        with self._lock:
+            return key in self._done
+
+    def get(self, key: str, compute: Callable[[], Any]) -> tuple[Any, bool]:
+        """(a copy of the result for ``key``, whether this call computed it); ``compute()`` runs on a miss, once."""
+        while True:
+            with self._lock:
+                if key in self._done:
+                    self._done.move_to_end(key)
+                    return copy.deepcopy(self._done[key]), False
+                fut = self._pending.get(key)
+                mine = fut is None
+                if mine:
+                    fut = self._pending[key] = Future()
+            if not mine:
+                got = fut.result()  # another session computes it: wait for that (its errors are raised here too)
+                if got is _ABANDONED:
+                    continue
+                return copy.deepcopy(got), False
+            try:
+                value = compute()
+            except BaseException as e:
+                with self._lock:
+                    self._pending.pop(key, None)
+                if isinstance(e, Exception):
+                    fut.set_exception(e)
+                else:  # the session stopped (Streamlit's rerun / stop): not an answer for the others
+                    fut.set_result(_ABANDONED)
+                raise
+            with self._lock:
+                self._pending.pop(key, None)
+                self._done[key] = value
+                while len(self._done) > self.max_entries:
+                    self._done.popitem(last=False)
+            fut.set_result(value)
+            return copy.deepcopy(value), True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._done.clear()
+
+
+def cached(memo: Memo, key: str, compute: Callable[[], Any]) -> tuple[Any, bool]:
+    """(the result for ``key``, whether this call computed it): from ``memo`` at once when it holds it, else
+    computed during a turn of the model (:func:`mrtpo_app.work.model_turn`; another session may have computed it
+    meanwhile). Only a thread holding the turn computes, so no turn holder ever waits for another session's
+    computation."""
+    found, value = memo.peek(key)
+    if found:
+        return value, False
+    with work.model_turn():
+        return memo.get(key, compute)
+
+
 class Cached:
-    """A model computation kept in a :class:`mrtpo_app.work.Memo` for every session, by every input; its calls are
-    counted and its computations marked (:class:`mrtpo_app.timer.Timer`); ``.clear()`` empties it. Keyword arguments
-    (a progress callback, how to show partial results) are passed to a computation but are not part of its key."""
+    """A model computation kept in a :class:`Memo` for every session, by every input; its calls are counted and its
+    computations marked (:class:`mrtpo_app.timer.Timer`); ``.clear()`` empties it. Keyword arguments (a progress
+    callback, how to show partial results) are passed to a computation but are not part of its key."""
 
     def __init__(self, fn, max_entries: int):
-        self.fn, self.memo = fn, work.Memo(max_entries)
+        self.fn, self.memo = fn, Memo(max_entries)
         self.__doc__, self.__name__ = fn.__doc__, fn.__name__
 
     def __call__(self, *args, **how):
         mark_call()
-        value, computed = work.cached(self.memo, work.Memo.key(self.__name__, *args), lambda: self.fn(*args, **how))
+        value, computed = cached(self.memo, Memo.key(self.__name__, *args), lambda: self.fn(*args, **how))
         if computed:
             mark_ran()
         return value
 
     def has(self, *args) -> bool:
         """Whether the result for ``args`` is kept (asking for it costs no model time)."""
-        return self.memo.has(work.Memo.key(self.__name__, *args))
+        return self.memo.has(Memo.key(self.__name__, *args))
 
     def clear(self) -> None:
         self.memo.clear()

@@ -2,7 +2,7 @@
 color scale, with its token AUROC against what the checker read and what it costs (:mod:`mrtpo.display.compare`).
 
 On a toggle: the model work (one replay that also reads P_all's attention, the entropies the sampler did not record)
-runs once per group and input, kept for every session (:class:`mrtpo_app.work.Memo`); the rows re-read it."""
+runs once per group and input, kept for every session (:class:`mrtpo_app.caches.Memo`); the rows re-read it."""
 from __future__ import annotations
 
 import numpy as np
@@ -16,14 +16,14 @@ from mrtpo.templates import Template
 from mrtpo_app import caches, models, state, work
 from mrtpo_app.ui import guard, md
 
-_RESULTS = work.Memo(8)  # compare_result per group and input, for every session
+_RESULTS = caches.Memo(8)  # compare_result per group and input, for every session
 
 
 def _result(run: state.SessionGroup):
     """:func:`compare_result` for the session's group, kept by everything that decides it."""
     g, ch = run.group, run.choices
     skip = run.mode == "task"
-    key = work.Memo.key("compare", ch.model, ch.device, caches.PRECISION, g.fingerprint, g.prompt, g.example.prompt,
+    key = caches.Memo.key("compare", ch.model, ch.device, caches.PRECISION, g.fingerprint, g.prompt, g.example.prompt,
                         g.verifier_info, g.rewards.tolist(), run.template, skip)
 
     def compute():
@@ -31,7 +31,7 @@ def _result(run: state.SessionGroup):
         return compare_result(lm, g, Template.from_dict(run.template), skip_constant=skip,
                               config=ReplayConfig(precision=caches.PRECISION))
 
-    value, _ = work.cached(_RESULTS, key, compute)
+    value, _ = caches.cached(_RESULTS, key, compute)
     return value
 
 

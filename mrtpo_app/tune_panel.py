@@ -127,9 +127,8 @@ def _run(run: state.SessionGroup, spec) -> None:
         bar, line = st.progress(0.0, text="tuning"), st.empty()
         try:
             lm = models.get_model(ch.model, ch.device)
-            with TuneCache(_cache_dir()) as cache:
-                res = work.with_turn(lambda: run_tune(lm, spec, cache, on_stage=lambda s: line.caption(s),
-                                                   progress=wait.Work(bar, "tuning")))
+            with TuneCache(_cache_dir()) as cache, work.model_turn():
+                res = run_tune(lm, spec, cache, on_stage=lambda s: line.caption(s), progress=wait.Work(bar, "tuning"))
         except Exception as e:  # noqa: BLE001 - shown as st.error, never a traceback
             status.update(label="Tuning failed", state="error")
             show_error(e, "tuning")

@@ -1,5 +1,6 @@
-"""The app under a class: one model serves every session of the process, one job at a time, first come first served
-(:class:`Turns`), and what it computed is kept for every session by everything that decides it (:class:`Memo`).
+"""The app's model queue: one model serves every session of the process, one job at a time, first come first served
+(:class:`Turns`). What the model computed is kept by :mod:`mrtpo_app.caches`, which takes a turn here
+(:func:`model_turn`) for a computation it does not hold; this module calls nothing of the caller's.
 
 **Queued, not concurrent.** On 2 CPU cores two samplings at once each take about twice as long as one alone (they
 share the cores), so everybody waits for the slowest; in a queue the first user gets a group as fast as alone and
@@ -9,24 +10,15 @@ before is shown without waiting), and keeps it to its end. While it waits, :func
 called every :data:`POLL_S` seconds in the session's own script thread, so the page can say how many jobs are
 ahead of it; a session that goes away (a rerun, a closed tab) leaves the queue at its next poll.
 
-**Keyed by everything that decides the result.** :class:`Memo` keys are the JSON of every input (model, device,
-prompt, group size, tokens, temperature, top-p, precision, seed; for a replay the verifier texts, token ids,
-template and rewards). Sampling draws from a generator seeded per call (:func:`mrtpo.model.sample`), so a key
-gives the same result whoever computed it. Two sessions asking for one key at once compute it once (the second
-waits for the first). Results are handed out as copies (a session may change its own).
-
 The Train page's steps do not take turns: a trainer trains its own copy of the model in its session's thread (it
 shares the cores with the queue, but it does not change what the queue computes).
 """
 from __future__ import annotations
 
 import contextlib
-import copy
-import json
 import threading
-from collections import OrderedDict, deque
-from concurrent.futures import Future
-from typing import Any, Callable, Iterator
+from collections import deque
+from typing import Callable, Iterator
 
 POLL_S = 0.25  # how often a waiting job says where it is in the queue (and notices that its session went away)
 
@@ -104,94 +96,17 @@ def job(on_wait: Callable[[int], None] | None = None) -> Iterator[None]:
         _job.on_wait = _job.stack = None
 
 
-def with_turn(compute: Callable[[], Any]) -> Any:
-    """``compute()`` during a turn of the model: the current job's (taken now if it has none yet), else a turn for
-    this computation alone."""
+@contextlib.contextmanager
+def model_turn() -> Iterator[None]:
+    """Hold a turn of the model for the block: the current job's (taken now if it has none yet: the job keeps it to
+    its end), else a turn for this block alone; a thread that holds a turn already goes straight in."""
     if TURNS.held():
-        return compute()
+        yield
+        return
     stack = getattr(_job, "stack", None)
     if stack is not None:
         stack.enter_context(TURNS.turn(_job.on_wait))
-        return compute()
+        yield
+        return
     with TURNS.turn():
-        return compute()
-
-
-_ABANDONED = object()  # a computation whose session stopped before it finished: a waiter computes it itself
-
-
-class Memo:
-    """Results by key for every session of the process: the ``max_entries`` used last are kept; a key asked for by
-    several sessions at once is computed once."""
-
-    def __init__(self, max_entries: int):
-        self.max_entries = max_entries
-        self._done: OrderedDict[str, Any] = OrderedDict()
-        self._pending: dict[str, Future] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def key(*parts) -> str:
-        return json.dumps(parts, sort_keys=True, default=repr)
-
-    def peek(self, key: str) -> tuple[bool, Any]:
-        """(True, a copy of the result) when ``key`` is done, else (False, None)."""
-        with self._lock:
-            if key not in self._done:
-                return False, None
-            self._done.move_to_end(key)
-            value = self._done[key]
-        return True, copy.deepcopy(value)
-
-    def has(self, key: str) -> bool:
-        """Whether ``key`` is done (no copy made)."""
-        with self._lock:
-            return key in self._done
-
-    def get(self, key: str, compute: Callable[[], Any]) -> tuple[Any, bool]:
-        """(a copy of the result for ``key``, whether this call computed it); ``compute()`` runs on a miss, once."""
-        while True:
-            with self._lock:
-                if key in self._done:
-                    self._done.move_to_end(key)
-                    return copy.deepcopy(self._done[key]), False
-                fut = self._pending.get(key)
-                mine = fut is None
-                if mine:
-                    fut = self._pending[key] = Future()
-            if not mine:
-                got = fut.result()  # another session computes it: wait for that (its errors are raised here too)
-                if got is _ABANDONED:
-                    continue
-                return copy.deepcopy(got), False
-            try:
-                value = compute()
-            except BaseException as e:
-                with self._lock:
-                    self._pending.pop(key, None)
-                if isinstance(e, Exception):
-                    fut.set_exception(e)
-                else:  # the session stopped (Streamlit's rerun / stop): not an answer for the others
-                    fut.set_result(_ABANDONED)
-                raise
-            with self._lock:
-                self._pending.pop(key, None)
-                self._done[key] = value
-                while len(self._done) > self.max_entries:
-                    self._done.popitem(last=False)
-            fut.set_result(value)
-            return copy.deepcopy(value), True
-
-    def clear(self) -> None:
-        with self._lock:
-            self._done.clear()
-
-
-def cached(memo: Memo, key: str, compute: Callable[[], Any]) -> tuple[Any, bool]:
-    """(the result for ``key``, whether this call computed it): from ``memo`` at once when it holds it, else
-    computed during a turn of the model (:func:`with_turn`; another session may have computed it meanwhile). Only a
-    thread holding the turn computes, so no turn holder ever waits for another session's computation."""
-    found, value = memo.peek(key)
-    if found:
-        return value, False
-    return with_turn(lambda: memo.get(key, compute))
+        yield

@@ -345,11 +345,11 @@ def method_names() -> list[str]:
     return list(ESTIMATORS) + ["mrtpo"] + [f"mrtpo+{e}" for e in ESTIMATORS if e != "gdpo"]
 
 
-def compute(method: str, rewards: torch.Tensor, group_size: int, weights=None, **constants) -> Advantages:
+def compute(method: str | Method, rewards: torch.Tensor, group_size: int, weights=None, **constants) -> Advantages:
     """Run the response-level estimator of ``method`` (e.g. "mrtpo+dara" → DARA).
 
     Args:
-        method: a name of :func:`method_names`.
+        method: a name of :func:`method_names`, or one parsed already (:func:`parse_method`).
         rewards: (N, K), N = B·G responses group by group; NaN: not scored.
         group_size: G.
         weights: (K,) reward weights (default ones).
@@ -358,5 +358,5 @@ def compute(method: str, rewards: torch.Tensor, group_size: int, weights=None, *
     Returns:
         :class:`Advantages`: per-reward advantages (N, K), the response advantage (N,), center, scale, keep.
     """
-    m = parse_method(method)
+    m = method if isinstance(method, Method) else parse_method(method)
     return ESTIMATORS[m.estimator](torch.as_tensor(rewards, dtype=torch.float32), group_size, weights, **constants)

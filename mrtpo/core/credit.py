@@ -88,6 +88,7 @@ class TokenCredit:
     tokens: torch.Tensor  # (N, T) the combined token advantages A_it (what the update uses)
     deviation: torch.Tensor  # (N, K, T) the reallocated part Â_ik β_s (ρ_ikt − 1) on valid tokens (token sum 0)
     factor: torch.Tensor  # (N, 1) f_i, what the reallocated part is multiplied by (its divisor, floored)
+    method: A.Method | None = None  # the method whose credit this is (assign_credit's); None from reallocation alone
 
     @property
     def reallocated(self) -> torch.Tensor:
@@ -128,7 +129,7 @@ def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.T
         :class:`TokenCredit`: the estimator's result, β_s, the ρ used, and the token advantages (N, T) with each
         reward's row (N, K, T).
     """
-    adv = A.compute(cfg.method, rewards, group_size, weights)
+    adv = A.compute(cfg.parsed, rewards, group_size, weights)
     if rows is not None:
         adv = adv.rows(rows)
     mask = mask.bool()
@@ -137,7 +138,9 @@ def assign_credit(rewards: torch.Tensor, rho: torch.Tensor | None, mask: torch.T
         rho = normalized_relevance(rho, mask)
         if cfg.cap is not None:
             rho = cap_second_moment(rho, mask.unsqueeze(1).expand_as(rho), cfg.cap)
-    return _reallocate(adv, rho, mask, b)
+    credit = _reallocate(adv, rho, mask, b)
+    credit.method = cfg.parsed
+    return credit
 
 
 def reward_matrix(rows: Sequence[Mapping[str, float | None]]) -> tuple[list[str], torch.Tensor]:

@@ -113,9 +113,9 @@ def log_view(rows: Sequence[CreditRow], method: str | None = None, measure: str 
     if method is None:
         method = "mrtpo" if replayed else "gdpo"
     try:
-        parse_method(method)
+        parsed = parse_method(method)
     except MrtpoError:
-        method = "mrtpo" if replayed else "gdpo"
+        method, parsed = ("mrtpo" if replayed else "gdpo"), None
     R = np.array([[_num(r.rewards.get(k)) for k in names] for r in rows], dtype=float).reshape(len(rows), len(names))
     per = np.array([[_num((r.reward_advantages or {}).get(k)) / (r.scale or 1.0) for k in names] for r in rows],
                    dtype=float).reshape(len(rows), len(names))
@@ -136,7 +136,7 @@ def log_view(rows: Sequence[CreditRow], method: str | None = None, measure: str 
         final=np.array([_num(r.advantage) for r in rows]), tokens=toks, texts=[r.completion or "" for r in rows],
         relevance=rel, js=[{k: np.full(len(t), np.nan) for k in names} for t in toks], token_adv_per_reward=tok_k,
         token_adv=tok, diagnostics={"center": rows[0].center, "scale": rows[0].scale}, skipped=skipped,
-        measure=measure)
+        measure=measure, parsed=parsed)
     return view, LogGroup([dict(r.reasons or {}) for r in rows])
 
 

@@ -8,7 +8,6 @@ from typing import Sequence
 
 import numpy as np
 
-from mrtpo.core.advantages import parse_method
 from mrtpo.core.credit import SCALE_FLOOR
 from mrtpo.display.token_view import TokenView
 
@@ -38,7 +37,7 @@ def floor_note(view: TokenView, i: int) -> str:
         return ""
     d = float(view.divisor[i])
     times = f"{1 / d:,.0f}" if 1 / d >= 10 else f"{1 / d:.2g}"
-    m = parse_method(view.method)
+    m = view.parsed
     moved = (f"; what {m.label} moves between tokens is divided by max(s, {SCALE_FLOOR:g}) = {SCALE_FLOOR:g} "
              "instead" if m.tokens else "")
     return (f"Each reward's share Â_ik / s is over the scale s = {d:.3g}, below the floor {SCALE_FLOOR:g}: the reward "

@@ -28,7 +28,6 @@ from typing import Sequence
 
 import numpy as np
 
-from mrtpo.core.advantages import parse_method
 from mrtpo.core.spans import cell_values
 from mrtpo.display.notes import floor_html
 from mrtpo.display.render import (
@@ -171,7 +170,7 @@ def char_spans(tokens: Sequence[dict]) -> list[tuple[int, int]]:
 
 def moves(view: TokenView, i: int, reward: str) -> bool:
     """Whether the method moved some of ``reward``'s advantage between response ``i``'s tokens."""
-    return parse_method(view.method).tokens and bool(np.any(np.nan_to_num(view.moved(i, reward)) != 0))
+    return view.parsed.tokens and bool(np.any(np.nan_to_num(view.moved(i, reward)) != 0))
 
 
 def heat(view: TokenView, i: int, reward: str, groups: list[list[int]]) -> np.ndarray:
@@ -291,7 +290,7 @@ def overview_html(view: TokenView, i: int, scale: str = "response", vmax: tuple[
     :func:`mrtpo.display.render.response_html` takes them (``scale``, ``vmax``).  ``link``: attributes that make the
     hottest spans and an "open" button per reward open the full view (the export's script)."""
     lim = _lim(view, i, scale, vmax)
-    m = parse_method(view.method)
+    m = view.parsed
     groups = token_cells(view.tokens[i])
     parts = []
     for j, k in enumerate(view.reward_names):
@@ -325,7 +324,7 @@ def full_html(view: TokenView, i: int, reward: str, scale: str = "response", gro
     A'_ikt, what it moved (A'_ikt − Â_ik / scale), ρ and the oracle's ρ, the hottest spans (:func:`hot_spans`)
     outlined and numbered; evidence underlined; a legend.  Colors as in :func:`overview_html`."""
     lim = _lim(view, i, scale, vmax)
-    m = parse_method(view.method)
+    m = view.parsed
     toks = view.tokens[i]
     split = any(len(c) > 1 for c in token_cells(toks))
     key = legend(lim.adv, lim.rel, bool(view.evidence), lim.moved if m.tokens else None,

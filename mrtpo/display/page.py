@@ -32,7 +32,6 @@ from typing import Sequence
 
 import numpy as np
 
-from mrtpo.core.advantages import parse_method
 from mrtpo.display import overview as O
 from mrtpo.display import render
 from mrtpo.display.notes import floor_html
@@ -102,7 +101,7 @@ def response_data(view: TokenView, i: int, scale: str = "response", vmax: tuple[
     evidence, the oracle's ρ, the hottest spans, and the labels and heads as :func:`mrtpo.display.overview.full_html`
     writes them."""
     lim = O._lim(view, i, scale, vmax)
-    m = parse_method(view.method)
+    m = view.parsed
     toks = view.tokens[i]
     groups = render.token_cells(toks)
     split = any(len(c) > 1 for c in groups)

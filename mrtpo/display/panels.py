@@ -7,7 +7,6 @@ from typing import Sequence
 
 import numpy as np
 
-from mrtpo.core.advantages import parse_method
 from mrtpo.display import TokenView
 from mrtpo.display.notes import floor_html, js_text
 from mrtpo.display.render import REL, legend, limits, token_row
@@ -48,8 +47,8 @@ def stored_sample_html(view: TokenView, i: int, row: dict) -> str:
     limits.  A response-level method, or a reward not replayed (constant in its group), has no token row."""
     toks = view.tokens[i]
     T = len(toks)
-    base = parse_method(view.method).estimator_label
-    tokens_method = parse_method(view.method).tokens
+    base = view.parsed.estimator_label
+    tokens_method = view.parsed.tokens
     names = [k for k in view.reward_names if k in row["rewards"]]
     replayed = set(row.get("relevance", {}))
     lim = limits(view, "response", i, rewards=names)

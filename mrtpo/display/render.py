@@ -21,7 +21,6 @@ from typing import Sequence
 
 import numpy as np
 
-from mrtpo.core.advantages import parse_method
 from mrtpo.core.faith_metrics import token_labels
 from mrtpo.core.measures import MEASURE_NEEDS, needs, oracle_relevance
 from mrtpo.core.spans import cell_values, cells, text_cells
@@ -254,7 +253,7 @@ def reward_head(view: TokenView, i: int, j: int, group: ScoredGroup | None, note
 def reward_tips(view: TokenView, i: int, reward: str, start: int = 0, end: int | None = None) -> list[str]:
     """Per token of response ``i`` (tokens ``start`` … ``end`` − 1; default all), the tooltip of ``reward``'s rows:
     its JS distance (:func:`js_tip`), ρ, the method's and the estimator's advantage, and what the method moved."""
-    m = parse_method(view.method)
+    m = view.parsed
     j = view.reward_names.index(reward)
     js, rel, ta = view.js[i].get(reward), view.relevance[i][reward], view.token_adv_per_reward[i][reward]
     uni = float(view.per_reward[i, j])
@@ -266,7 +265,7 @@ def reward_tips(view: TokenView, i: int, reward: str, start: int = 0, end: int |
 
 def combined_tips(view: TokenView, i: int) -> list[str]:
     """Per token of response ``i``, the tooltip of the combined rows: the method's A_it and the response's A_i."""
-    m = parse_method(view.method)
+    m = view.parsed
     fin, ta = float(view.final[i]), view.token_adv[i]
     return [f"{t['text']!r} | combined | {m.label} advantage {ta[n]:+.4f} | {m.estimator_label} advantage {fin:+.4f}"
             for n, t in enumerate(view.tokens[i])]
@@ -289,7 +288,7 @@ def response_html(view: TokenView, i: int, rewards: Sequence[str] | None = None,
     else:
         lim = limits(view, scale, i, rewards=shown)
     va, vm, vr = lim.adv, lim.moved, lim.rel
-    m = parse_method(view.method)
+    m = view.parsed
     base = m.estimator_label
     toks = view.tokens[i]
     T = len(toks)

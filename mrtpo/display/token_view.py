@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from mrtpo.core.advantages import Method, parse_method
 from mrtpo.core.credit import BETA, CreditConfig, TokenCredit, assign_credit, relevance_tensor, reward_matrix
 from mrtpo.core.faith_metrics import pair_metrics
 from mrtpo.groups import ScoredGroup
@@ -43,6 +44,13 @@ class TokenView:
     # (G,) what each response's per-reward shares were divided by: the batch scale s = std + ε (GRPO: its group's
     # std + ε); below the scale floor they are amplified (mrtpo.display.render.floor_note); None: not known
     divisor: np.ndarray | None = None
+    # ``method`` parsed (its estimator, whether it moves credit over tokens, its label), once per view: the credit
+    # step's where the view is built from it; parsed here when not given (or given for another name)
+    parsed: Method | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.parsed is None or self.parsed.name != self.method:
+            self.parsed = parse_method(self.method)
 
     def moved(self, i: int, reward: str) -> np.ndarray:
         """(T,) what the token method moved of ``reward``'s advantage in response ``i``: its token row minus the
@@ -125,6 +133,7 @@ def token_view(group: ScoredGroup, replay: ReplayResult, method: str = "mrtpo", 
         diagnostics={k: (v.tolist() if hasattr(v, "tolist") else v)
                      for k, v in adv.diagnostics.items() if k != "zscore"},
         skipped=list(replay.skipped), measure=replay.measure, evidence=list(group.evidence), divisor=_divisor(credit),
+        parsed=credit.method,
     )
 
 
@@ -155,4 +164,5 @@ def stored_step_view(rows: Sequence[dict], method: str, group_size: int, beta_s:
         relevance=rel, js=[{k: np.full(t, np.nan) for k in names} for t in T], token_adv_per_reward=per_tok,
         token_adv=tok,
         diagnostics={"center": float(credit.adv.center), "scale": float(credit.adv.scale)}, divisor=_divisor(credit),
+        parsed=credit.method,
     )

@@ -6,7 +6,9 @@ Issue: three sessions sampling seeds 2, 3, 4 within 0.4 s each got another group
 later session sampling seed 2 got "Group ready (cached)" with the wrong group."""
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import threading
 import time
 
@@ -144,20 +146,61 @@ def test_a_job_that_waited_in_the_queue_records_only_its_own_work(tmp_path, monk
 
 
 def test_memo_computes_a_key_once_and_hands_out_copies():
-    memo, calls = work.Memo(2), []
+    memo, calls = caches.Memo(2), []
 
     def compute():
         calls.append(1)
         time.sleep(0.2)
         return {"x": [1, 2]}
 
-    got = together([lambda: work.cached(memo, "k", compute) for _ in range(3)])
+    got = together([lambda: caches.cached(memo, "k", compute) for _ in range(3)])
     assert len(calls) == 1 and sorted(c for _, c in got) == [False, False, True]
     got[0][0]["x"].append(3)
-    assert work.cached(memo, "k", compute) == ({"x": [1, 2]}, False)
+    assert caches.cached(memo, "k", compute) == ({"x": [1, 2]}, False)
     for k in ("a", "b"):
-        work.cached(memo, k, compute)
+        caches.cached(memo, k, compute)
     assert not memo.peek("k")[0] and memo.peek("b")[0]  # the least recently used went
+
+
+def _app_file(frame) -> str | None:
+    """The mrtpo_app module of ``frame``'s nearest caller in the app or in this test (stdlib frames such as
+    contextlib's are skipped), or None."""
+    while frame is not None:
+        name = frame.f_code.co_filename.replace(os.sep, "/")
+        if "/mrtpo_app/" in name or name.endswith("/tests/app/test_app_class.py"):
+            return name.rsplit("/", 1)[-1] if "/mrtpo_app/" in name else "test"
+        frame = frame.f_back
+    return None
+
+
+@pytest.mark.parametrize("in_job", [False, True])
+def test_a_cached_computation_takes_a_turn_and_the_queue_never_calls_the_caches(in_job):
+    """The queue only orders turns: a computation the memo does not hold runs with the model's turn held (the
+    job's, or one of its own), and along the whole call no frame of work.py calls into caches.py (the caches take
+    the turn and compute themselves; the queue calls nothing of theirs)."""
+    held, edges = [], set()
+
+    def fn(x):
+        held.append(work.TURNS.held())
+        return {"x": x}
+
+    fn.__name__ = f"trace_{in_job}"
+    cached = caches.Cached(fn, 2)
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.replace(os.sep, "/").rsplit("/", 2)[-2:-1] == ["mrtpo_app"]:
+            edges.add((_app_file(frame.f_back), _app_file(frame)))
+
+    sys.setprofile(prof)
+    try:
+        with work.job() if in_job else contextlib.nullcontext():
+            got = cached(3)
+            again = cached(3)
+    finally:
+        sys.setprofile(None)
+    assert got == again == {"x": 3} and held == [True] and work.TURNS.waiting() == 0
+    assert ("caches.py", "work.py") in edges  # the caches took the turn
+    assert ("work.py", "caches.py") not in edges, sorted(e for e in edges if None not in e)
 
 
 def test_explore_says_it_waited_for_the_model():

@@ -45,7 +45,7 @@ def _explore(seed: int) -> AppTest:
 
 def _sample_key(seed: int) -> str:
     prompt = get_family("instructions").example("tea-note").prompt
-    return work.Memo.key("_sample", "tiny-random", "auto", prompt, SamplingConfig(seed=seed))
+    return caches.Memo.key("_sample", "tiny-random", "auto", prompt, SamplingConfig(seed=seed))
 
 
 def _asked(at: AppTest) -> list[str]:
@@ -241,7 +241,7 @@ def test_a_stopped_computation_is_no_answer_for_a_session_waiting_for_it():
     """Session A computes a key and is stopped mid-way (Streamlit's StopException from its progress callback);
     session B, waiting for the same key, is not handed the stop: it computes the key itself; only B's value is kept,
     and no turn is left held."""
-    memo, started, runs = work.Memo(4), threading.Event(), []
+    memo, started, runs = caches.Memo(4), threading.Event(), []
 
     def stopped():
         runs.append("a")

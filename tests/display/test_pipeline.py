@@ -74,3 +74,32 @@ def test_method_labels_from_the_registry():
     assert [parse_method(m).label for m in ("gdpo", "mrtpo", "mrtpo+dara", "gd2po-snr", "grpo")] == \
         ["GDPO", "MRTPO", "MRTPO+DARA", "GD²PO-SNR", "GRPO"]
     assert parse_method("mrtpo+gd2po").estimator_label == "GD²PO"
+
+
+def test_a_view_parses_its_method_once_however_much_of_it_is_drawn(monkeypatch):
+    """The method name is parsed once per view (by the credit step that builds it): drawing the view (the page with
+    every response, the overview and one response × reward in full, the short rows) reads ``view.parsed``."""
+    import sys
+
+    from bench.views import synthetic_group
+    from mrtpo.core import advantages
+    from mrtpo.display import overview, page, render
+    from mrtpo.display.notes import floor_note
+
+    real, calls = advantages.parse_method, []
+
+    def counted(name):
+        calls.append(name)
+        return real(name)
+
+    for mod in list(sys.modules.values()):  # every module that holds the function, under any name
+        for attr, value in list(vars(mod).items()) if mod is not None and mod.__name__.startswith("mrtpo") else ():
+            if value is real:
+                monkeypatch.setattr(mod, attr, counted)
+    group, replay = synthetic_group(3, overview.LONG_TOKENS + 50, 2)
+    view = token_view(group, replay, "mrtpo+dara", 0.5)
+    drawn = [page.page_html(view, group), overview.group_overview_html(view), render.rewards_table(view, group),
+             overview.full_html(view, 1, "reward_0", group=group), overview.full_html(view, 1, overview.COMBINED),
+             render.response_html(view, 2, group=group), floor_note(view, 0)]
+    assert calls == ["mrtpo+dara"] and all(isinstance(d, str) for d in drawn) and "MRTPO+DARA" in drawn[0]
+    assert view.parsed == real("mrtpo+dara")
