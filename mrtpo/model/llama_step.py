@@ -4,9 +4,9 @@ call, module hooks, swapping the cast weights into the module).
 
 What it computes: the hidden states transformers' Llama-family layers compute (RMSNorm, rotary positions, grouped
 attention, SwiGLU), for a decoding step or a pass of many tokens after a cached past. Why that equals the reference:
-the same operations in the same order and dtypes — bit-identical hidden states for a decoding step
-(``tests/model/test_llama_step.py``); the one change of the attention, :class:`_Attention`'s split into past and own
-keys, merges two softmaxes exactly (its docstring).
+the same operations in the same order and dtypes (``tests/model/test_llama_step.py``); two changes of the attention:
+a decoding step hands SDPA each kv head's query heads as queries (:func:`_one_query`: the same softmax, summed in
+another order), and :class:`_Attention`'s split into past and own keys merges two softmaxes exactly (its docstring).
 
 Why: a step of G rows of a 135M model is a few hundred small products; on a CPU most of transformers' step is the
 calls around them. q/k/v and gate/up each multiply as one matrix (the Decoder's cast copies are re-laid so the
@@ -75,7 +75,7 @@ class LlamaStep:
 
     Per layer, as ``LlamaDecoderLayer`` computes it (x (n, H); RMSNorm in float32, cast back, times its weight):
         q, k, v = RMSNorm(x) W_qkvᵀ, rotated by the position's cos / sin; k, v written into the buffer at ``pos``
-        x ← x + SDPA(q, K[:pos+1], V[:pos+1]) W_oᵀ          (grouped-query heads as they are)
+        x ← x + SDPA(q, K[:pos+1], V[:pos+1]) W_oᵀ          (grouped-query heads as they are: :func:`_one_query`)
         x ← x + (SiLU(g) ⊙ u) W_downᵀ, where g, u = RMSNorm(x) W_guᵀ
     then the final RMSNorm."""
 
@@ -148,13 +148,30 @@ class LlamaStep:
             buf[i, 1, :, :, past:end] = qkv[..., nq + nkv:].view(b, L, self.kv_heads, d).transpose(1, 2)
             keys, values = buf[i, 0, :, :, :end], buf[i, 1, :, :, :end]  # (b, kv_heads, end, d)
             if attend is None:
-                a = F.scaled_dot_product_attention(q, keys, values, scale=d ** -0.5, enable_gqa=True)
+                a = _one_query(q, keys, values, d ** -0.5)
             else:
                 a = attend(q, keys, values, d ** -0.5)  # (b, heads, L, d)
             x = x + rows_linear(a.transpose(1, 2).reshape(b, L, nq), w_o, None)
             g, u = rows_linear(self._rms(x, w_post), w_gu, None).chunk(2, dim=-1)
             x = x + rows_linear(F.silu(g) * u, w_down, None)
         return self._rms(x, self.norm)
+
+
+def _one_query(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """A decoding step's attention: one query per row over every cached key, grouped-query heads as they are.
+
+    q (b, heads, 1, d); keys, values (b, kv_heads, T, d), query head h reading kv head h // r (r = heads / kv_heads)
+    → (b, heads, 1, d):  out = softmax(scale · q Kᵀ) V  per query head.
+
+    The r query heads of a kv head go to SDPA as r queries of one head, (b, kv_heads, r, d), instead of as
+    ``enable_gqa``'s heads: the same (query, key) products and the same softmax per query, but the CPU flash kernel,
+    which splits its work by (row, head) and pays a block's set-up for each, gets r times fewer and fuller blocks
+    (with one query per head it spends most of a decoding step's time on that set-up). Its products then run over r
+    rows instead of one, which may sum in another order: the result agrees with ``enable_gqa``'s within the dtype's
+    rounding, not always to the bit."""
+    b, h, _, d = q.shape
+    kv = keys.shape[1]
+    return F.scaled_dot_product_attention(q.reshape(b, kv, h // kv, d), keys, values, scale=scale).reshape(b, h, 1, d)
 
 
 SPLIT_MIN = 256  # own tokens per row from which a CPU pass attends to its past and its own keys apart
