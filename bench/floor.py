@@ -24,8 +24,57 @@ SHAPES = ((2048, 576, 576), (2048, 576, 1536), (2048, 1536, 576))
 
 
 def linear_weights(stack: torch.nn.Module) -> int:
-    """N_lin: the number of weights in the linear layers of ``stack`` (a decoder stack; embeddings are not linear)."""
-    return sum(m.weight.numel() for m in stack.modules() if isinstance(m, torch.nn.Linear))
+    """N_lin: the number of weights in the linear layers of ``stack`` (a decoder stack; embeddings are not linear):
+    ``nn.Linear`` and transformers' ``Conv1D`` (GPT-2's projections, the same product with the weight transposed)."""
+    return sum(m.weight.numel() for m in stack.modules()
+               if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D")
+
+
+def kv_bytes_per_token(config, itemsize: int) -> int:
+    """Bytes of one position's keys and values over every layer: layers · 2 · kv_heads · head_dim · itemsize (a
+    config without ``num_key_value_heads``, as GPT-2's, has one kv head per query head)."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return config.num_hidden_layers * 2 * kv_heads * head_dim * itemsize
+
+
+def model_decode_floor_s(lm, itemsize: int, kv_tokens: float, bandwidth: float) -> float:
+    """One decoding step's memory floor for the loaded model ``lm`` in seconds: :func:`decode_bytes` of its decoder
+    stack, its vocabulary head and ``kv_tokens`` cached positions, over ``bandwidth`` (bytes/s)."""
+    from mrtpo.model import decoder_stack
+
+    c = lm.model.config
+    head = lm.model.get_output_embeddings().weight  # (V, H)
+    return decode_bytes(linear_weights(decoder_stack(lm.model)), head.shape[0], head.shape[1], itemsize,
+                        kv_bytes_per_token(c, itemsize), kv_tokens) / bandwidth
+
+
+def sampling_floor_s(lm, itemsize: int, prompt: int, rows: int, steps: int, bandwidth: float, peak: float) -> float:
+    """The least time to sample ``rows`` responses of ``steps`` new tokens after a ``prompt``-token prompt: the prompt's
+    pass at the GEMM ``peak`` (2 · N_lin · prompt FLOPs) plus ``steps`` decoding steps at their memory floor, each
+    reading the prompt's and the rows' keys and values as they stand at the mean step (prompt + rows · steps / 2)."""
+    from mrtpo.model import decoder_stack
+
+    prefill = 2.0 * linear_weights(decoder_stack(lm.model)) * prompt / peak
+    return prefill + steps * model_decode_floor_s(lm, itemsize, prompt + rows * steps / 2, bandwidth)
+
+
+def model_replay_flops(lm, forward_tokens: int, head_rows: int) -> float:
+    """:func:`replay_flops` for the loaded model ``lm``: its stack's linear weights and its vocabulary head."""
+    from mrtpo.model import decoder_stack
+
+    head = lm.model.get_output_embeddings().weight  # (V, H)
+    return replay_flops(linear_weights(decoder_stack(lm.model)), head.shape[0], head.shape[1], forward_tokens,
+                        head_rows)
+
+
+def update_flops(lm, tokens: int, scored: int, forwards: int = 0) -> float:
+    """FLOPs of a training update's matrix products over ``tokens`` (prompt + response, every row) of which ``scored``
+    are projected onto the vocabulary: the forward and the backward (twice the forward: the gradients of the
+    activations and of the weights) = 3 × :func:`model_replay_flops`, plus ``forwards`` no-grad forwards (the old or
+    the reference log-probs)."""
+    return (3 + forwards) * model_replay_flops(lm, tokens, scored)
 
 
 def replay_flops(n_lin: int, vocab: int, hidden: int, forward_tokens: int, head_rows: int) -> float:

@@ -112,19 +112,12 @@ def peak_memory(a, which: str) -> float:
 
 def decode_floor_s(lm, n_prompt: int, group: int, steps: int) -> tuple[float, float]:
     """(the least time of one decoding step here in seconds, the bandwidth it is read at in bytes/s): the bytes a step
-    must read (:func:`floor.decode_bytes`: the stack's linear weights and the vocabulary head in the sampler's compute
-    dtype, and the KV cache of the prompt once plus each row's own tokens at the mean step) over
+    must read (:func:`floor.model_decode_floor_s`: the stack's linear weights and the vocabulary head in the sampler's
+    compute dtype, and the KV cache of the prompt once plus each row's own tokens at the mean step) over
     :func:`floor.read_bandwidth`."""
-    from mrtpo.model import decoder_stack
-
-    c = lm.model.config
     itemsize = torch.empty((), dtype=compute_dtype(lm, "auto")).element_size()
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    kv_per_token = c.num_hidden_layers * 2 * c.num_key_value_heads * head_dim * itemsize
-    need = floor.decode_bytes(floor.linear_weights(decoder_stack(lm.model)), c.vocab_size, c.hidden_size, itemsize,
-                              kv_per_token, n_prompt + group * steps / 2)
     bw = floor.read_bandwidth()
-    return need / bw, bw
+    return floor.model_decode_floor_s(lm, itemsize, n_prompt + group * steps / 2, bw), bw
 
 
 def sql_prompt(lm) -> str:

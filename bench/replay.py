@@ -7,8 +7,9 @@ and K = 3 rewards (format, valid, correct; all replayed), prints:
       with the cast weight copies shared by sampling and replay (``weights_fixed``: a trainer's step, the app),
   (c) peak memory of the replay (process RSS above the level before it), beside the size the
       (variants x responses x length x vocab) logits would have taken,
-  (d) the float32 floor: the replay's matrix products over this machine's float32 GEMM peak (bench/floor.py), and
-      replay / generation time at that floor (the least this machine allows at full precision).
+  (d) the floor: the replay's matrix products over this machine's GEMM peak in the dtype the replay computes in
+      (bench/floor.py), and replay / generation time at that floor (the least this machine allows),
+  (e) replay ÷ that floor and sampling ÷ its floor (decoding steps at the memory floor; target <= 1.5 each).
 Usage: python bench/replay.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2] [--no-doc]
 
 The figures also go to docs/benchmarks.md, section ``replay`` (``--no-doc``: printed only).
@@ -126,6 +127,10 @@ def main() -> None:
                                (1 + len(fast.rewards)) * T)
     peak = max(peak, floor.gemm_peak(floor_dtype))
     dname = str(floor_dtype).removeprefix("torch.")
+    bw = floor.read_bandwidth()
+    steps = max(len(s.token_ids) for s in samples)  # the sampler runs as many steps as the longest response
+    sample_floor = floor.sampling_floor_s(lm, torch.empty((), dtype=floor_dtype).element_size(), n_prompt, a.group,
+                                          steps, bw, peak)
     print(f"model {lm.name} on {lm.device} ({lm.dtype}); verifier information '{a.info}'; example {ex.id}: prompt "
           f"{n_prompt} tokens "
           f"(shared prefix {fast.prefix_tokens}), G = {a.group}, K = {len(fast.rewards)}, response tokens {T} "
@@ -147,6 +152,9 @@ def main() -> None:
     print(f"(d) {dname} floor:{' ' * (16 - len(dname))}{flops / 1e12:.3f} TFLOP of matrix products at this machine's "
           f"{dname} peak {peak / 1e9:.0f} GFLOPS = {flops / peak:.2f} s; at that floor replay / generation would be "
           f"{flops / peak / t_gen:.3f} (the default replay: {flops / t_fast / 1e9:.0f} GFLOPS overall)")
+    print(f"(e) replay ÷ its {dname} floor = {t_fast * peak / flops:.2f}   sampling ÷ its floor = "
+          f"{t_gen / sample_floor:.2f} (floor {sample_floor:.2f} s: {steps} decoding steps reading the weights at "
+          f"{bw / 1e9:.1f} GB/s, the prompt's pass at the peak)   (target ≤ 1.5 each)")
     if not a.no_doc:
         setting = (f"Model {lm.name} on {lm.device} ({lm.dtype}); verifier information `{a.info}`; example "
                    f"`{ex.id}`: prompt {n_prompt} tokens, "
@@ -158,7 +166,7 @@ def main() -> None:
                  fast=(fast.forward_tokens, fast.forward_passes), err=err, t_fixed=t_fixed, t_gen_fixed=t_gen_fixed,
                  bf16_err=bf16_err if bf16 else None,
                  mem_auto=mem["auto"], mem_model=mem["model"], full_logits=full_logits, flops=flops, peak=peak,
-                 dtype=dname)
+                 dtype=dname, sample_floor=sample_floor, bandwidth=bw)
         path = report.update_section("replay", report.section("bench/replay.py", doc_text(f)))
         print(f"written to {path} (section replay)")
 
@@ -203,6 +211,10 @@ def doc_text(f: dict) -> str:
          f"(`bench/floor.py`); the default replay: {f['flops'] / f['t_fast'] / 1e9:.0f} GFLOPS overall"],
         ["(d) replay / generation time at that floor", f"{f['flops'] / f['peak'] / f['t_gen']:.3f}",
          f"the least this machine allows in {f['dtype']} (products alone)"],
+        [f"(e) replay ÷ its {f['dtype']} floor", f"{f['t_fast'] * f['peak'] / f['flops']:.2f}", "≤ 1.5"],
+        ["(e) sampling ÷ its floor (decoding steps at the memory floor, the prompt's pass at the peak)",
+         f"{f['t_gen'] / f['sample_floor']:.2f}",
+         f"floor {f['sample_floor']:.2f} s at {f['bandwidth'] / 1e9:.1f} GB/s"],
     ]
     return (f["setting"] + "\n\n" + report.table(["", "time", "tokens through the model"], rows) + "\n\n"
             + report.table(["figure", "value", "target / note"], figures))

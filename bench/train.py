@@ -18,12 +18,14 @@ import argparse
 import time
 
 import numpy as np
+import torch
 
 from mrtpo.train import TrainConfig, Trainer
 
 try:  # bench/report.py: with the repository on the path (PYTHONPATH=$PWD, tests), or run as bench/train.py
-    from bench import report
+    from bench import floor, report
 except ImportError:
+    import floor
     import report
 
 
@@ -46,15 +48,51 @@ def overhead(a) -> dict:
                   f"{r['time/replay']:6.2f}  update {r['time/update']:6.2f}  tokens {r['response_tokens']:.0f}",
                   flush=True)
     phases = ["time/step", "time/sample", "time/replay", "time/update", "response_tokens"]
-    mean = {m: {k: float(np.mean([r[k] for r in rec[m][1:]])) for k in phases} for m in rec}
+    counts = ["prompt_tokens", "replay/forward_tokens"]
+    mean = {m: {k: float(np.mean([r[k] for r in rec[m][1:]])) for k in phases + counts} for m in rec}
     for m in rec:
         print(f"  {m:6s} " + "  ".join(f"{k.split('/')[-1]} {mean[m][k]:7.2f}" for k in phases))
+    rates = machine_rates(trainers["gdpo"].lm)
+    for m, tr in trainers.items():
+        mean[m]["floor"] = step_floor(tr.lm, a, mean[m], rates)
+        f = mean[m]["floor"]
+        print(f"  {m:6s} step ÷ its floor = {mean[m]['time/step'] / f['step']:.2f}   (floor {f['step']:.2f} s: "
+              f"sampling {f['sample']:.2f}, replay {f['replay']:.2f}, update {f['update']:.2f}; "
+              f"{rates['bandwidth'] / 1e9:.1f} GB/s, {rates['peak'] / 1e9:.0f} / {rates['peak_update'] / 1e9:.0f} "
+              f"GFLOPS)")
     g, r = mean["gdpo"], mean["mrtpo"]
     print(f"  RATIO step time MRTPO / GDPO           = {r['time/step'] / g['time/step']:.3f}")
     print(f"  RATIO (GDPO step + MRTPO replay) / GDPO = {(g['time/step'] + r['time/replay']) / g['time/step']:.3f}")
     print(f"  replay share of the MRTPO step         = {r['time/replay'] / r['time/step']:.3f}  "
           f"(sampling {r['time/sample'] / r['time/step']:.3f}, update {r['time/update'] / r['time/step']:.3f})")
     return mean
+
+
+def machine_rates(lm) -> dict[str, float]:
+    """This machine's read bandwidth and GEMM peaks: in the dtype sampling and the replay compute in (bf16 copies
+    where the CPU has fast bf16) and in the update's (the model's own dtype: the bench's update runs without bf16
+    autocast)."""
+    from mrtpo.model import compute_dtype
+
+    fast = compute_dtype(lm, "auto")
+    return {"bandwidth": floor.read_bandwidth(), "peak": floor.gemm_peak(fast),
+            "peak_update": floor.gemm_peak(lm.dtype), "itemsize": float(torch.empty((), dtype=fast).element_size())}
+
+
+def step_floor(lm, a, m: dict, rates: dict) -> dict[str, float]:
+    """The least time a training step of the mean shape ``m`` (the step's metrics averaged) can take here, per phase:
+    sampling each of B groups of G rows at its memory floor (:func:`floor.sampling_floor_s`, as many steps as the mean
+    response's tokens); the replay's ``replay/forward_tokens`` through the stack and 2 · N · T rows onto the vocabulary
+    (P_all and one P_\\k: fewer than any replay projects) at the GEMM peak; the update's forward and backward over
+    every prompt and response token (:func:`floor.update_flops`). A lower bound: attention, norms, the optimizer's
+    pass over the weights and the verifiers are not counted."""
+    n = a.group * a.prompts
+    P, T = m["prompt_tokens"], m["response_tokens"]
+    sample = a.prompts * floor.sampling_floor_s(lm, int(rates["itemsize"]), round(P), a.group, round(T),
+                                                rates["bandwidth"], rates["peak"])
+    replay = floor.model_replay_flops(lm, round(m["replay/forward_tokens"]), round(2 * n * T)) / rates["peak"]
+    update = floor.update_flops(lm, round(n * (P + T)), round(n * T)) / rates["peak_update"]
+    return {"sample": sample, "replay": replay, "update": update, "step": sample + replay + update}
 
 
 def learning(a) -> dict:
@@ -112,7 +150,10 @@ def doc_text(a, mean: dict | None, ends: dict | None) -> str:
             + "\n\n" + report.table(["figure", "value", "target"], [
                 ["step time MRTPO / GDPO", f"{r['time/step'] / g['time/step']:.3f}", "≤ 1.10"],
                 ["(GDPO step + MRTPO replay) / GDPO step", f"{added:.3f}", "≤ 1.10"],
-                ["replay share of the MRTPO step", f"{r['time/replay'] / r['time/step']:.3f}", ""]]))
+                ["replay share of the MRTPO step", f"{r['time/replay'] / r['time/step']:.3f}", ""]]
+                + [[f"{m.upper()} step ÷ its floor (sampling at its memory floor, replay and update at the GEMM peak)",
+                    f"{mean[m]['time/step'] / mean[m]['floor']['step']:.2f} (floor {mean[m]['floor']['step']:.2f} s)",
+                    ""] for m in ("gdpo", "mrtpo") if "floor" in mean[m]]))
     if ends:
         rows = [[k, m.upper(), f"{v[0]:.3f}", f"{v[1]:.3f}"] for k, per in ends.items()
                 if k in ("reward/mean", "reward/all_pass") for m, v in per.items()]
@@ -140,8 +181,6 @@ def main() -> None:
     report.add_doc_flag(ap)
     a = ap.parse_args()
     print(report.machine(), flush=True)
-    import torch
-
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     mean = None if a.skip_overhead else overhead(a)
     ends = None if a.skip_learning else learning(a)

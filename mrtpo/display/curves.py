@@ -10,7 +10,9 @@ def metric_title(key: str) -> str:
     fixed = {"reward/mean": "mean reward (0–1)", "reward/all_pass": "every reward met (fraction of responses)",
              "loss": "loss (clipped surrogate)", "clip_frac": "clipped tokens (fraction)", "kl": "KL to reference (k3)",
              "grad_norm": "gradient norm (before clipping)", "ratio_mean": "probability ratio (mean)",
-             "beta_s": "β_s: effective MRTPO β", "response_tokens": "response length (tokens)"}
+             "beta_s": "β_s: effective MRTPO β", "response_tokens": "response length (tokens)",
+             "prompt_tokens": "prompt length (tokens)",
+             "replay/forward_tokens": "replay: tokens through the model (every pass, padding included)"}
     if key in fixed:
         return fixed[key]
     group, _, name = key.partition("/")

@@ -273,6 +273,9 @@ class Trainer:
             probe = self._probe_rows()
             clock.stop()
         metrics = self._metrics(ro, credit, upd)
+        # the groups replay jointly: each result holds the joint replay's count
+        counted = [getattr(r, "forward_tokens", 0) for r in replays if r is not None]
+        metrics["replay/forward_tokens"] = float(max(counted, default=0))
         metrics.update({"time/step": step_time, **clock.metrics("time/sample", "time/replay", "time/update",
                                                                   "time/probe")})
         if self.store is not None:
@@ -296,7 +299,8 @@ class Trainer:
                   "adv/min": float(f.min()), "adv/max": float(f.max()),
                   "adv/nonzero_frac": float((f.abs() > 1e-6).float().mean()),
                   "adv/token_abs_mean": float(credit.tokens.abs().sum() / mask.sum().clamp_min(1)),
-                  "beta_s": credit.beta, "response_tokens": float(mask.sum(-1).float().mean())})
+                  "beta_s": credit.beta, "response_tokens": float(mask.sum(-1).float().mean()),
+                  "prompt_tokens": float(np.mean([len(p) for p in ro.prompt_ids]))})
         m.update(upd)
         return m
 

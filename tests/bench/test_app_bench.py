@@ -62,3 +62,33 @@ def test_an_error_box_and_the_timeout_end_the_run_with_a_message():
     with pytest.raises(SystemExit, match=r"^the heatmap: not on the page after 0 s$"):
         app.wait_for(Page({}), ".mrtpo .tok", 0.05, "the heatmap")
     assert app.page_problem(Page({".mrtpo .tok": ["a"]})) is None
+
+
+def test_the_clicks_floor_is_the_groups_sampling_and_replay_floors(monkeypatch):
+    import numpy as np
+    import torch
+
+    from bench import floor
+    from mrtpo.core.info import INFO
+    from mrtpo.groups import score_group, template_for
+    from mrtpo.model import compute_dtype, load_model, sample
+    from mrtpo.replay import replay_groups
+    from mrtpo.tasks import get_family
+
+    monkeypatch.setattr(floor, "read_bandwidth", lambda: 1e9)
+    monkeypatch.setattr(floor, "gemm_peak", lambda dtype: 1e10)
+    got = app.click_floor("tiny-random", "sql")
+    lm, fam = load_model("tiny-random"), get_family("sql")
+    ex = fam.examples()[0]
+    samples = sample(lm, ex.prompt, n=4, max_new_tokens=96, seed=0)  # the same group (same seed and settings)
+    group = score_group(fam, ex, samples, INFO)
+    ran = replay_groups(lm, [group], template_for(fam))[0]
+    assert got["forward_tokens"] == ran.forward_tokens > 0  # the replay's own count, known before any pass
+    steps = max(len(x.token_ids) for x in samples)
+    item = torch.empty((), dtype=compute_dtype(lm, "auto")).element_size()
+    P = len(lm.encode(lm.chat_prompt(ex.prompt)))
+    assert got["steps"] == steps and got["sample"] == floor.sampling_floor_s(lm, item, P, 4, steps, 1e9, 1e10)
+    T = sum(len(x.token_ids) for x in samples)
+    heads = 1 + len(ran.rewards)  # P_all and each replayed P_\k project the responses onto the vocabulary
+    assert np.isclose(got["replay"], floor.model_replay_flops(lm, ran.forward_tokens, heads * T) / 1e10, rtol=1e-12)
+    assert got["click"] == got["sample"] + got["replay"]

@@ -64,3 +64,50 @@ def test_generate_decode_floor_reads_the_models_shapes(tiny, monkeypatch):
     want = ((floor.linear_weights(decoder_stack(tiny.model)) + c.vocab_size * c.hidden_size) * item
             + c.num_hidden_layers * 2 * c.num_key_value_heads * hd * item * (50 + 4 * 10 / 2)) / 1e9
     assert generate.decode_floor_s(tiny, n_prompt=50, group=4, steps=10) == (pytest.approx(want, rel=1e-12), 1e9)
+
+
+def test_gpt2s_conv1d_projections_count_and_its_kv_has_one_head_per_query_head():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    c = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=100)
+    model = GPT2LMHeadModel(c)
+    # per layer: c_attn 32 × 96, c_proj 32 × 32, mlp c_fc 32 × 128, c_proj 128 × 32
+    assert floor.linear_weights(model.transformer) == 2 * (32 * 96 + 32 * 32 + 32 * 128 + 128 * 32) == 24_576
+    assert floor.kv_bytes_per_token(c, itemsize=4) == 2 * 2 * 4 * 8 * 4  # layers · (k, v) · heads · head_dim · bytes
+
+
+def test_sampling_floor_and_update_flops_from_the_models_shapes(tiny):
+    from mrtpo.model import decoder_stack
+
+    c = tiny.model.config
+    n_lin = floor.linear_weights(decoder_stack(tiny.model))
+    V, H = tiny.model.get_output_embeddings().weight.shape
+    kv = floor.kv_bytes_per_token(c, 2)
+    step = lambda kv_tokens: ((n_lin + V * H) * 2 + kv * kv_tokens) / 1e9  # noqa: E731  bytes at 1 GB/s
+    got = floor.sampling_floor_s(tiny, 2, prompt=30, rows=4, steps=10, bandwidth=1e9, peak=1e10)
+    assert got == pytest.approx(2 * n_lin * 30 / 1e10 + 10 * step(30 + 4 * 10 / 2), rel=1e-12)
+    assert floor.model_decode_floor_s(tiny, 2, 50, 1e9) == pytest.approx(step(50), rel=1e-12)
+    fwd = 2 * n_lin * 200 + 2 * V * H * 120
+    assert floor.model_replay_flops(tiny, 200, 120) == fwd
+    assert floor.update_flops(tiny, 200, 120) == 3 * fwd and floor.update_flops(tiny, 200, 120, forwards=1) == 4 * fwd
+
+
+def test_train_step_floor_adds_its_phases_floors(tiny):
+    import argparse
+
+    from bench import train
+    from mrtpo.model import decoder_stack
+
+    n_lin = floor.linear_weights(decoder_stack(tiny.model))
+    V, H = tiny.model.get_output_embeddings().weight.shape
+    rates = {"bandwidth": 1e9, "peak": 1e10, "peak_update": 5e9, "itemsize": 4.0}
+    a = argparse.Namespace(group=4, prompts=2)
+    m = {"prompt_tokens": 20.0, "response_tokens": 10.0, "replay/forward_tokens": 600.0}
+    got = train.step_floor(tiny, a, m, rates)
+    weights = (n_lin + V * H) * 4  # bytes a decoding step reads besides the KV cache
+    kv = floor.kv_bytes_per_token(tiny.model.config, 4)
+    sample = 2 * (2 * n_lin * 20 / 1e10 + 10 * (weights + kv * (20 + 4 * 10 / 2)) / 1e9)
+    replay = (2 * n_lin * 600 + 2 * V * H * 2 * 8 * 10) / 1e10
+    update = 3 * (2 * n_lin * 8 * 30 + 2 * V * H * 8 * 10) / 5e9
+    assert got == pytest.approx({"sample": sample, "replay": replay, "update": update,
+                                 "step": sample + replay + update}, rel=1e-12)
