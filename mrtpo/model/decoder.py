@@ -80,6 +80,31 @@ def rows_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
+PACK_ROWS = 16  # oneDNN's row-count hint when packing: measured not to matter for 1–16 rows
+
+
+def packable(weight: torch.Tensor) -> bool:
+    """Whether :func:`pack` serves ``weight``: a bf16 CPU tensor on a CPU with AMX / AVX512-BF16 (where packed
+    products were measured faster) and torch built with oneDNN."""
+    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+            and fast_bf16_cpu())
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` (out, in) copied once into oneDNN's blocked layout for its matrix products (an opaque mkldnn tensor
+    for :func:`packed_linear`). A plain ``F.linear`` re-lays the weight's blocks on every call; for a decoding step's
+    few rows that is most of the product's work, so a weight read by every step is laid out once (per policy version:
+    a trainer's update makes new cast copies, and their packing is part of its sampling time)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, PACK_ROWS)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x (..., in) @ Wᵀ + bias → (..., out), W given as :func:`pack` made it: the same products as ``F.linear``
+    (oneDNN's kernel either way)."""
+    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias, "none", [], "")
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
 def few_rows_stack(backbone: torch.nn.Module) -> torch.nn.Module:
     """``backbone`` with each ``nn.Linear`` as a :class:`RowsLinear` over the same parameters: new modules, the
     model's tensors (a trainer's updates show in it at once). Made once per module and kept (weakly) while the

@@ -10,7 +10,9 @@ another order), and :class:`_Attention`'s split into past and own keys merges tw
 
 Why: a step of G rows of a 135M model is a few hundred small products; on a CPU most of transformers' step is the
 calls around them. q/k/v and gate/up each multiply as one matrix (the Decoder's cast copies are re-laid so the
-separate weights are views of it: no second copy), and few rows multiply as (W xᵀ)ᵀ
+separate weights are views of it: no second copy). A decoding step's products read the weights packed once for
+oneDNN (:meth:`LlamaStep.packed`, :func:`mrtpo.model.decoder.pack`: a second copy, made on the first step; a plain
+product re-lays the weight's blocks on every call); elsewhere few rows multiply as (W xᵀ)ᵀ
 (:func:`mrtpo.model.decoder.rows_linear`). The replay's passes (:meth:`LlamaStep.forward`: many tokens per row
 after a cached past, one :class:`_Attention` per pass) gain less: their products are larger (figures:
 docs/benchmarks.md, "Figures behind the code's choices").
@@ -20,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mrtpo.model.decoder import Decoder, rows_linear
+from mrtpo.model.decoder import Decoder, pack, packable, packed_linear, rows_linear
 from mrtpo.model.windows import layer_windows
 
 _STATIC_ROPE = ("default", "linear", "llama3")  # inv_freq does not depend on the sequence length
@@ -97,6 +99,14 @@ class LlamaStep:
                                 params[f"layers.{i}.self_attn.o_proj.weight"],
                                 params[f"layers.{i}.post_attention_layernorm.weight"], gu,
                                 params[f"layers.{i}.mlp.down_proj.weight"]))
+        self._packed: list[tuple[torch.Tensor, ...]] | None = None  # the decoding step's products' weights, packed
+
+    def packed(self) -> list[tuple[torch.Tensor, ...]] | None:
+        """Per layer, (q/k/v, o, gate/up, down) as :func:`mrtpo.model.decoder.pack` lays them out, made on the first
+        decoding step (a replay never needs them); None where packing does not apply (:func:`packable`)."""
+        if self._packed is None and packable(self.embed):
+            self._packed = [tuple(pack(w) for w in (qkv, o, gu, down)) for _, qkv, o, _, gu, down in self.layers]
+        return self._packed
 
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         xf = x.float()
@@ -117,7 +127,7 @@ class LlamaStep:
         holding positions < pos; writes this position's keys and values; → (n, H)."""
         freqs = pos * self.inv_freq
         cos, sin = self._cos_sin(torch.cat((freqs, freqs)))  # (d,)
-        return self._layers(self.embed[ids[:, None]], cos, sin, buf, pos)[:, 0]
+        return self._layers(self.embed[ids[:, None]], cos, sin, buf, pos, packs=self.packed())[:, 0]
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, buf: torch.Tensor, past: int,
                 past_seen: torch.Tensor | None = None) -> torch.Tensor:
@@ -132,15 +142,20 @@ class LlamaStep:
         attend = _Attention(self.embed.dtype, self.embed.device, ids.shape[0], L, past, past_seen)
         return self._layers(self.embed[ids], cos, sin, buf, past, attend)
 
-    def _layers(self, x, cos, sin, buf, past, attend: "_Attention | None" = None) -> torch.Tensor:
+    def _layers(self, x, cos, sin, buf, past, attend: "_Attention | None" = None,
+                packs: list[tuple[torch.Tensor, ...]] | None = None) -> torch.Tensor:
         """x (b, L, H) through every layer and the final norm, keys and values written into ``buf`` at [past,
         past + L); cos, sin broadcast against (b, heads, L, d); ``attend``: the pass's attention (None: a decoding
-        step, every cached key seen)."""
+        step, every cached key seen); ``packs``: the products' weights as :meth:`packed` makes them (None: the plain
+        ones, through :func:`rows_linear`)."""
         b, L, _ = x.shape
         d, end = self.head_dim, past + L
         nq, nkv = self.heads * d, self.kv_heads * d
+        linear = rows_linear if packs is None else packed_linear
         for i, (w_in, w_qkv, w_o, w_post, w_gu, w_down) in enumerate(self.layers):
-            qkv = rows_linear(self._rms(x, w_in), w_qkv, None)  # (b, L, nq + 2 nkv)
+            if packs is not None:
+                w_qkv, w_o, w_gu, w_down = packs[i]
+            qkv = linear(self._rms(x, w_in), w_qkv, None)  # (b, L, nq + 2 nkv)
             qk = qkv[..., :nq + nkv].view(b, L, self.heads + self.kv_heads, d).transpose(1, 2)
             qk = self._rotate(qk, cos, sin)  # q's and k's heads rotated at once: (b, heads + kv_heads, L, d)
             q = qk[:, :self.heads]  # (b, heads, L, d)
@@ -151,9 +166,9 @@ class LlamaStep:
                 a = _one_query(q, keys, values, d ** -0.5)
             else:
                 a = attend(q, keys, values, d ** -0.5)  # (b, heads, L, d)
-            x = x + rows_linear(a.transpose(1, 2).reshape(b, L, nq), w_o, None)
-            g, u = rows_linear(self._rms(x, w_post), w_gu, None).chunk(2, dim=-1)
-            x = x + rows_linear(F.silu(g) * u, w_down, None)
+            x = x + linear(a.transpose(1, 2).reshape(b, L, nq), w_o, None)
+            g, u = linear(self._rms(x, w_post), w_gu, None).chunk(2, dim=-1)
+            x = x + linear(F.silu(g) * u, w_down, None)
         return self._rms(x, self.norm)
 
 

@@ -10,7 +10,7 @@ import torch
 
 from mrtpo.errors import MrtpoError
 from mrtpo.model.arch import check_model, final_softcap
-from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, rows_linear
+from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, pack, packable, packed_linear, rows_linear
 from mrtpo.model.defaults import SamplingConfig
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.llama_step import llama_step
@@ -123,10 +123,11 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     max_new_tokens tokens. Models whose cache is not per-layer keys and values sample with ``generate`` instead.
     ``few_rows`` (what ``precision="auto"`` asks for): the decoding steps run where they measured fastest — on bf16
     weight copies of a Llama-family stack on a CPU with AMX / AVX512-BF16, through the project's own step
-    (:func:`mrtpo.model.llama_step.llama_step`: the layers' operations without their plumbing, bit-identical hidden
-    states); float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`), through the model's layers with each
-    product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the same products, summed in
-    another order). The LM head multiplies as (W xᵀ)ᵀ in both. ``progress``: as :func:`sample` says.
+    (:func:`mrtpo.model.llama_step.llama_step`: the layers' operations without their plumbing: their hidden states
+    within bf16 rounding); float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`), through the model's
+    layers with each product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the same products,
+    summed in another order), the LM head too; the own step's products and the head read weights packed once for
+    oneDNN (:func:`mrtpo.model.decoder.pack`). ``progress``: as :func:`sample` says.
 
     Long: the decoding loop is the sampler's hot kernel (``bench/generate.py`` times it against ``generate``); its
     buffers, the stop mask and the step function live across the loop, and one piece reads it step by step.
@@ -157,6 +158,8 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     del prefill, layers
     cache = buffer_cache(buf, P) if step is None else None  # the own step writes into buf itself
     weight, bias = _head_weights(lm, dec)
+    if step is not None and packable(weight):  # the head as the own step's products: packed once (per Decoder)
+        weight, linear = dec.memo("packed_head", lambda: pack(weight)), packed_linear
     cap = final_softcap(lm.model.config)  # Gemma 2's final-logit soft-cap, as its forward applies it
     fill = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else next(iter(stop), 0)
     stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=dev)

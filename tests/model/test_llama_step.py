@@ -277,3 +277,37 @@ def test_one_query_attention_is_sdpas_grouped_attention(dtype, T):
                 scale=0.125)
     torch.testing.assert_close(got.float(), want, **tol)
     assert want.std() > 0.1  # not a degenerate comparison
+
+
+@pytest.mark.skipif(not D.packable(torch.zeros(1, dtype=torch.bfloat16)), reason="packing applies on AMX/AVX512-BF16")
+def test_packed_products_are_oneDNNs_linear_and_the_step_reads_them(tiny, monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 40, generator=g).to(torch.bfloat16)
+    b = torch.randn(96, generator=g).to(torch.bfloat16)
+    for rows in (1, 3, 16, 40):
+        x = torch.randn(2, rows, 40, generator=g).to(torch.bfloat16)
+        got = D.packed_linear(x, D.pack(w), b)
+        assert got.shape == (2, rows, 96)
+        torch.testing.assert_close(got, torch.nn.functional.linear(x, w, b), atol=0, rtol=0)  # the same kernel
+    lm = spiky_model(tiny)
+    ref, got, _ = steps_both_ways(lm, torch.bfloat16)  # packed: the step packs its weights on its first call
+    monkeypatch.setattr(L, "packable", lambda w: False)
+    ref2, plain, _ = steps_both_ways(lm, torch.bfloat16)
+    torch.testing.assert_close(got, plain, atol=2e-2, rtol=2e-2)  # other kernels, the same products
+    assert torch.equal(ref, ref2)
+
+
+def test_the_step_packs_once_and_only_where_packing_applies(tiny, monkeypatch):
+    lm = spiky_model(tiny)
+    stack = D.decoder_stack(lm.model)
+    own = L.llama_step(D.Decoder(stack, torch.bfloat16))
+    monkeypatch.setattr(L, "packable", lambda w: False)
+    assert own.packed() is None
+    monkeypatch.setattr(L, "packable", lambda w: True)
+    made = []
+    monkeypatch.setattr(L, "pack", lambda w: made.append(w.shape) or w)  # an identity "packing": counts the calls
+    monkeypatch.setattr(L, "packed_linear", D.rows_linear)
+    first = own.packed()
+    assert own.packed() is first and len(first) == len(stack.layers) and len(made) == 4 * len(stack.layers)
+    H = lm.model.config.hidden_size
+    assert made[0] == own.layers[0][1].shape and made[3] == (H, lm.model.config.intermediate_size)
