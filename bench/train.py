@@ -90,7 +90,8 @@ def step_floor(lm, a, m: dict, rates: dict) -> dict[str, float]:
     P, T = m["prompt_tokens"], m["response_tokens"]
     sample = a.prompts * floor.sampling_floor_s(lm, int(rates["itemsize"]), round(P), a.group, round(T),
                                                 rates["bandwidth"], rates["peak"])
-    replay = floor.model_replay_flops(lm, round(m["replay/forward_tokens"]), round(2 * n * T)) / rates["peak"]
+    replay = (floor.model_replay_flops(lm, round(m["replay/forward_tokens"]), round(2 * n * T)) / rates["peak"]
+              if m["replay/forward_tokens"] > 0 else 0.0)  # a method that reads no replay has none
     update = floor.update_flops(lm, round(n * (P + T)), round(n * T)) / rates["peak_update"]
     return {"sample": sample, "replay": replay, "update": update, "step": sample + replay + update}
 

@@ -111,3 +111,5 @@ def test_train_step_floor_adds_its_phases_floors(tiny):
     update = 3 * (2 * n_lin * 8 * 30 + 2 * V * H * 8 * 10) / 5e9
     assert got == pytest.approx({"sample": sample, "replay": replay, "update": update,
                                  "step": sample + replay + update}, rel=1e-12)
+    none = train.step_floor(tiny, a, {**m, "replay/forward_tokens": 0.0}, rates)  # GDPO: no replay, no replay floor
+    assert none["replay"] == 0.0 and none["step"] == pytest.approx(sample + update, rel=1e-12)
