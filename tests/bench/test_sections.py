@@ -39,8 +39,12 @@ def test_replay_section():
     f = dict(setting="Model default.", t_gen=4.67, t_naive=20.74, t_exact=10.39, t_fast=3.96, naive=(19271, 32),
              exact=(8395, 10), fast=(8395, 10), err=9.2e-6, bf16_err=8.1e-3, mem_auto=474 * 2**20,
              mem_model=338 * 2**20, full_logits=479 * 2**20, flops=1.0046e12, peak=62.9e9, dtype="float32",
-             t_fixed=1.79, t_gen_fixed=3.30)
+             t_fixed=1.79, t_gen_fixed=3.30, sample_floor=1.0, bandwidth=40e9)
     text = replay.doc_text(f)
+    # 3.96 s × 62.9 GFLOPS / 1.0046 TFLOP = 0.248; sampling 4.67 s over its 1.0-s floor
+    assert "| (e) replay ÷ its float32 floor | 0.25 | ≤ 1.5 |" in text
+    assert ("| (e) sampling ÷ its floor (decoding steps at the memory floor, the prompt's pass at the peak) | 4.67 | "
+            "floor 1.00 s at 40.0 GB/s |") in text
     assert ("| (d) float32 floor: the replay's matrix products at this machine's float32 GEMM peak | 15.97 s | "
             "1.005 TFLOP at 63 GFLOPS (`bench/floor.py`); the default replay: 254 GFLOPS overall |") in text
     assert ("| (d) replay / generation time at that floor | 3.420 | the least this machine allows in float32 "
