@@ -30,6 +30,13 @@ def linear_weights(stack: torch.nn.Module) -> int:
                if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D")
 
 
+def model_linear_weights(lm) -> int:
+    """:func:`linear_weights` of the loaded model ``lm``'s decoder stack."""
+    from mrtpo.model import decoder_stack
+
+    return linear_weights(decoder_stack(lm.model))
+
+
 def kv_bytes_per_token(config, itemsize: int) -> int:
     """Bytes of one position's keys and values over every layer: layers · 2 · kv_heads · head_dim · itemsize (a
     config without ``num_key_value_heads``, as GPT-2's, has one kv head per query head)."""
@@ -42,11 +49,9 @@ def kv_bytes_per_token(config, itemsize: int) -> int:
 def model_decode_floor_s(lm, itemsize: int, kv_tokens: float, bandwidth: float) -> float:
     """One decoding step's memory floor for the loaded model ``lm`` in seconds: :func:`decode_bytes` of its decoder
     stack, its vocabulary head and ``kv_tokens`` cached positions, over ``bandwidth`` (bytes/s)."""
-    from mrtpo.model import decoder_stack
-
     c = lm.model.config
     head = lm.model.get_output_embeddings().weight  # (V, H)
-    return decode_bytes(linear_weights(decoder_stack(lm.model)), head.shape[0], head.shape[1], itemsize,
+    return decode_bytes(model_linear_weights(lm), head.shape[0], head.shape[1], itemsize,
                         kv_bytes_per_token(c, itemsize), kv_tokens) / bandwidth
 
 
@@ -54,18 +59,14 @@ def sampling_floor_s(lm, itemsize: int, prompt: int, rows: int, steps: int, band
     """The least time to sample ``rows`` responses of ``steps`` new tokens after a ``prompt``-token prompt: the prompt's
     pass at the GEMM ``peak`` (2 · N_lin · prompt FLOPs) plus ``steps`` decoding steps at their memory floor, each
     reading the prompt's and the rows' keys and values as they stand at the mean step (prompt + rows · steps / 2)."""
-    from mrtpo.model import decoder_stack
-
-    prefill = 2.0 * linear_weights(decoder_stack(lm.model)) * prompt / peak
+    prefill = 2.0 * model_linear_weights(lm) * prompt / peak
     return prefill + steps * model_decode_floor_s(lm, itemsize, prompt + rows * steps / 2, bandwidth)
 
 
 def model_replay_flops(lm, forward_tokens: int, head_rows: int) -> float:
     """:func:`replay_flops` for the loaded model ``lm``: its stack's linear weights and its vocabulary head."""
-    from mrtpo.model import decoder_stack
-
     head = lm.model.get_output_embeddings().weight  # (V, H)
-    return replay_flops(linear_weights(decoder_stack(lm.model)), head.shape[0], head.shape[1], forward_tokens,
+    return replay_flops(model_linear_weights(lm), head.shape[0], head.shape[1], forward_tokens,
                         head_rows)
 
 

@@ -27,7 +27,7 @@ import torch
 
 from mrtpo.core.info import INFO, INFO_REGIMES
 from mrtpo.groups import score_group, template_for
-from mrtpo.model import compute_dtype, decoder_stack, fast_bf16_cpu, load_model, sample, weights_fixed
+from mrtpo.model import compute_dtype, fast_bf16_cpu, load_model, sample, weights_fixed
 from mrtpo.replay import ReplayConfig, naive_replay_group, replay_group
 from mrtpo.tasks import get_family
 
@@ -122,9 +122,7 @@ def main() -> None:
     T = sum(len(s.token_ids) for s in samples)
     V = lm.model.get_output_embeddings().weight.shape[0]
     full_logits = (1 + len(fast.rewards)) * T * V * 4
-    flops = floor.replay_flops(floor.linear_weights(decoder_stack(lm.model)), V,
-                               lm.model.get_output_embeddings().weight.shape[1], fast.forward_tokens,
-                               (1 + len(fast.rewards)) * T)
+    flops = floor.model_replay_flops(lm, fast.forward_tokens, (1 + len(fast.rewards)) * T)
     peak = max(peak, floor.gemm_peak(floor_dtype))
     dname = str(floor_dtype).removeprefix("torch.")
     bw = floor.read_bandwidth()
