@@ -24,7 +24,7 @@ from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.wording import plural
 from mrtpo_app import caches, models, state, wait, work
 from mrtpo_app.timer import Timer
-from mrtpo_app.ui import md, number_field, show_error
+from mrtpo_app.ui import md, number_field, show_error, timing_text
 
 if TYPE_CHECKING:
     from mrtpo.groups import SampleTry, ScoredGroup
@@ -92,6 +92,9 @@ def try_text(tr: SampleTry) -> str:
     return f"seed {tr.seed}: varies **{varied}** (group means: {means}; {tr.seconds:.1f} s)"
 
 
+MODEL_WAIT = "explore_model_wait"  # seconds the click's estimate waited for its model: the click's model time
+
+
 def estimate(inp: Inputs):
     """What Sample costs for these inputs before anything is sampled (:mod:`mrtpo.replay.estimate`: an upper bound of
     sampling and replaying the group), or None when the group was sampled before (the caches hold it)."""
@@ -99,7 +102,10 @@ def estimate(inp: Inputs):
     prompt = inp.ex.prompt if custom is None else custom[0]
     if caches.sample_cached.has(inp.ch.model, inp.ch.device, prompt, inp.sampling):
         return None
-    lm = models.get_model(inp.ch.model, inp.ch.device)
+    with Timer({}, "model") as tm:  # the click's first wait for a model still loading happens here
+        lm = models.get_model(inp.ch.model, inp.ch.device)
+    if not tm.cached:
+        st.session_state[MODEL_WAIT] = tm.seconds
     from mrtpo.replay import ReplayConfig
     from mrtpo.replay.estimate import estimate_task_group, estimate_unsampled
     from mrtpo.templates import Template
@@ -171,8 +177,12 @@ class _Click:
         self.bar = self.queue.bar = st.progress(0.0, text=f"loading model {ch.model} ({ch.device})")
         with Timer(self.timings, "model") as tm:
             lm = models.get_model(ch.model, ch.device)
-        self.shown["model"] = tm.text
-        st.write(f"model **{md(lm.name)}** on {lm.device} ({str(lm.dtype).replace('torch.', '')}) — {tm.text}")
+        waited = st.session_state.pop(MODEL_WAIT, None)  # this click's estimate waited for the load (:func:`estimate`)
+        text = tm.text
+        if tm.cached and waited is not None:
+            self.timings["model"], text = waited, timing_text(waited, False)
+        self.shown["model"] = text
+        st.write(f"model **{md(lm.name)}** on {lm.device} ({str(lm.dtype).replace('torch.', '')}) — {text}")
         return lm
 
     def until_varied(self, tries: int, want: int) -> tuple[ScoredGroup, SampleTry]:

@@ -92,3 +92,13 @@ def test_the_clicks_floor_is_the_groups_sampling_and_replay_floors(monkeypatch):
     heads = 1 + len(ran.rewards)  # P_all and each replayed P_\k project the responses onto the vocabulary
     assert np.isclose(got["replay"], floor.model_replay_flops(lm, ran.forward_tokens, heads * T) / 1e10, rtol=1e-12)
     assert got["click"] == got["sample"] + got["replay"]
+
+
+def test_targets_follow_the_cpu_kind(monkeypatch):
+    """The issue's targets: 8 s cold / 4 s a new session where bf16 is fast (AMX, AVX512-BF16), 15 / 10 s on AVX2."""
+    from mrtpo.model import decoder
+
+    monkeypatch.setattr(decoder, "fast_bf16_cpu", lambda: True)
+    assert app.targets() == (8.0, 4.0)
+    monkeypatch.setattr(decoder, "fast_bf16_cpu", lambda: False)
+    assert app.targets() == (15.0, 10.0)

@@ -3,24 +3,29 @@ a missing folder is refused before the server starts."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
+from mrtpo.cli import app as app_cli
 from mrtpo.cli import main
 
 
 class Started(BaseException):
-    """Raised by the stand-in for ``os.execve`` (the server would replace this process)."""
+    """Raised by the stand-in for :func:`mrtpo.cli.app.serve` (the server would run in this process)."""
 
 
 @pytest.fixture()
 def execve(monkeypatch):
+    """The calls that would have started the server: (its arguments, the environment it would see)."""
+    monkeypatch.setenv("MRTPO_LOGS_ROOT", "")  # restored (here: removed) after the test, whatever cmd_app sets
+    monkeypatch.delenv("MRTPO_LOGS_ROOT")
     calls = []
 
-    def fake(exe, argv, env):
-        calls.append((argv, env))
+    def fake(folder, args):
+        calls.append((args, dict(os.environ)))
         raise Started
-    monkeypatch.setattr(os, "execve", fake)
+    monkeypatch.setattr(app_cli, "serve", fake)
     return calls
 
 
@@ -34,7 +39,9 @@ def test_logs_root_reaches_the_server(tmp_path, monkeypatch, capsys, execve):
     argv, env = execve[0]
     assert env["MRTPO_LOGS_ROOT"] == f"{tmp_path.resolve() / 'a'}{os.pathsep}{tmp_path.resolve() / 'b'}"
     assert "8600" in argv and f"run logs are read under {tmp_path.resolve() / 'a'}, " in capsys.readouterr().err
-    # without the flag: $MRTPO_LOGS_ROOT as it is, else the working folder's runs/
+    # without the flag: $MRTPO_LOGS_ROOT as it is, else the working folder's runs/ (a fresh process: the first
+    # call set it in this one)
+    monkeypatch.delenv("MRTPO_LOGS_ROOT")
     with pytest.raises(Started):
         main(["app"])
     assert "MRTPO_LOGS_ROOT" not in execve[1][1]
@@ -64,3 +71,28 @@ def test_a_logs_root_holding_the_path_separator_is_refused(tmp_path, capsys, exe
     (tmp_path / "x").mkdir()
     assert main(["app", "--logs-root", str(tmp_path / f"x{os.pathsep}")]) == 2
     assert "separates roots" in capsys.readouterr().err and execve == []
+
+
+def test_the_server_starts_with_the_default_model_already_loading(monkeypatch, tmp_path):
+    """``serve`` starts the sidebar's default model's background load, then Streamlit's ``run`` in this process (the
+    order matters: the load overlaps with the server's start and the first page's)."""
+    pytest.importorskip("streamlit")
+    from streamlit.web import cli as streamlit_cli
+
+    from mrtpo_app import models
+
+    events = []
+    monkeypatch.setenv("MRTPO_MODEL", "tiny-random")
+    monkeypatch.setattr(models, "preload_model", lambda name, device="auto": events.append(("preload", name, device)))
+
+    def run(args, prog_name):
+        events.append(("streamlit", args, prog_name))
+        return 0
+    monkeypatch.setattr(streamlit_cli, "main", run)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # serve puts the app's folder first
+    with pytest.raises(SystemExit) as done:
+        app_cli.serve(tmp_path, ["run", "app.py", "--server.port", "8601"])
+    assert done.value.code == 0
+    assert events == [("preload", "tiny-random", "auto"),
+                      ("streamlit", ["run", "app.py", "--server.port", "8601"], "streamlit")]
+    assert sys.path[0] == str(tmp_path)
