@@ -279,6 +279,33 @@ def test_one_query_attention_is_sdpas_grouped_attention(dtype, T):
     assert want.std() > 0.1  # not a degenerate comparison
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("past", [40, 300])
+def test_a_masked_pass_hands_sdpa_grouped_queries_and_attends_as_enable_gqa(dtype, past):
+    """A replay pass under a mask (rows seeing different parts of the past, their own tokens causally; L below
+    SPLIT_MIN: one call): each kv head's 3 query heads as 3 · L queries against SDPA's ``enable_gqa`` call with the
+    same mask, and float32 SDPA with the kv heads repeated: within the dtype's rounding."""
+    g = torch.Generator().manual_seed(past)
+    b, L_, d = 3, 20, 64
+    buf = (torch.randn(2, b, 3, past + L_ + 5, d, generator=g) * 2).to(dtype)
+    keys, values = buf[0, :, :, :past + L_], buf[1, :, :, :past + L_]  # (b, 3, past + L, d), not contiguous
+    q = (torch.randn(b, 9, L_, d, generator=g) * 2).to(dtype)
+    seen = torch.rand(b, past, generator=g) > 0.3
+    seen[2] = False  # a row that sees no past key
+    att = L._Attention(dtype, torch.device("cpu"), b, L_, past, seen)
+    got = att(q, keys, values, 0.125)
+    assert not att.split and got.shape == (b, 9, L_, d) and got.dtype == dtype
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(got, sdpa(q, keys, values, attn_mask=att.mask, scale=0.125, enable_gqa=True), **tol)
+    own = torch.ones(L_, L_, dtype=torch.bool).tril()
+    full = torch.cat([seen[:, None, :].expand(b, L_, past), own.expand(b, L_, L_)], dim=2)[:, None]  # (b, 1, L, past+L)
+    want = sdpa(q.float(), keys.float().repeat_interleave(3, dim=1), values.float().repeat_interleave(3, dim=1),
+                attn_mask=full, scale=0.125)
+    torch.testing.assert_close(got.float(), want, **tol)
+    assert want.std() > 0.1
+
+
 @pytest.mark.skipif(not D.packable(torch.zeros(1, dtype=torch.bfloat16)), reason="packing applies on AMX/AVX512-BF16")
 def test_packed_products_are_oneDNNs_linear_and_the_step_reads_them(tiny, monkeypatch):
     g = torch.Generator().manual_seed(0)
