@@ -240,12 +240,16 @@ class _Attention:
         if not self.split:
             return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.mask, is_causal=self.causal,
                                                   scale=scale, enable_gqa=True)
-        rep = q.shape[1] // keys.shape[1]
-        k, v = (x.repeat_interleave(rep, dim=1) if rep > 1 else x for x in (keys, values))  # (b, heads, past + L, d)
-        p = self.past
+        b, h, L, d = q.shape
+        kv, p = keys.shape[1], self.past
         flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-        o1, lse1 = flash(q, k[:, :, :p], v[:, :, :p], 0.0, False, attn_mask=self.mask, scale=scale)
-        o2, lse2 = flash(q, k[:, :, p:], v[:, :, p:], 0.0, True, scale=scale)  # (b, heads, L, d), (b, heads, L)
+        # the past: each kv head's r query heads as r · L queries (its mask is per key: it holds for every query)
+        o1, lse1 = flash(q.reshape(b, kv, h // kv * L, d), keys[:, :, :p], values[:, :, :p], 0.0, False,
+                         attn_mask=self.mask, scale=scale)
+        o1, lse1 = o1.reshape(b, h, L, d), lse1.reshape(b, h, L)
+        # the own keys causally (is_causal lines query i up with key i: the heads stay apart)
+        k, v = (x[:, :, p:].repeat_interleave(h // kv, dim=1) if h > kv else x[:, :, p:] for x in (keys, values))
+        o2, lse2 = flash(q, k, v, 0.0, True, scale=scale)  # (b, heads, L, d), (b, heads, L)
         lse1 = lse1.masked_fill(self.blind, float("-inf"))  # the kernel gives a row that sees no key 0 (and o₁ = 0)
         w = torch.sigmoid(lse1 - lse2)[..., None]  # (b, heads, L, 1) float32: the past's share of the weight
         return torch.lerp(o2.float(), o1.float(), w).to(q.dtype)
