@@ -61,11 +61,38 @@ def overhead(a) -> dict:
               f"{rates['bandwidth'] / 1e9:.1f} GB/s, {rates['peak'] / 1e9:.0f} / {rates['peak_update'] / 1e9:.0f} "
               f"GFLOPS)")
     g, r = mean["gdpo"], mean["mrtpo"]
+    g["repack"] = r["repack"] = repack_seconds(trainers["gdpo"].lm)
+    print(f"  re-laying each update's weights for the decoding step (inside sampling): {r['repack']:.3f} s, "
+          f"{r['repack'] / r['time/step']:.1%} of the MRTPO step")
     print(f"  RATIO step time MRTPO / GDPO           = {r['time/step'] / g['time/step']:.3f}")
     print(f"  RATIO (GDPO step + MRTPO replay) / GDPO = {(g['time/step'] + r['time/replay']) / g['time/step']:.3f}")
     print(f"  replay share of the MRTPO step         = {r['time/replay'] / r['time/step']:.3f}  "
           f"(sampling {r['time/sample'] / r['time/step']:.3f}, update {r['time/update'] / r['time/step']:.3f})")
     return mean
+
+
+def repack_seconds(lm, repeats: int = 3) -> float:
+    """What each update costs the next step's sampling for packed weights: seconds to lay a policy version's bf16
+    copies out for oneDNN (:meth:`mrtpo.model.llama_step.LlamaStep.packed`, the stack's products, and the vocabulary
+    head: :func:`mrtpo.model.decoder.pack`), best of ``repeats``; 0 where the decoding step packs nothing. A trainer
+    packs once per step (its sampling shares one set of copies) and counts it in its sampling time."""
+    from mrtpo.model import compute_dtype
+    from mrtpo.model.decoder import Decoder, decoder_stack, pack, packable
+    from mrtpo.model.llama_step import llama_step
+
+    dec = Decoder(decoder_stack(lm.model), compute_dtype(lm, "auto"), few_rows=True)
+    step = llama_step(dec)
+    if step is None or not packable(step.embed):
+        return 0.0
+    head = dec.weight(lm.model.get_output_embeddings().weight)
+    best = float("inf")
+    for _ in range(repeats):
+        step._packed = None
+        t0 = time.perf_counter()
+        step.packed()
+        pack(head)
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def machine_rates(lm) -> dict[str, float]:
@@ -154,7 +181,10 @@ def doc_text(a, mean: dict | None, ends: dict | None) -> str:
                 ["replay share of the MRTPO step", f"{r['time/replay'] / r['time/step']:.3f}", ""]]
                 + [[f"{m.upper()} step ÷ its floor (sampling at its memory floor, replay and update at the GEMM peak)",
                     f"{mean[m]['time/step'] / mean[m]['floor']['step']:.2f} (floor {mean[m]['floor']['step']:.2f} s)",
-                    ""] for m in ("gdpo", "mrtpo") if "floor" in mean[m]]))
+                    ""] for m in ("gdpo", "mrtpo") if "floor" in mean[m]]
+                + ([["re-laying each update's weights for the decoding step (packed for oneDNN; inside sampling)",
+                     f"{r['repack']:.3f} s ({r['repack'] / r['time/step']:.1%} of the MRTPO step)", ""]]
+                   if "repack" in r else [])))
     if ends:
         rows = [[k, m.upper(), f"{v[0]:.3f}", f"{v[1]:.3f}"] for k, per in ends.items()
                 if k in ("reward/mean", "reward/all_pass") for m, v in per.items()]

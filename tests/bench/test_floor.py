@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from bench import floor
+from mrtpo.model.decoder import fast_bf16_cpu
 
 
 def test_linear_weights_counts_the_stacks_linear_layers(tiny):
@@ -113,3 +114,29 @@ def test_train_step_floor_adds_its_phases_floors(tiny):
                                  "step": sample + replay + update}, rel=1e-12)
     none = train.step_floor(tiny, a, {**m, "replay/forward_tokens": 0.0}, rates)  # GDPO: no replay, no replay floor
     assert none["replay"] == 0.0 and none["step"] == pytest.approx(sample + update, rel=1e-12)
+
+
+def test_repack_seconds_is_zero_where_nothing_packs(monkeypatch):
+    """bench/train's repacking cost is 0 where the decoding step packs no weights."""
+    from bench import train
+    from mrtpo.model import decoder, load_model
+
+    monkeypatch.setattr(decoder, "packable", lambda w: False)
+    assert train.repack_seconds(load_model("tiny-random")) == 0.0
+
+
+@pytest.mark.skipif(not fast_bf16_cpu(), reason="the decoding step packs bf16 copies on AMX / AVX512-BF16 only")
+def test_repack_seconds_times_the_steps_packing(monkeypatch):
+    """Where the step packs, bench/train times its packing once per repeat (the stack's weights and the head)."""
+    from bench import train
+    from mrtpo.model import decoder, load_model
+    from mrtpo.model import llama_step as LS
+
+    packed, real = [], LS.LlamaStep.packed
+    monkeypatch.setattr(LS.LlamaStep, "packed", lambda self: packed.append(1) or real(self))
+    heads, real_pack = [], decoder.pack
+    monkeypatch.setattr(decoder, "pack", lambda w: heads.append(tuple(w.shape)) or real_pack(w))
+    lm = load_model("tiny-random")
+    assert train.repack_seconds(lm, repeats=2) > 0.0
+    vocab = tuple(lm.model.get_output_embeddings().weight.shape)
+    assert packed == [1, 1] and heads.count(vocab) == 2
