@@ -4,11 +4,9 @@
 The app is Streamlit's documented multipage layout (``app.py`` the home page, ``pages/`` the other pages), at the
 top of the repository; an installed wheel ships it inside the package ``mrtpo_app``. Streamlit settings come from
 the app's ``.streamlit/config.toml``, passed as flags so that they hold whatever the current folder is (the run
-store stays relative to where you start it); ``streamlit run app.py`` from the repository reads the same file.
-
-The server runs in this process, and the sidebar's default model starts loading in a background thread before it
-starts (:func:`mrtpo_app.models.preload_model`): the first page finds torch imported and the model loaded, or nearly.
-``streamlit run app.py`` starts that load at the first page instead (a plain script has no server-start hook).
+store stays relative to where you start it); ``streamlit run app.py`` from the repository reads the same file. The
+server runs as ``python -m mrtpo_app.server``, which starts loading the sidebar's default model before the server
+starts (``streamlit run app.py`` starts that load at the first page instead).
 
 The run viewer reads logs only under the logs roots: ``--logs-root DIR`` (repeatable) sets ``$MRTPO_LOGS_ROOT`` for
 the server (folders joined by ``os.pathsep``; set it yourself for ``streamlit run``); without either, the working
@@ -56,6 +54,7 @@ def cmd_app(a) -> NoReturn:
     if importlib.util.find_spec("streamlit") is None:
         raise MrtpoError("the app needs Streamlit: pip install 'mrtpo[app]'")
     folder = app_dir()
+    env = dict(os.environ)
     if a.logs_root:
         for d in a.logs_root:
             if not d.strip():  # Path('') is the current folder: an empty value must not serve it
@@ -65,26 +64,18 @@ def cmd_app(a) -> NoReturn:
                                  "--logs-root for each folder")
             if not Path(d).expanduser().is_dir():
                 raise MrtpoError(f"--logs-root {d}: " + ("not a folder" if Path(d).exists() else "no such folder"))
-        os.environ[ROOT_ENV] = os.pathsep.join(str(Path(d).expanduser().resolve()) for d in a.logs_root)
-    roots = log_roots(os.environ.get(ROOT_ENV, ""))
-    args = ["run", str(folder / "app.py"), *config_flags(folder), "--server.port", str(a.port),
-            "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+        env[ROOT_ENV] = os.pathsep.join(str(Path(d).expanduser().resolve()) for d in a.logs_root)
+    roots = log_roots(env.get(ROOT_ENV, ""))
+    # the folder that holds the package mrtpo_app (the checkout's top level, or site-packages) first on the path
+    home = folder if (folder / "mrtpo_app").is_dir() else folder.parent
+    env["PYTHONPATH"] = os.pathsep.join([str(home), *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [sys.executable, "-m", "mrtpo_app.server", "run", str(folder / "app.py"), *config_flags(folder),
+           "--server.port", str(a.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     print(f"mrtpo app: http://localhost:{a.port} (Ctrl-C stops it); run logs are read under "
           f"{', '.join(map(str, roots))}", file=sys.stderr, flush=True)
-    serve(folder, args)
-
-
-def serve(folder: Path, args: list[str]) -> NoReturn:
-    """Streamlit's ``streamlit <args>`` in this process (no child left running when whoever started ``mrtpo app``
-    stops it), the sidebar's default model loading in the background from before the server starts: the app's
-    folder goes first on the path, so the pages import the same ``mrtpo_app`` whose preload is running."""
-    sys.path.insert(0, str(folder))
-    from streamlit.web import cli as streamlit_cli
-
-    from mrtpo_app.models import default_model_name, preload_model
-
-    preload_model(default_model_name())
-    sys.exit(streamlit_cli.main(args=args, prog_name="streamlit"))
+    # this process becomes the server (no child left running when whoever started `mrtpo app` stops it); the
+    # server's module starts the default model's load before the server (mrtpo_app/server.py)
+    os.execve(sys.executable, cmd, env)
 
 
 def _port(text: str) -> int:

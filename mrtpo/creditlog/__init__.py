@@ -15,7 +15,19 @@ from mrtpo.creditlog.files import (
 )
 from mrtpo.creditlog.format import FORMAT, VERSION, CreditLogError, CreditRow
 from mrtpo.creditlog.owner import LogOwner
-from mrtpo.creditlog.writer_rows import CreditLogConfig, credit_fields, kl_k3, series
+
+_WRITER_ROWS = ("CreditLogConfig", "credit_fields", "kl_k3", "series")  # :mod:`.writer_rows` imports torch
+
+
+def __getattr__(name: str):
+    """The writer's options and rows (:mod:`.writer_rows`), imported on first use: its torch import is not paid by
+    whoever only reads logs or checks a log folder (the ``mrtpo`` command's start, ``mrtpo app`` before its server)."""
+    if name in _WRITER_ROWS:
+        from mrtpo.creditlog import writer_rows
+
+        return getattr(writer_rows, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["FORMAT", "VERSION", "CreditLog", "CreditLogConfig", "CreditLogError", "CreditLogFollower",
            "CreditLogWriter", "CreditRow", "CreditStep", "LogOwner", "credit_fields", "kl_k3", "read_credit_log",

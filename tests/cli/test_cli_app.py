@@ -4,28 +4,25 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
-from mrtpo.cli import app as app_cli
 from mrtpo.cli import main
 
 
 class Started(BaseException):
-    """Raised by the stand-in for :func:`mrtpo.cli.app.serve` (the server would run in this process)."""
+    """Raised by the stand-in for ``os.execve`` (the server would replace this process)."""
 
 
 @pytest.fixture()
 def execve(monkeypatch):
-    """The calls that would have started the server: (its arguments, the environment it would see)."""
-    monkeypatch.setenv("MRTPO_LOGS_ROOT", "")  # restored (here: removed) after the test, whatever cmd_app sets
-    monkeypatch.delenv("MRTPO_LOGS_ROOT")
     calls = []
 
-    def fake(folder, args):
-        calls.append((args, dict(os.environ)))
+    def fake(exe, argv, env):
+        calls.append((argv, env))
         raise Started
-    monkeypatch.setattr(app_cli, "serve", fake)
+    monkeypatch.setattr(os, "execve", fake)
     return calls
 
 
@@ -39,9 +36,7 @@ def test_logs_root_reaches_the_server(tmp_path, monkeypatch, capsys, execve):
     argv, env = execve[0]
     assert env["MRTPO_LOGS_ROOT"] == f"{tmp_path.resolve() / 'a'}{os.pathsep}{tmp_path.resolve() / 'b'}"
     assert "8600" in argv and f"run logs are read under {tmp_path.resolve() / 'a'}, " in capsys.readouterr().err
-    # without the flag: $MRTPO_LOGS_ROOT as it is, else the working folder's runs/ (a fresh process: the first
-    # call set it in this one)
-    monkeypatch.delenv("MRTPO_LOGS_ROOT")
+    # without the flag: $MRTPO_LOGS_ROOT as it is, else the working folder's runs/
     with pytest.raises(Started):
         main(["app"])
     assert "MRTPO_LOGS_ROOT" not in execve[1][1]
@@ -73,13 +68,28 @@ def test_a_logs_root_holding_the_path_separator_is_refused(tmp_path, capsys, exe
     assert "separates roots" in capsys.readouterr().err and execve == []
 
 
-def test_the_server_starts_with_the_default_model_already_loading(monkeypatch, tmp_path):
-    """``serve`` starts the sidebar's default model's background load, then Streamlit's ``run`` in this process (the
-    order matters: the load overlaps with the server's start and the first page's)."""
+
+def test_the_server_is_the_apps_server_module_with_the_package_on_the_path(tmp_path, monkeypatch, execve):
+    """``mrtpo app`` becomes ``python -m mrtpo_app.server run …/app.py …`` (the module that starts the model's load
+    before the server), with the folder holding mrtpo_app first on PYTHONPATH (a checkout: its top level)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    with pytest.raises(Started):
+        main(["app", "--port", "8602"])
+    argv, env = execve[0]
+    root = Path(__file__).resolve().parents[2]
+    assert argv[1:5] == ["-m", "mrtpo_app.server", "run", str(root / "app.py")]
+    assert argv[argv.index("--server.port") + 1] == "8602"
+    assert env["PYTHONPATH"] == f"{root}{os.pathsep}/elsewhere"
+
+
+def test_the_server_module_starts_the_default_models_load_then_streamlit(monkeypatch):
+    """``mrtpo_app.server.main`` starts the sidebar's default model's background load, then Streamlit's command
+    line in this process (the order matters: the load overlaps with the server's start and the first page)."""
     pytest.importorskip("streamlit")
     from streamlit.web import cli as streamlit_cli
 
-    from mrtpo_app import models
+    from mrtpo_app import models, server
 
     events = []
     monkeypatch.setenv("MRTPO_MODEL", "tiny-random")
@@ -89,10 +99,17 @@ def test_the_server_starts_with_the_default_model_already_loading(monkeypatch, t
         events.append(("streamlit", args, prog_name))
         return 0
     monkeypatch.setattr(streamlit_cli, "main", run)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # serve puts the app's folder first
-    with pytest.raises(SystemExit) as done:
-        app_cli.serve(tmp_path, ["run", "app.py", "--server.port", "8601"])
-    assert done.value.code == 0
+    assert server.main(["run", "app.py", "--server.port", "8601"]) == 0
     assert events == [("preload", "tiny-random", "auto"),
                       ("streamlit", ["run", "app.py", "--server.port", "8601"], "streamlit")]
-    assert sys.path[0] == str(tmp_path)
+
+
+def test_the_command_starts_without_torch():
+    """``mrtpo`` (every subcommand's parser, ``mrtpo app`` before the server) imports no torch: the app's server
+    starts at once, and the model's load (torch first) runs in the background beside the first page."""
+    import subprocess
+
+    code = "import sys, mrtpo.cli.app; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
