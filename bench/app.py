@@ -3,10 +3,10 @@ per-reward heatmap, in a real headless Chromium, default model on CPU, text-to-S
 
     python bench/app.py [--model default] [--family sql] [--shots /tmp/shots] [--no-doc]
 
-Prints the figures measured in this one run (targets with the model already converted in the cache, :func:`targets`:
-cold start → first heatmap ≤ 8 s where bf16 is fast, ≤ 15 s on AVX2; with an empty cache the GGUF conversion adds
-about 12 s), then the warm figure: on the same server, a new browser session samples another seed (nothing cached) —
-page load to its heatmap, target ≤ 4 s (AVX2: 10 s).
+Prints the figures measured in this one run against their targets (with the model already converted in the cache;
+with an empty cache the GGUF conversion adds about 12 s), then the warm figure: on the same server, a new browser
+session samples another seed (nothing cached) — page load to its heatmap. The targets, cold and warm, depend on
+whether this CPU has fast bf16 (:func:`targets`).
 With ``--shots`` it also saves screenshots of every page (Explore, Templates, Methods, Teach) to that folder.
 A question the app asks before work it estimates long ("This will take about … Continue?"), or an error box, ends
 the run with a message (:func:`wait_for`), never a wait without end. Needs Debian's chromium and Playwright for
@@ -42,8 +42,9 @@ TARGETS_S = {True: (8.0, 4.0), False: (15.0, 10.0)}  # (cold start, a new sessio
 
 
 def targets() -> tuple[float, float]:
-    """(cold start → first heatmap, a new session → its heatmap) targets in seconds for this CPU: 8 / 4 s where bf16
-    is fast (AMX, AVX512-BF16: the app samples and replays on bf16 copies), 15 / 10 s elsewhere (AVX2: float32)."""
+    """(cold start → first heatmap, a new session → its heatmap) targets in seconds for this CPU: the row of
+    :data:`TARGETS_S` for whether bf16 is fast here (the app then samples and replays on bf16 copies) or not (it
+    computes in float32)."""
     from mrtpo.model.decoder import fast_bf16_cpu
 
     return TARGETS_S[fast_bf16_cpu()]
