@@ -98,6 +98,7 @@ MODEL_WAIT = "explore_model_wait"  # seconds the click's estimate waited for its
 def estimate(inp: Inputs):
     """What Sample costs for these inputs before anything is sampled (:mod:`mrtpo.replay.estimate`: an upper bound of
     sampling and replaying the group), or None when the group was sampled before (the caches hold it)."""
+    st.session_state.pop(MODEL_WAIT, None)  # an earlier click's, if it never ran
     custom = None if inp.mode == "Task example" else custom_inputs(inp)
     prompt = inp.ex.prompt if custom is None else custom[0]
     if caches.sample_cached.has(inp.ch.model, inp.ch.device, prompt, inp.sampling):
