@@ -1,0 +1,171 @@
+"""Measurement, not product code: how fast the decoding step runs when inductor compiles it, and how far its
+log-probs move. Nothing in the library compiles; this is the experiment behind the next step of the sampler.
+
+The own step (:class:`mrtpo.model.llama_step.LlamaStep`) writes each layer's new key and value into the KV buffer in
+place, which a compiled graph turns into copies of the whole buffer. :class:`FunctionalStep` computes the same step
+with the buffer read-only: a static ``Tmax``, the positions not yet written masked (−∞) by a mask tensor, the step's
+own key and value attended beside the buffer's and returned (the caller writes them), so one graph serves every
+position. Compiled with frozen, prepacked weights (``torch._inductor.config.freezing``); prints, in one process:
+
+  the eager own step, the eager functional step, the compile's seconds, the compiled step, the next position's call
+  (a recompile would show), and on the default model's real prompt cache, over ``--steps`` greedy steps
+  teacher-forced on the eager step's tokens: the mean and largest KL(eager ‖ compiled) per token and the steps at
+  which every row's argmax agrees.
+
+    PYTHONPATH=$PWD python bench/compiled_step.py [--rows 8] [--cached 370] [--steps 24]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from mrtpo.model import load_model
+from mrtpo.model.decoder import Decoder, decoder_stack
+from mrtpo.model.llama_step import LlamaStep, llama_step
+
+
+class FunctionalStep(torch.nn.Module):
+    """:class:`LlamaStep`'s decoding step with the KV buffer read-only: ids (n,), ``pos`` () float32, ``mask`` (Tmax,)
+    float32 (0 where a position is cached, −∞ elsewhere), K, V (layers, n, kv_heads, Tmax, d) → (final hidden states
+    (n, H), new keys and values (layers, n, kv_heads, d) each). Per layer, with s = scale · q Kᵀ + mask over the
+    buffer and s₀ = scale · q · k_new for the step's own key:
+
+        attention = (Σ_t e^{s_t − m} V_t + e^{s₀ − m} v_new) / (Σ_t e^{s_t − m} + e^{s₀ − m}),  m = max(s, s₀)
+
+    — the softmax over the cached keys and the new one, as the own step computes after writing the new key."""
+
+    def __init__(self, step: LlamaStep):
+        super().__init__()
+        self.step = step
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(t, requires_grad=False)
+                                               for layer in step.layers for t in layer])
+        self.embed = torch.nn.Parameter(step.embed, requires_grad=False)
+        self.norm = torch.nn.Parameter(step.norm, requires_grad=False)
+
+    def forward(self, ids, pos, mask, K, V):
+        s, d = self.step, self.step.head_dim
+        heads, kv = s.heads, s.kv_heads
+        n, r, half = ids.shape[0], heads // kv, d // 2
+        freqs = pos * s.inv_freq
+        cos, sin = s._cos_sin(torch.cat((freqs, freqs)))  # (d,)
+        x = self.embed[ids]  # (n, H)
+        new_k, new_v = [], []
+        for i in range(len(s.layers)):
+            w_in, w_qkv, w_o, w_post, w_gu, w_down = (self.weights[6 * i + j] for j in range(6))
+            qkv = F.linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
+            qk = qkv[:, :(heads + kv) * d].view(n, heads + kv, d)
+            qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), -1) * sin
+            q, k = qk[:, :heads].view(n, kv, r, d), qk[:, heads:]  # (n, kv, r, d), (n, kv, d)
+            v = qkv[:, (heads + kv) * d:].view(n, kv, d)
+            new_k.append(k)
+            new_v.append(v)
+            scores = torch.matmul(q, K[i].transpose(-1, -2)).float() * d ** -0.5 + mask  # (n, kv, r, Tmax)
+            own = (q.float() * k.float()[:, :, None]).sum(-1, keepdim=True) * d ** -0.5  # (n, kv, r, 1)
+            m = torch.maximum(scores.amax(-1, keepdim=True), own)
+            p, p_own = (scores - m).exp(), (own - m).exp()
+            a = (torch.matmul(p.to(x.dtype), V[i]).float() + p_own * v.float()[:, :, None])
+            a = (a / (p.sum(-1, keepdim=True) + p_own)).to(x.dtype).reshape(n, heads * d)
+            x = x + F.linear(a, w_o)
+            g, u = F.linear(s._rms(x, w_post), w_gu).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(g) * u, w_down)
+        return s._rms(x, self.norm), torch.stack(new_k), torch.stack(new_v)
+
+
+def seen_mask(pos: int, tmax: int) -> torch.Tensor:
+    """(Tmax,) float32: 0 at the positions before ``pos`` (cached), −∞ from it on."""
+    mask = torch.full((tmax,), float("-inf"))
+    mask[:pos] = 0.0
+    return mask
+
+
+def best_ms(fn, reps: int = 30) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / reps)
+    return best * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--cached", type=int, default=370, help="cached positions at the timed step")
+    ap.add_argument("--steps", type=int, default=24, help="greedy steps compared on the real prompt cache")
+    a = ap.parse_args()
+    import torch._inductor.config as inductor
+
+    from bench import report
+
+    print(report.machine(), flush=True)
+    torch.set_grad_enabled(False)
+    inductor.freezing = True
+    inductor.cpp.weight_prepack = True
+    lm = load_model("default")
+    dec = Decoder(decoder_stack(lm.model), torch.bfloat16, few_rows=True, keep=True)
+    step = llama_step(dec)
+    if step is None:
+        raise SystemExit("the own step does not apply to this model / CPU")
+    n, tmax = a.rows, a.cached + 60 + a.steps
+    shape = (len(step.layers), 2, n, step.kv_heads, tmax, step.head_dim)
+    buf = (torch.randn(shape) * 0.5).to(torch.bfloat16)
+    ids = torch.randint(0, 1000, (n,))
+    fn = FunctionalStep(step).eval()
+    pos, mask = torch.tensor(float(a.cached)), seen_mask(a.cached, tmax)
+    work = buf.clone()  # the own step writes its keys and values (at the same position each time)
+    eager = best_ms(lambda: step(ids, a.cached, work))
+    eager_fn = best_ms(lambda: fn(ids, pos, mask, buf[:, 0], buf[:, 1]))
+    compiled = torch.compile(fn, dynamic=False)
+    t0 = time.perf_counter()
+    compiled(ids, pos, mask, buf[:, 0], buf[:, 1])
+    compile_s = time.perf_counter() - t0
+    timed = best_ms(lambda: compiled(ids, pos, mask, buf[:, 0], buf[:, 1]))
+    t0 = time.perf_counter()
+    compiled(ids, pos + 1, seen_mask(a.cached + 1, tmax), buf[:, 0], buf[:, 1])
+    next_s = time.perf_counter() - t0
+    print(f"{n} rows, {a.cached} cached positions (Tmax {tmax}), no head: eager own step {eager:.2f} ms, eager "
+          f"functional {eager_fn:.2f} ms; compile {compile_s:.0f} s; compiled {timed:.2f} ms "
+          f"(÷ eager own {timed / eager:.3f}); next position's call {next_s:.2f} s")
+    kl, agree = agreement(lm, dec, step, compiled, n, tmax, a.steps)
+    print(f"real prompt cache, {a.steps} greedy steps: KL(eager ‖ compiled) mean {sum(kl) / len(kl):.2e}, largest "
+          f"{max(kl):.2e} nats a token; every row's argmax equal at {agree} of {a.steps} steps")
+
+
+def agreement(lm, dec, step, compiled, n: int, tmax: int, steps: int) -> tuple[list[float], int]:
+    """The eager step and the compiled one from the text-to-SQL family's first prompt's cache, teacher-forced on the
+    eager step's greedy tokens: per step the rows' mean KL(eager ‖ compiled) of the next-token distributions, and the
+    number of steps at which every row's argmax agrees."""
+    from transformers import DynamicCache
+
+    from mrtpo.model.kvcache import cache_tensors
+    from mrtpo.tasks import get_family
+
+    prompt = lm.encode(lm.chat_prompt(get_family("sql").examples()[0].prompt))
+    cache = DynamicCache()
+    out = dec(input_ids=torch.tensor([prompt]), use_cache=True, **{dec.cache_kwarg: cache})
+    P = len(prompt)
+    buf = torch.zeros((len(step.layers), 2, n, step.kv_heads, tmax, step.head_dim), dtype=torch.bfloat16)
+    for i, (K, V) in enumerate(cache_tensors(cache)):
+        buf[i, 0, :, :, :P], buf[i, 1, :, :, :P] = K[0], V[0]
+    other = buf.clone()
+    head = dec.weight(lm.model.get_output_embeddings().weight)
+    tok = (out.last_hidden_state[:, -1] @ head.t()).float().argmax(-1).expand(n)
+    kl, agree = [], 0
+    for s in range(steps):
+        h = step(tok, P + s, buf)
+        h2, k, v = compiled(tok, torch.tensor(float(P + s)), seen_mask(P + s, tmax), other[:, 0], other[:, 1])
+        other[:, 0, :, :, P + s], other[:, 1, :, :, P + s] = k, v
+        lp, lq = (torch.log_softmax((x @ head.t()).float(), -1) for x in (h, h2))
+        kl.append(float((lp.exp() * (lp - lq)).sum(-1).mean()))
+        agree += int(torch.equal(lp.argmax(-1), lq.argmax(-1)))
+        tok = lp.argmax(-1)
+    return kl, agree
+
+
+if __name__ == "__main__":
+    main()
