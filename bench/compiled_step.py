@@ -48,7 +48,7 @@ class FunctionalStep(torch.nn.Module):
     def forward(self, ids, pos, mask, K, V):
         s, d = self.step, self.step.head_dim
         heads, kv = s.heads, s.kv_heads
-        n, r, half = ids.shape[0], heads // kv, d // 2
+        n, r = ids.shape[0], heads // kv
         freqs = pos * s.inv_freq
         cos, sin = s._cos_sin(torch.cat((freqs, freqs)))  # (d,)
         x = self.embed[ids]  # (n, H)
@@ -57,7 +57,7 @@ class FunctionalStep(torch.nn.Module):
             w_in, w_qkv, w_o, w_post, w_gu, w_down = (self.weights[6 * i + j] for j in range(6))
             qkv = F.linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
             qk = qkv[:, :(heads + kv) * d].view(n, heads + kv, d)
-            qk = qk * cos + torch.cat((-qk[..., half:], qk[..., :half]), -1) * sin
+            qk = s._rotate(qk, cos, sin)
             q, k = qk[:, :heads].view(n, kv, r, d), qk[:, heads:]  # (n, kv, r, d), (n, kv, d)
             v = qkv[:, (heads + kv) * d:].view(n, kv, d)
             new_k.append(k)
