@@ -12,7 +12,12 @@ position. Compiled with frozen, prepacked weights (``torch._inductor.config.free
   teacher-forced on the eager step's tokens: the mean and largest KL(eager ‖ compiled) per token and the steps at
   which every row's argmax agrees.
 
-    PYTHONPATH=$PWD python bench/compiled_step.py [--rows 8] [--cached 370] [--steps 24]
+With ``--package PATH`` it measures the ahead-of-time form instead: the functional step exported with dynamic rows
+and Tmax and compiled into an AOTInductor package at PATH (frozen weights inside; built unless PATH exists), then
+loaded from the file and timed against the eager step, with the same agreement check. Run it twice to time the load
+in a fresh process.
+
+    PYTHONPATH=$PWD python bench/compiled_step.py [--rows 8] [--cached 370] [--steps 24] [--package PATH]
 """
 from __future__ import annotations
 
@@ -97,6 +102,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--cached", type=int, default=370, help="cached positions at the timed step")
     ap.add_argument("--steps", type=int, default=24, help="greedy steps compared on the real prompt cache")
+    ap.add_argument("--package", default=None, help="an AOTInductor package's path: measure it (built if missing)")
     a = ap.parse_args()
     import torch._inductor.config as inductor
 
@@ -120,6 +126,9 @@ def main() -> None:
     work = buf.clone()  # the own step writes its keys and values (at the same position each time)
     eager = best_ms(lambda: step(ids, a.cached, work))
     eager_fn = best_ms(lambda: fn(ids, pos, mask, buf[:, 0], buf[:, 1]))
+    if a.package:
+        return measure_package(a, lm, dec, step, fn, (ids, pos, mask, buf[:, 0].contiguous(), buf[:, 1].contiguous()),
+                               eager, tmax)
     compiled = torch.compile(fn, dynamic=False)
     t0 = time.perf_counter()
     compiled(ids, pos, mask, buf[:, 0], buf[:, 1])
@@ -133,6 +142,33 @@ def main() -> None:
           f"(÷ eager own {timed / eager:.3f}); next position's call {next_s:.2f} s")
     kl, agree = agreement(lm, dec, step, compiled, n, tmax, a.steps)
     print(f"real prompt cache, {a.steps} greedy steps: KL(eager ‖ compiled) mean {sum(kl) / len(kl):.2e}, largest "
+          f"{max(kl):.2e} nats a token; every row's argmax equal at {agree} of {a.steps} steps")
+
+
+def measure_package(a, lm, dec, step, fn, args, eager: float, tmax: int) -> None:
+    """The ahead-of-time form: ``fn`` exported with dynamic rows and Tmax, compiled into an AOTInductor package at
+    ``a.package`` (unless it exists), loaded from the file and timed; its inputs made contiguous (the package's
+    runner ends the process on an input laid out otherwise)."""
+    import os
+
+    from torch.export import Dim
+
+    if not os.path.exists(a.package):
+        rows, T = Dim("rows", min=2, max=64), Dim("tmax", min=32, max=8192)
+        t0 = time.perf_counter()
+        exported = torch.export.export(fn, args, dynamic_shapes=({0: rows}, None, {0: T}, {1: rows, 3: T},
+                                                                 {1: rows, 3: T}))
+        torch._inductor.aoti_compile_and_package(exported, package_path=a.package,
+                                                 inductor_configs={"freezing": True, "cpp.weight_prepack": True})
+        print(f"built {a.package} in {time.perf_counter() - t0:.0f} s ({os.path.getsize(a.package) / 2 ** 20:.0f} MiB)")
+    t0 = time.perf_counter()
+    run = torch._inductor.aoti_load_package(a.package)
+    load_s = time.perf_counter() - t0
+    timed = best_ms(lambda: run(*args))
+    print(f"{a.rows} rows, {a.cached} cached positions (Tmax {tmax}), no head: eager own step {eager:.2f} ms; package "
+          f"loaded in {load_s:.2f} s; its step {timed:.2f} ms (÷ eager own {timed / eager:.3f})")
+    kl, agree = agreement(lm, dec, step, lambda *x: run(*(t.contiguous() for t in x)), a.rows, tmax, a.steps)
+    print(f"real prompt cache, {a.steps} greedy steps: KL(eager ‖ package) mean {sum(kl) / len(kl):.2e}, largest "
           f"{max(kl):.2e} nats a token; every row's argmax equal at {agree} of {a.steps} steps")
 
 
