@@ -125,10 +125,10 @@ def main() -> None:
     pos, mask = torch.tensor(float(a.cached)), seen_mask(a.cached, tmax)
     work = buf.clone()  # the own step writes its keys and values (at the same position each time)
     eager = best_ms(lambda: step(ids, a.cached, work))
-    eager_fn = best_ms(lambda: fn(ids, pos, mask, buf[:, 0], buf[:, 1]))
     if a.package:
         return measure_package(a, lm, dec, step, fn, (ids, pos, mask, buf[:, 0].contiguous(), buf[:, 1].contiguous()),
                                eager, tmax)
+    eager_fn = best_ms(lambda: fn(ids, pos, mask, buf[:, 0], buf[:, 1]))
     compiled = torch.compile(fn, dynamic=False)
     t0 = time.perf_counter()
     compiled(ids, pos, mask, buf[:, 0], buf[:, 1])
