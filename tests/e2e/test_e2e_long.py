@@ -242,11 +242,16 @@ def test_run_viewer_on_a_long_credit_log_in_chromium(tmp_path, monkeypatch):
         box = table.bounding_box()
         t0 = time.perf_counter()
         page.mouse.click(box["x"] + 12, box["y"] + 35 + 5 * 35 + 17)
-        page.wait_for_function("() => [...document.querySelectorAll('.mrtpo.full .reward b')].some("
-                               "e => e.textContent === 'reward_1')", timeout=60_000)
-        page.wait_for_selector(IDLE, timeout=60_000)
+        # every full view on the page is reward_1's: Streamlit keeps the rerun's stale elements (reward_0's full view)
+        # in the page for a moment after the new ones appear, so "some" would pick the stale one
+        # in one check, so that no rerun's intermediate page passes it: the script idle, and reward_1's full view drawn
+        page.wait_for_function(
+            "idle => { const b = [...document.querySelectorAll('.mrtpo.full .reward b')];"
+            " return document.querySelector(idle) !== null && b.length > 0"
+            " && b.every(e => e.textContent === 'reward_1')"
+            " && document.querySelectorAll('.mrtpo.full .row').length === 3; }", arg=IDLE, timeout=60_000)
         t_open = time.perf_counter() - t0
-        full = page.locator(".mrtpo.full").first
+        full = page.locator(".mrtpo.full").filter(has=page.locator(".reward b", has_text="reward_1")).first
         assert full.locator(".row").count() == 3
         # hover a hottest span's token: its numbers in the tooltip (the CSS rule over data-tip)
         shown = _css_tip(page, full.locator(".tok.hot").first)
