@@ -1,11 +1,13 @@
-"""Measurement, not product code: how fast the decoding step runs when inductor compiles it, and how far its
-log-probs move. Nothing in the library compiles; this is the experiment behind the next step of the sampler.
+"""Measurement: how fast the decoding step runs when inductor compiles it, and how far its log-probs move. The
+library's compiled step (:mod:`mrtpo.model.compiled`: an AOTInductor package built at ``make setup``) came out of
+this experiment; the script keeps both forms measurable side by side.
 
 The own step (:class:`mrtpo.model.llama_step.LlamaStep`) writes each layer's new key and value into the KV buffer in
-place, which a compiled graph turns into copies of the whole buffer. :class:`FunctionalStep` computes the same step
-with the buffer read-only: a static ``Tmax``, the positions not yet written masked (−∞) by a mask tensor, the step's
-own key and value attended beside the buffer's and returned (the caller writes them), so one graph serves every
-position. Compiled with frozen, prepacked weights (``torch._inductor.config.freezing``); prints, in one process:
+place, which a compiled graph turns into copies of the whole buffer. :class:`mrtpo.model.compiled.FunctionalStep`
+computes the same step with the buffer read-only (a mask tensor over the positions not yet written; the step's own
+key and value attended beside the buffer's and returned), so one graph serves every position. By default it is
+compiled in this process with ``torch.compile`` (frozen, prepacked weights; ``torch._inductor.config.freezing``);
+prints, in one process:
 
   the eager own step, the eager functional step, the compile's seconds, the compiled step, the next position's call
   (a recompile would show), and on the default model's real prompt cache, over ``--steps`` greedy steps
@@ -25,58 +27,11 @@ import argparse
 import time
 
 import torch
-import torch.nn.functional as F
 
 from mrtpo.model import load_model
+from mrtpo.model.compiled import FunctionalStep
 from mrtpo.model.decoder import Decoder, decoder_stack
-from mrtpo.model.llama_step import LlamaStep, llama_step
-
-
-class FunctionalStep(torch.nn.Module):
-    """:class:`LlamaStep`'s decoding step with the KV buffer read-only: ids (n,), ``pos`` () float32, ``mask`` (Tmax,)
-    float32 (0 where a position is cached, −∞ elsewhere), K, V (layers, n, kv_heads, Tmax, d) → (final hidden states
-    (n, H), new keys and values (layers, n, kv_heads, d) each). Per layer, with s = scale · q Kᵀ + mask over the
-    buffer and s₀ = scale · q · k_new for the step's own key:
-
-        attention = (Σ_t e^{s_t − m} V_t + e^{s₀ − m} v_new) / (Σ_t e^{s_t − m} + e^{s₀ − m}),  m = max(s, s₀)
-
-    — the softmax over the cached keys and the new one, as the own step computes after writing the new key."""
-
-    def __init__(self, step: LlamaStep):
-        super().__init__()
-        self.step = step
-        self.weights = torch.nn.ParameterList([torch.nn.Parameter(t, requires_grad=False)
-                                               for layer in step.layers for t in layer])
-        self.embed = torch.nn.Parameter(step.embed, requires_grad=False)
-        self.norm = torch.nn.Parameter(step.norm, requires_grad=False)
-
-    def forward(self, ids, pos, mask, K, V):
-        s, d = self.step, self.step.head_dim
-        heads, kv = s.heads, s.kv_heads
-        n, r = ids.shape[0], heads // kv
-        freqs = pos * s.inv_freq
-        cos, sin = s._cos_sin(torch.cat((freqs, freqs)))  # (d,)
-        x = self.embed[ids]  # (n, H)
-        new_k, new_v = [], []
-        for i in range(len(s.layers)):
-            w_in, w_qkv, w_o, w_post, w_gu, w_down = (self.weights[6 * i + j] for j in range(6))
-            qkv = F.linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
-            qk = qkv[:, :(heads + kv) * d].view(n, heads + kv, d)
-            qk = s._rotate(qk, cos, sin)
-            q, k = qk[:, :heads].view(n, kv, r, d), qk[:, heads:]  # (n, kv, r, d), (n, kv, d)
-            v = qkv[:, (heads + kv) * d:].view(n, kv, d)
-            new_k.append(k)
-            new_v.append(v)
-            scores = torch.matmul(q, K[i].transpose(-1, -2)).float() * d ** -0.5 + mask  # (n, kv, r, Tmax)
-            own = (q.float() * k.float()[:, :, None]).sum(-1, keepdim=True) * d ** -0.5  # (n, kv, r, 1)
-            m = torch.maximum(scores.amax(-1, keepdim=True), own)
-            p, p_own = (scores - m).exp(), (own - m).exp()
-            a = (torch.matmul(p.to(x.dtype), V[i]).float() + p_own * v.float()[:, :, None])
-            a = (a / (p.sum(-1, keepdim=True) + p_own)).to(x.dtype).reshape(n, heads * d)
-            x = x + F.linear(a, w_o)
-            g, u = F.linear(s._rms(x, w_post), w_gu).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(g) * u, w_down)
-        return s._rms(x, self.norm), torch.stack(new_k), torch.stack(new_v)
+from mrtpo.model.llama_step import llama_step
 
 
 def seen_mask(pos: int, tmax: int) -> torch.Tensor:

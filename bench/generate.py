@@ -4,6 +4,8 @@
 On the default model, the longest text-to-SQL prompt (>= 300 tokens), a group of G = 8 x 96 new tokens, temperature 1,
 seed 0, best of ``--repeats``; prints for each sampler its time, the tokens it sampled and tokens per second, and
   RATIO new / old time (target <= 0.5 on CPU),
+each decoding step ÷ its memory floor, eager and — where ``make setup`` built the model's package — compiled ahead of
+time (:mod:`mrtpo.model.compiled`: what a frozen model, the app's, decodes with),
 the new sampler at the model's own precision (what the shared prefill and the buffer give alone), where the new
 sampler's time goes (the prompt pass and weight cast vs the decoding steps), and the peak memory above the loaded
 model of each (process RSS in a fresh child process after a 2-token warm-up, glibc returning freed blocks to the
@@ -61,7 +63,32 @@ def run(which: str, lm, prompt: str, a, max_new_tokens: int | None = None) -> li
     if which == "old":
         return old_generate(lm, prompt, a.group, m, seed=0)
     precision = "model" if which == "new-model" else "auto"
-    return [s.token_ids for s in sample(lm, prompt, n=a.group, max_new_tokens=m, seed=0, precision=precision)]
+    lm.frozen = which == "compiled"  # a frozen model (the app's) decodes with the compiled step where one is built
+    try:
+        return [s.token_ids for s in sample(lm, prompt, n=a.group, max_new_tokens=m, seed=0, precision=precision)]
+    finally:
+        lm.frozen = False
+
+
+def has_package(lm) -> bool:
+    """Whether a frozen ``lm``'s sampling finds its compiled step (:mod:`mrtpo.model.compiled`; built by ``make
+    setup``); loads it (kept with the model)."""
+    import warnings
+
+    from mrtpo.model.compiled import CompiledStepWarning
+    from mrtpo.model.sampler import warm_up
+
+    lm.frozen = True
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", CompiledStepWarning)
+            warm_up(lm)
+    finally:
+        lm.frozen = False
+    from mrtpo.model.decoder import fast_bf16_cpu
+
+    return lm.device.type == "cpu" and fast_bf16_cpu() and not any(
+        issubclass(w.category, CompiledStepWarning) for w in said)
 
 
 def rss_bytes() -> int:
@@ -180,6 +207,18 @@ def main() -> None:
     floor_s, bw = decode_floor_s(lm, n_prompt, a.group, steps)
     print(f"  decoding step ÷ its memory floor = {step_s / floor_s:.2f}   (floor {floor_s * 1000:.1f} ms: the weights "
           f"and KV a step reads at this machine's {bw / 1e9:.1f} GB/s)")
+    compiled = None
+    if has_package(lm):  # the frozen model's sampling (the app's): the compiled step, its own prefill without a cast
+        t, rows = timed("compiled")
+        c_first, _ = timed("compiled", max_new_tokens=1)
+        c_step = (t - c_first) / max(steps, 1)
+        compiled = dict(time=t, tokens=sum(len(r) for r in rows), step_ms=c_step * 1000, first=c_first)
+        print(f"  {'compiled step (a frozen model)':32s} {t:7.2f} s   {compiled['tokens']:4d} tokens; decoding steps "
+              f"{c_step * 1000:.1f} ms each, ÷ eager {c_step / step_s:.3f}; ÷ its memory floor "
+              f"{c_step / floor_s:.2f}", flush=True)
+    else:
+        print("  compiled step: none here (no package for this model: `make setup` builds the default model's; or "
+              "no own step on this CPU)")
     print(f"  RATIO new / old time = {res['new'] / res['old']:.3f}   (target <= 0.5; precision=model alone: "
           f"{res['new-model'] / res['old']:.3f})")
     mem = None
@@ -193,7 +232,7 @@ def main() -> None:
                    f"{compute_dtype(lm, 'auto')}); the longest text-to-SQL prompt ({n_prompt} tokens), "
                    f"G = {a.group} × {a.max_new_tokens} new tokens, temperature 1, seed 0, best of {a.repeats}.")
         f = dict(setting=setting, time=res, tokens=counts, first=t_first, step_ms=step_s * 1000, memory=mem,
-                 floor_ms=floor_s * 1000, bandwidth=bw)
+                 floor_ms=floor_s * 1000, bandwidth=bw, compiled=compiled)
         path = report.update_section("generate", report.section("bench/generate.py", doc_text(f)))
         print(f"  written to {path} (section generate)")
 
@@ -216,7 +255,19 @@ def doc_text(f: dict) -> str:
                 ["new sampler: one decoding step", f"{f['step_ms']:.1f} ms", ""],
                 ["its memory floor (weights + KV read once at this machine's read bandwidth)",
                  f"{f['floor_ms']:.1f} ms at {f['bandwidth'] / 1e9:.1f} GB/s", ""],
-                ["decoding step ÷ its memory floor", f"{f['step_ms'] / f['floor_ms']:.2f}", "≤ 1.5"]]))
+                ["decoding step ÷ its memory floor", f"{f['step_ms'] / f['floor_ms']:.2f}", "≤ 1.5"]]
+                + compiled_rows(f)))
+
+
+def compiled_rows(f: dict) -> list[list[str]]:
+    """The compiled step's rows (none where no package was found)."""
+    c = f.get("compiled")
+    if not c:
+        return [["compiled step (a frozen model's)", "no package here", ""]]
+    return [["compiled step (a frozen model's, the app's): the group's time", f"{c['time']:.2f} s", ""],
+            ["compiled step: one decoding step", f"{c['step_ms']:.1f} ms (÷ eager {c['step_ms'] / f['step_ms']:.3f})",
+             ""],
+            ["compiled decoding step ÷ its memory floor", f"{c['step_ms'] / f['floor_ms']:.2f}", "≤ 1.5"]]
 
 
 if __name__ == "__main__":

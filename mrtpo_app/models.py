@@ -44,11 +44,14 @@ _PRELOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtpo-preload
 
 def load_model(name: str, device: str = "auto") -> LoadedModel:
     """:func:`mrtpo.model.load_model` (its import — torch, transformers — happens here, in the thread that loads),
-    frozen: the app only samples and replays with it, so its cast weight copies are made once and kept."""
+    frozen: the app only samples and replays with it, so its cast weight copies are made once and kept, with what
+    its first sample would make (:func:`mrtpo.model.sampler.warm_up`: the compiled decoding step loaded)."""
     from mrtpo.model import load_model as load
+    from mrtpo.model.sampler import warm_up
 
     lm = load(name, device)
     lm.frozen = True
+    warm_up(lm)  # its cast copies, packed head and compiled step: made with the load, not at the first click
     return lm
 
 
@@ -72,7 +75,6 @@ def _preload(name: str, device: str) -> LoadedModel:
     import mrtpo.display  # noqa: F401
     import mrtpo.groups  # noqa: F401
     import mrtpo.replay  # noqa: F401
-
     return lm
 
 

@@ -13,6 +13,7 @@ experiment  paired, seeded comparison of methods (every method × seed as runs; 
 rollouts    heatmaps for your own rollouts (TRL completions parquet, verl JSONL)
 tune        choose each reward's verifier-information wording and relevance measure (tuning draw, held-out draw)
 app         start the Streamlit workbench
+compile-step  build the decoding step's compiled package for a model (make setup does, for the default model)
 
 Exit status: 0 done; 1 some lines of a line-oriented command (relevance, score) were bad, each reported on stderr
 with its line and field, and the others ran; 2 bad input (a message on stderr naming the file, line and field) or
@@ -24,12 +25,12 @@ import argparse
 import os
 import sys
 
-from mrtpo.cli import app, credit, experiment, explain, faithfulness, rollouts, tasks, train, tune
+from mrtpo.cli import app, compile_step, credit, experiment, explain, faithfulness, rollouts, tasks, train, tune
 from mrtpo.cli.common import error_text
 from mrtpo.errors import MrtpoError
 
 # each module's register(subparsers) adds its commands
-COMMAND_GROUPS = (credit, explain, faithfulness, tasks, train, experiment, rollouts, tune, app)
+COMMAND_GROUPS = (credit, explain, faithfulness, tasks, train, experiment, rollouts, tune, app, compile_step)
 
 
 def build_parser() -> argparse.ArgumentParser:

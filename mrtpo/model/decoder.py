@@ -209,17 +209,26 @@ def weights_fixed(lm: LoadedModel):
         yield
         return
     lm.frozen = True
+    stack = decoder_stack(lm.model)
+    _for_now.add(stack)
     try:
         yield
     finally:
         lm.frozen = False
-        stack = decoder_stack(lm.model)
+        _for_now.discard(stack)
         with _module_lock(stack):  # not while a pass reads them
             _kept.pop(stack, None)
 
 
+def fixed_for_good(lm: LoadedModel) -> bool:
+    """Whether ``lm``'s weights never change: frozen, and not only for a :func:`weights_fixed` block (a trainer's
+    policy between two updates)."""
+    return lm.frozen and decoder_stack(lm.model) not in _for_now
+
+
 _module_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module → {dtype: a kept Decoder's store}
+_for_now: weakref.WeakSet = weakref.WeakSet()  # the stacks inside a weights_fixed block
 
 
 _module_locks_guard = threading.Lock()

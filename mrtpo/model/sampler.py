@@ -19,7 +19,7 @@ from mrtpo.model.rates import measuring, sample_tokens
 from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
 
-__all__ = ["Sample", "SamplingConfig", "draw", "next_token_scores", "sample", "sample_ids"]
+__all__ = ["Sample", "SamplingConfig", "draw", "next_token_scores", "sample", "sample_ids", "warm_up"]
 
 
 @dataclass
@@ -150,8 +150,12 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         return (out, None) if entropy else out
     P = len(prompt_ids)
     _, kv_heads, _, head_dim = layers[0][0].shape
-    # (layers, 2, n, kv_heads, P + max_new_tokens − 1, d): the last token is never fed back
-    buf = layers[0][0].new_empty((len(layers), 2, n, kv_heads, P + max_new_tokens - 1, head_dim))
+    fast = _compiled_step(lm, dec, step, n, P + max_new_tokens - 1)
+    if fast is None:  # (layers, 2, n, kv_heads, P + max_new_tokens − 1, d): the last token is never fed back
+        buf = layers[0][0].new_empty((len(layers), 2, n, kv_heads, P + max_new_tokens - 1, head_dim))
+    else:
+        kv = _KVGrowing(layers[0][0], (len(layers), n, kv_heads, head_dim), P, P + max_new_tokens - 1)
+        buf = kv.buf.transpose(0, 1)  # the same (layers, 2, ...) view
     for i, (K, V) in enumerate(layers):
         buf[i, 0, :, :, :P] = K[0]
         buf[i, 1, :, :, :P] = V[0]
@@ -194,6 +198,9 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
             progress(max_new_tokens if finished else t + 1, max_new_tokens)
         if finished:
             return (tokens[:, : t + 1], ent[:, : t + 1]) if entropy else tokens[:, : t + 1]
+        if fast is not None:
+            h = kv.step(fast, nxt, P + t)
+            continue
         if step is not None:
             h = step(nxt, P + t, buf)
             continue
@@ -201,6 +208,70 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         h = dec(input_ids=nxt[:, None], position_ids=pos, use_cache=True, **{dec.cache_kwarg: cache}).last_hidden_state
         h = h[:, -1]
     return (tokens, ent) if entropy else tokens
+
+
+@torch.inference_mode()
+def warm_up(lm: LoadedModel) -> None:
+    """Make now, for a frozen model, what its first :func:`sample` (``precision="auto"``) would make and keep: the
+    decoder's cast weight copies, its compiled step loaded from disk (:func:`mrtpo.model.compiled.compiled_step`) or,
+    where there is none, the own step's packed weights, and the packed head — the app calls it after the model's
+    background load, so that the first Sample click does not wait for them. Nothing for a model that is not frozen (a
+    trainer's: nothing kept)."""
+    if not lm.frozen:
+        return
+    dec = Decoder(decoder_stack(lm.model), compute_dtype(lm, "auto"), few_rows=True, keep=True)
+    step = llama_step(dec)
+    if step is None:
+        return
+    if _compiled_step(lm, dec, step, 2, 32) is None:  # the eager step's packed weights (a group of 1 packs them later)
+        step.packed()
+    weight, _ = _head_weights(lm, dec)
+    if packable(weight):
+        dec.memo("packed_head", lambda: pack(weight))
+
+
+def _compiled_step(lm: LoadedModel, dec: Decoder, step, n: int, positions: int):
+    """The own step compiled ahead of time (:func:`mrtpo.model.compiled.compiled_step`) where it applies: the own
+    step runs, the model's weights never change (:func:`mrtpo.model.decoder.fixed_for_good`), and the package serves
+    ``n`` rows over ``positions`` positions; loaded once per model (kept with its Decoder). Else None."""
+    from mrtpo.model.decoder import fixed_for_good
+
+    if step is None or not fixed_for_good(lm):
+        return None
+    from mrtpo.model.compiled import compiled_step
+
+    fast = dec.memo("compiled_step", lambda: compiled_step(step, lm.name))
+    return fast if fast is not None and fast.fits(n, positions) else None
+
+
+class _KVGrowing:
+    """The compiled step's KV buffer: (2, layers, n, kv_heads, capacity, d), contiguous, with a mask (capacity,) of
+    the positions written (0) and not (−∞). Its capacity grows by ``CHUNK`` positions (one copy each time) up to
+    ``end``: the package attends every position of the buffer it is handed, so an unwritten tail costs as much as a
+    written one."""
+
+    CHUNK = 256
+
+    def __init__(self, like: torch.Tensor, shape: tuple[int, int, int, int], written: int, end: int):
+        layers, n, kv_heads, d = shape
+        self.end, self.written = end, written
+        cap = min(end, max(written + self.CHUNK, 32))
+        # zeros, not empty: the package multiplies the masked positions' values by 0, and 0 · NaN is NaN
+        self.buf = like.new_zeros((2, layers, n, kv_heads, cap, d))  # (2, layers, n, kv_heads, cap, d)
+        self.mask = torch.full((cap,), float("-inf"))
+        self.mask[:written] = 0.0
+
+    def step(self, fast, ids: torch.Tensor, pos: int) -> torch.Tensor:
+        """One compiled decoding step at ``pos`` (= the positions written so far); writes its keys and values."""
+        if pos >= self.buf.shape[-2]:  # grow: a copy of the written part into a larger buffer
+            cap = min(self.end, pos + self.CHUNK)
+            grown = self.buf.new_zeros((*self.buf.shape[:4], cap, self.buf.shape[-1]))
+            grown[..., :pos, :] = self.buf[..., :pos, :]
+            self.buf, self.mask = grown, torch.cat((self.mask[:pos], torch.full((cap - pos,), float("-inf"))))
+        h, k, v = fast(ids, pos, self.mask, self.buf)
+        self.buf[0, :, :, :, pos], self.buf[1, :, :, :, pos] = k, v
+        self.mask[pos] = 0.0
+        return h
 
 
 def draw(probs: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:

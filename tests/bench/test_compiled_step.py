@@ -1,9 +1,11 @@
-"""bench/compiled_step.py's functional step (the buffer read-only, the new key attended beside it and returned)
-computes the own decoding step: the same hidden states within bf16 rounding and the same new keys and values, on a
-random Llama with grouped-query heads (no compile here: the math the compiled graph is built from)."""
+"""The functional step (mrtpo.model.compiled: the buffer read-only, the new key attended beside it and returned;
+what the compiled package and bench/compiled_step.py are built from) computes the own decoding step: the same hidden
+states within bf16 rounding and the same new keys and values, on a random Llama with grouped-query heads (no compile
+here: the math the compiled graph is built from)."""
 import torch
 
-from bench.compiled_step import FunctionalStep, seen_mask
+from bench.compiled_step import seen_mask
+from mrtpo.model.compiled import FunctionalStep
 from mrtpo.model.decoder import Decoder, decoder_stack
 from mrtpo.model.llama_step import llama_step
 from mrtpo.model.zoo import random_model

@@ -76,8 +76,13 @@ def test_generate_section():
     assert "| decoding step ÷ its memory floor | 3.51 | ≤ 1.5 |" in text
     assert "| `mrtpo.model.sample`, precision=auto (default) | 4.94 s | 637 | 128.9 | 341 MiB |" in text
     assert "| RATIO new / old time | 0.419 | ≤ 0.5 on CPU |" in text
+    assert "| compiled step (a frozen model's) | no package here |  |" in text
     f["memory"] = None  # --skip-memory: no memory column
     assert "| transformers `generate` (before), model dtype | 11.78 s | 695 | 59.0 |\n" in generate.doc_text(f)
+    f["compiled"] = dict(time=3.1, tokens=640, step_ms=29.7, first=0.2)
+    text = generate.doc_text(f)
+    assert "| compiled step: one decoding step | 29.7 ms (÷ eager 0.600) |  |" in text
+    assert "| compiled decoding step ÷ its memory floor | 2.11 | ≤ 1.5 |" in text
 
 
 def test_train_section():

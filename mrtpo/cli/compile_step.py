@@ -1,0 +1,26 @@
+"""``mrtpo compile-step [--model NAME] [--force]``: build the decoding step's compiled package for a model (ahead of
+time: ``make setup`` runs it for the default model), so that the app and the CLI never compile while a user waits
+(:mod:`mrtpo.model.compiled`)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def cmd_compile_step(a) -> int:
+    from mrtpo.model import load_model
+    from mrtpo.model.compiled import prepare
+
+    lm = load_model(a.model, "cpu")
+    lm.frozen = True  # this process only builds: the cast copies are kept while it does
+    said, _ = prepare(lm, force=a.force)
+    print(said, file=sys.stderr)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compile-step", help="build the decoding step's compiled package for a model (ahead of time)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="default", help="model name or folder (default: the default model)")
+    p.add_argument("--force", action="store_true", help="build again even if the package is there")
+    p.set_defaults(fn=cmd_compile_step)

@@ -1,0 +1,233 @@
+"""The decoding step compiled ahead of time: the own step (:class:`mrtpo.model.llama_step.LlamaStep`) as an
+AOTInductor package of a fixed model's weights, built once (``make setup`` / ``mrtpo compile-step``), kept on disk and
+loaded by the sampler; nothing compiles while a user waits.
+
+Why: a decoding step of a few rows is a few hundred small kernels around products that read the weights at half the
+bandwidth the CPU streams; inductor fuses each layer's small operations and lays the frozen weights out for its own
+products. What it computes: :class:`FunctionalStep`, the own step with the KV buffer read-only (the sampler writes
+the step's new keys and values), so that one graph serves every position; its hidden states agree with the own
+step's within bf16 rounding, not to the bit (``tests/model/test_compiled_step.py``).
+
+The package holds the weights, so it belongs to one model's weights, this module's code, torch's version and the CPU
+kind: :func:`package_key` hashes them, and a package is used only under its key's name. Where none is there (not
+built, stale, unreadable) the sampler runs the eager step and says so once per process (:func:`compiled_step`).
+Only models whose weights never change look for one (``LoadedModel.frozen`` outside a trainer's
+:func:`mrtpo.model.decoder.weights_fixed` block): a policy being trained decodes eagerly.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import re
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mrtpo.model.llama_step import LlamaStep
+
+__all__ = ["CompiledStep", "CompiledStepWarning", "FunctionalStep", "MIN_ROWS", "MAX_ROWS", "MAX_POSITIONS",
+           "build_package", "cache_dir", "compiled_step", "package_key", "package_path", "prepare"]
+
+MIN_ROWS, MAX_ROWS = 2, 64  # the rows a package serves (its dynamic dimension; a group of 1 decodes eagerly)
+MIN_POSITIONS, MAX_POSITIONS = 32, 8192  # the KV buffer's lengths it serves
+
+
+class FunctionalStep(torch.nn.Module):
+    """:class:`LlamaStep`'s decoding step with the KV buffer read-only: ids (n,), ``pos`` () float32, ``mask`` (Tmax,)
+    float32 (0 where a position is cached, −∞ elsewhere), K, V (layers, n, kv_heads, Tmax, d) → (final hidden states
+    (n, H), new keys and values (layers, n, kv_heads, d) each). Per layer, with s = scale · q Kᵀ + mask over the
+    buffer and s₀ = scale · q · k_new for the step's own key:
+
+        attention = (Σ_t e^{s_t − m} V_t + e^{s₀ − m} v_new) / (Σ_t e^{s_t − m} + e^{s₀ − m}),  m = max(s, s₀)
+
+    — the softmax over the cached keys and the new one, as the own step computes after writing the new key."""
+
+    def __init__(self, step: LlamaStep):
+        super().__init__()
+        self.step = step
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(t, requires_grad=False)
+                                               for layer in step.layers for t in layer])
+        self.embed = torch.nn.Parameter(step.embed, requires_grad=False)
+        self.norm = torch.nn.Parameter(step.norm, requires_grad=False)
+
+    def forward(self, ids, pos, mask, K, V):
+        s, d = self.step, self.step.head_dim
+        heads, kv = s.heads, s.kv_heads
+        n, r = ids.shape[0], heads // kv
+        freqs = pos * s.inv_freq
+        cos, sin = s._cos_sin(torch.cat((freqs, freqs)))  # (d,)
+        x = self.embed[ids]  # (n, H)
+        new_k, new_v = [], []
+        for i in range(len(s.layers)):
+            w_in, w_qkv, w_o, w_post, w_gu, w_down = (self.weights[6 * i + j] for j in range(6))
+            qkv = F.linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
+            qk = qkv[:, :(heads + kv) * d].view(n, heads + kv, d)
+            qk = s._rotate(qk, cos, sin)
+            q, k = qk[:, :heads].view(n, kv, r, d), qk[:, heads:]  # (n, kv, r, d), (n, kv, d)
+            v = qkv[:, (heads + kv) * d:].view(n, kv, d)
+            new_k.append(k)
+            new_v.append(v)
+            scores = torch.matmul(q, K[i].transpose(-1, -2)).float() * d ** -0.5 + mask  # (n, kv, r, Tmax)
+            own = (q.float() * k.float()[:, :, None]).sum(-1, keepdim=True) * d ** -0.5  # (n, kv, r, 1)
+            m = torch.maximum(scores.amax(-1, keepdim=True), own)
+            p, p_own = (scores - m).exp(), (own - m).exp()
+            a = (torch.matmul(p.to(x.dtype), V[i]).float() + p_own * v.float()[:, :, None])
+            a = (a / (p.sum(-1, keepdim=True) + p_own)).to(x.dtype).reshape(n, heads * d)
+            x = x + F.linear(a, w_o)
+            g, u = F.linear(s._rms(x, w_post), w_gu).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(g) * u, w_down)
+        return s._rms(x, self.norm), torch.stack(new_k), torch.stack(new_v)
+
+
+class CompiledStep:
+    """A loaded package: :meth:`__call__` is one decoding step over a read-only KV buffer, as :class:`FunctionalStep`
+    computes it. Its inputs are checked before the call (the package's C++ runner ends the process, with no Python
+    exception, on an input of another dtype or layout); calls take turns (one runner, shared by the app's sessions)."""
+
+    def __init__(self, runner, step: LlamaStep, path: Path):
+        self.runner, self.path = runner, path
+        self.layers, self.kv_heads, self.head_dim = len(step.layers), step.kv_heads, step.head_dim
+        self.dtype = step.embed.dtype
+        self._turn = threading.Lock()
+
+    def fits(self, rows: int, positions: int) -> bool:
+        """Whether the package serves ``rows`` rows over a KV buffer of ``positions`` positions."""
+        return MIN_ROWS <= rows <= MAX_ROWS and MIN_POSITIONS <= positions <= MAX_POSITIONS
+
+    def __call__(self, ids: torch.Tensor, pos: int, mask: torch.Tensor, kv: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ids (n,) int64 at position ``pos``; ``mask`` (Tmax,) float32 (0: cached); ``kv`` (2, layers, n, kv_heads,
+        Tmax, d) contiguous, finite everywhere (a masked position's values are multiplied by 0: zeros, not empty
+        memory) → (hidden states (n, H), new keys, new values (layers, n, kv_heads, d)). A ValueError names an input
+        the package does not take."""
+        n, T = ids.shape[0], kv.shape[-2]
+        want = (2, self.layers, n, self.kv_heads, T, self.head_dim)
+        if ids.dtype != torch.int64 or ids.dim() != 1 or not ids.is_contiguous():
+            raise ValueError("ids must be a contiguous (n,) int64 tensor")
+        if tuple(kv.shape) != want or kv.dtype != self.dtype or not kv.is_contiguous():
+            raise ValueError(f"kv must be a contiguous {want} {self.dtype} tensor, not {tuple(kv.shape)} {kv.dtype}")
+        if tuple(mask.shape) != (T,) or mask.dtype != torch.float32 or not mask.is_contiguous():
+            raise ValueError(f"mask must be a contiguous ({T},) float32 tensor")
+        if not self.fits(n, T) or not 0 <= pos < T or ids.device.type != "cpu":
+            raise ValueError(f"{n} rows at position {pos} of {T}: outside what the package serves")
+        with self._turn:
+            return self.runner(ids, torch.tensor(float(pos)), mask, kv[0], kv[1])
+
+
+def cache_dir() -> Path:
+    """Where packages live: ``compiled/`` in the models' cache (``$MRTPO_CACHE``, default ``~/.cache/mrtpo``)."""
+    from mrtpo.model.load import cache_dir as models_cache
+
+    return models_cache() / "compiled"
+
+
+def package_key(step: LlamaStep) -> str:
+    """A hex digest of what a package depends on: the step's weights (shapes, and every 61st value of each: a model
+    whose weights differ anywhere is a different model, found for a fine-tune too), its shape constants, this
+    module's source, torch's version and the CPU's capability."""
+    h = hashlib.sha256()
+    h.update(f"{torch.__version__}|{torch.backends.cpu.get_cpu_capability()}|{step.heads}|{step.kv_heads}|"
+             f"{step.head_dim}|{step.eps}|{step.rope_scale}".encode())
+    h.update(inspect.getsource(inspect.getmodule(package_key)).encode())
+    for t in [step.embed, step.norm, step.inv_freq, *(w for layer in step.layers for w in layer)]:
+        flat = t.detach().reshape(-1)
+        h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+        h.update(flat[::61].float().numpy().tobytes())  # (bf16 → float32: exact)
+    return h.hexdigest()
+
+
+def package_path(step: LlamaStep, name: str) -> Path:
+    """The file a package of ``step``'s model (called ``name``) has in :func:`cache_dir`."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name)[-60:] or "model"
+    return cache_dir() / f"{stem}-{package_key(step)[:20]}.pt2"
+
+
+def build_package(step: LlamaStep, path: Path) -> float:
+    """Export :class:`FunctionalStep` of ``step`` with dynamic rows and KV length and compile it into an AOTInductor
+    package at ``path`` (frozen, prepacked weights), written beside it and renamed into place (a reader never sees
+    half a file). → the seconds it took."""
+    import torch._inductor
+    from torch.export import Dim
+
+    t0 = time.perf_counter()
+    n, T = 5, 40  # example sizes: any in range, distinct from the model's dimensions (no specialisation)
+    fn = FunctionalStep(step).eval()
+    kv = torch.zeros((2, len(step.layers), n, step.kv_heads, T, step.head_dim), dtype=step.embed.dtype)
+    mask = torch.zeros(T)
+    mask[T // 2:] = float("-inf")
+    args = (torch.zeros(n, dtype=torch.int64), torch.tensor(float(T // 2)), mask, kv[0], kv[1])
+    rows, length = Dim("rows", min=MIN_ROWS, max=MAX_ROWS), Dim("tmax", min=MIN_POSITIONS, max=MAX_POSITIONS)
+    with torch.no_grad():
+        exported = torch.export.export(fn, args, dynamic_shapes=({0: rows}, None, {0: length}, {1: rows, 3: length},
+                                                                 {1: rows, 3: length}))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f".part-{os.getpid()}-{path.name}")  # (the compiler wants a name ending in .pt2)
+        try:
+            torch._inductor.aoti_compile_and_package(exported, package_path=str(part),
+                                                     inductor_configs={"freezing": True, "cpp.weight_prepack": True})
+            os.replace(part, path)
+        finally:
+            part.unlink(missing_ok=True)
+    return time.perf_counter() - t0
+
+
+_said: set[str] = set()  # what this process already warned about (once each)
+_said_lock = threading.Lock()
+
+
+def _say_once(what: str, message: str) -> None:
+    with _said_lock:
+        if what in _said:
+            return
+        _said.add(what)
+    warnings.warn(message, CompiledStepWarning, stacklevel=3)
+
+
+class CompiledStepWarning(UserWarning):
+    """The sampler runs the eager decoding step where a compiled one could run (no package, or one it cannot read)."""
+
+
+def compiled_step(step: LlamaStep, name: str) -> CompiledStep | None:
+    """The package of ``step``'s model loaded, or None (the eager step runs) with a :class:`CompiledStepWarning`
+    once per process: where none is in :func:`cache_dir` for these weights (never built, or built for other weights,
+    code or torch), or where it cannot be loaded (an unreadable or broken file)."""
+    path = package_path(step, name)
+    if not path.is_file():
+        _say_once("missing", f"no compiled decoding step for '{name}' in {path.parent} (these weights, this torch): "
+                             f"the eager step runs; `mrtpo compile-step --model {name}` builds one (`make setup` "
+                             f"builds the default model's)")
+        return None
+    try:
+        import torch._inductor
+
+        runner = torch._inductor.aoti_load_package(str(path))
+    except Exception as e:  # a truncated or foreign file: eager, and say which
+        _say_once(f"broken:{path}", f"the compiled decoding step {path} cannot be loaded ({type(e).__name__}: "
+                                    f"{str(e)[:200]}): the eager step runs; delete it and run `mrtpo compile-step "
+                                    f"--model {name}` to build it again")
+        return None
+    return CompiledStep(runner, step, path)
+
+
+def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
+    """Build the package ``lm``'s sampling would load (the own step over its bf16 copies), unless it is there
+    (``force``: build it again). → (what happened, in words; the package's path, None where no compiled step applies:
+    a CPU without fast bf16, another architecture, a GPU)."""
+    from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack
+    from mrtpo.model.llama_step import llama_step
+
+    dtype = compute_dtype(lm, "auto")
+    step = llama_step(Decoder(decoder_stack(lm.model), dtype, few_rows=True, keep=lm.frozen))
+    if step is None:
+        return (f"no compiled step applies to '{lm.name}' here (the own decoding step runs only for Llama-family "
+                f"models on bf16 weight copies, on a CPU with AMX / AVX512-BF16): nothing to build"), None
+    path = package_path(step, lm.name)
+    if path.is_file() and not force:
+        return f"up to date: {path}", path
+    seconds = build_package(step, path)
+    return f"built {path} in {seconds:.0f} s ({path.stat().st_size / 2 ** 20:.0f} MiB)", path

@@ -1,0 +1,258 @@
+"""The decoding step compiled ahead of time (mrtpo.model.compiled) against the eager own step it replaces.
+
+One package is built for a spiky random Llama (2 layers) into a temporary models' cache; the sampler finds it there
+for a frozen model. References: the eager own step's greedy tokens (identical), and the float32 own step's
+distributions (the compiled step's bf16 deviation from them of the eager bf16 step's size)."""
+import copy
+import warnings
+
+import pytest
+import torch
+
+from mrtpo.model import LoadedModel, sample
+from mrtpo.model import compiled as C
+from mrtpo.model import decoder as D
+from mrtpo.model import llama_step as L
+from mrtpo.model import sampler as S
+from tests.model.test_llama_step import spiky_model
+
+pytestmark = pytest.mark.skipif(not D.fast_bf16_cpu(), reason="the own step (bf16 copies) runs on AMX/AVX512-BF16")
+
+
+@pytest.fixture(scope="module")
+def built(tiny, tmp_path_factory):
+    """(the spiky model, the models' cache folder holding its package): built once for the module."""
+    cache = tmp_path_factory.mktemp("models-cache")
+    lm = spiky_model(tiny)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MRTPO_CACHE", str(cache))
+        lm.frozen = True
+        said, path = C.prepare(lm)
+        assert said.startswith("built ") and path.is_file() and path.parent == cache / "compiled"
+        assert C.prepare(lm) == (f"up to date: {path}", path)  # a second call finds it
+    return lm, cache
+
+
+@pytest.fixture
+def cache(built, monkeypatch):
+    monkeypatch.setenv("MRTPO_CACHE", str(built[1]))
+    monkeypatch.setattr(C, "_said", set())  # what this process warned about: nothing yet
+    return built[1]
+
+
+def fresh(lm: LoadedModel, frozen: bool = True) -> LoadedModel:
+    """The same weights as a new model object (its own kept copies and memo: a new package lookup)."""
+    out = LoadedModel(model=copy.deepcopy(lm.model), tokenizer=lm.tokenizer, name=lm.name, device=lm.device,
+                      dtype=lm.dtype)
+    out.frozen = frozen
+    return out
+
+
+def counting(monkeypatch) -> list[int]:
+    """Counts the compiled step's calls."""
+    calls = []
+    real = C.CompiledStep.__call__
+
+    def call(self, *a):
+        calls.append(a[1])
+        return real(self, *a)
+
+    monkeypatch.setattr(C.CompiledStep, "__call__", call)
+    return calls
+
+
+def test_greedy_tokens_identical_to_the_eager_step(built, cache, monkeypatch):
+    lm = fresh(built[0])
+    calls = counting(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", C.CompiledStepWarning)  # the package is there: no warning
+        got = sample(lm, "hello there", n=4, max_new_tokens=40, temperature=0)
+    assert len(calls) == 39  # every step but the last token's ran compiled
+    want = sample(fresh(built[0], frozen=False), "hello there", n=4, max_new_tokens=40, temperature=0)
+    assert [s.token_ids for s in got] == [s.token_ids for s in want]
+    assert all(len(s.token_ids) == 40 for s in got)  # no early stop: 40 compared tokens per row
+
+
+def test_a_buffer_that_grows_gives_the_same_tokens(built, cache, monkeypatch):
+    """Past the first chunk of positions the KV buffer is copied into a larger one: the steps after agree."""
+    monkeypatch.setattr(S._KVGrowing, "CHUNK", 8)
+    lm = fresh(built[0])
+    calls = counting(monkeypatch)
+    got = sample(lm, "hello there", n=3, max_new_tokens=30, temperature=0)
+    want = sample(fresh(built[0], frozen=False), "hello there", n=3, max_new_tokens=30, temperature=0)
+    assert len(calls) == 29 and [s.token_ids for s in got] == [s.token_ids for s in want]
+
+
+def test_log_probs_deviate_from_float32_as_the_eager_bf16_step_does(built, cache):
+    """Teacher-forced over 30 steps after a random cache: KL(float32 ‖ bf16 step) per token, the compiled step's within
+    twice the eager own step's (both are bf16 computations of the same function; measured 0.0037 vs 0.0031), and
+    the two bf16 steps close to each other."""
+    lm = fresh(built[0])
+    dec = D.Decoder(D.decoder_stack(lm.model), torch.bfloat16, few_rows=True, keep=True)
+    step = L.llama_step(dec)
+    fast = C.compiled_step(step, lm.name)
+    assert isinstance(fast, C.CompiledStep)
+    stack = D.decoder_stack(lm.model)
+    ref = L.LlamaStep(stack, {k: v.detach().clone() for k, v in stack.named_parameters()})  # float32
+    head16, head32 = dec.weight(lm.model.lm_head.weight), lm.model.lm_head.weight.detach()
+    n, P, steps = 4, 12, 30
+    g = torch.Generator().manual_seed(0)
+    kv = S._KVGrowing(step.embed, (len(step.layers), n, step.kv_heads, step.head_dim), P, P + steps)
+    kv.buf[..., :P, :] = torch.randn(kv.buf[..., :P, :].shape, generator=g).to(torch.bfloat16)
+    buf16 = kv.buf.transpose(0, 1).clone()
+    buf32 = buf16.float()
+    toks = torch.randint(0, lm.model.config.vocab_size, (n, steps), generator=g)
+    kl = {"eager": 0.0, "compiled": 0.0, "between": 0.0}
+    with torch.inference_mode():
+        for t in range(steps):
+            x = toks[:, t].contiguous()
+            lr = torch.log_softmax(ref(x, P + t, buf32) @ head32.t(), -1)
+            le = torch.log_softmax((step(x, P + t, buf16) @ head16.t()).float(), -1)
+            lc = torch.log_softmax((kv.step(fast, x, P + t) @ head16.t()).float(), -1)
+            kl["eager"] += float((lr.exp() * (lr - le)).sum(-1).mean()) / steps
+            kl["compiled"] += float((lr.exp() * (lr - lc)).sum(-1).mean()) / steps
+            kl["between"] += float((le.exp() * (le - lc)).sum(-1).mean()) / steps
+    assert 1e-4 < kl["eager"] < 2e-2  # bf16's own deviation: a real one, and small
+    assert kl["compiled"] <= 2 * kl["eager"], kl
+    assert kl["between"] <= 2 * kl["eager"], kl
+
+
+def test_an_empty_cache_runs_eager_and_warns_once(built, monkeypatch, tmp_path):
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    monkeypatch.setattr(C, "_said", set())
+    calls = counting(monkeypatch)
+    with pytest.warns(C.CompiledStepWarning) as said:
+        a = sample(fresh(built[0]), "hello there", n=4, max_new_tokens=12, temperature=0)
+        b = sample(fresh(built[0]), "hello there", n=4, max_new_tokens=12, temperature=0)  # a second model too
+    assert len(said) == 1 and "no compiled decoding step for 'spiky'" in str(said[0].message)
+    assert "the eager step runs" in str(said[0].message) and "mrtpo compile-step --model spiky" in str(said[0].message)
+    assert calls == [] and not (tmp_path / "compiled").exists()  # nothing compiled, nothing written
+    want = sample(fresh(built[0], frozen=False), "hello there", n=4, max_new_tokens=12, temperature=0)
+    assert [s.token_ids for s in a] == [s.token_ids for s in b] == [s.token_ids for s in want]
+
+
+def test_other_weights_or_another_torch_find_no_package(built, cache, monkeypatch):
+    lm = fresh(built[0])
+    step = L.llama_step(D.Decoder(D.decoder_stack(lm.model), torch.bfloat16, few_rows=True, keep=True))
+    path = C.package_path(step, "spiky")
+    assert path.is_file()
+    other = fresh(built[0])
+    with torch.no_grad():
+        other.model.model.layers[1].mlp.down_proj.weight[0, 0] += 0.5  # one value (a sampled one) changed
+    step2 = L.llama_step(D.Decoder(D.decoder_stack(other.model), torch.bfloat16, few_rows=True, keep=True))
+    assert C.package_path(step2, "spiky") != path
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    assert C.package_path(step, "spiky") != path
+    monkeypatch.undo()
+    monkeypatch.setenv("MRTPO_CACHE", str(built[1]))
+    monkeypatch.setattr(C, "_said", set())
+    calls = counting(monkeypatch)
+    with pytest.warns(C.CompiledStepWarning, match="no compiled decoding step"):
+        sample(other, "hello there", n=4, max_new_tokens=6, temperature=0)
+    assert calls == []
+
+
+def test_a_broken_package_runs_eager_and_says_which_file(built, cache, monkeypatch, tmp_path):
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    lm = fresh(built[0])
+    step = L.llama_step(D.Decoder(D.decoder_stack(lm.model), torch.bfloat16, few_rows=True, keep=True))
+    path = C.package_path(step, "spiky")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"PK\x03\x04 not a package")
+    calls = counting(monkeypatch)
+    with pytest.warns(C.CompiledStepWarning, match="cannot be loaded") as said:
+        got = sample(lm, "hello there", n=4, max_new_tokens=8, temperature=0)
+    assert str(path) in str(said[0].message) and calls == []
+    want = sample(fresh(built[0], frozen=False), "hello there", n=4, max_new_tokens=8, temperature=0)
+    assert [s.token_ids for s in got] == [s.token_ids for s in want]
+    assert path.read_bytes() == b"PK\x03\x04 not a package"  # left as it was
+
+
+def test_inputs_are_checked_before_the_package_runs(built, cache):
+    """The package's C++ runner ends the process on an input it was not built for: each is refused first."""
+    lm = fresh(built[0])
+    step = L.llama_step(D.Decoder(D.decoder_stack(lm.model), torch.bfloat16, few_rows=True, keep=True))
+
+    def runner(*a):
+        raise AssertionError("the runner was called")
+
+    fast = C.CompiledStep(runner, step, C.package_path(step, "spiky"))
+    kv = torch.zeros((2, 2, 4, step.kv_heads, 40, step.head_dim), dtype=torch.bfloat16)
+    ids, mask = torch.zeros(4, dtype=torch.int64), torch.zeros(40)
+    bad = [
+        (ids.int(), 5, mask, kv, "int64"),
+        (torch.zeros(8, dtype=torch.int64)[::2], 5, mask, kv, "contiguous"),
+        (ids, 5, mask, kv.float(), "kv must be"),
+        (ids, 5, mask, kv.transpose(-1, -2).contiguous().transpose(-1, -2), "kv must be"),
+        (ids, 5, mask, kv[:, :, :3], "kv must be"),  # rows differ from the ids'
+        (ids, 5, mask[:39], kv, "mask must be"),
+        (ids, 5, mask.double(), kv, "mask must be"),
+        (ids[:1], 5, mask, kv[:, :, :1].contiguous(), "outside what the package serves"),  # 1 row
+        (ids, 40, mask, kv, "outside what the package serves"),
+        (ids, 5, mask[:16], kv[..., :16, :].contiguous(), "outside what the package serves"),  # < 32 positions
+    ]
+    for i, p, m, k, why in bad:
+        with pytest.raises(ValueError, match=why):
+            fast(i, p, m, k)
+
+
+def test_a_policy_in_training_decodes_eagerly(built, cache, monkeypatch):
+    """Inside a trainer's weights_fixed block the model counts as frozen, but its weights change between blocks: no
+    package is looked for (no warning), and a frozen model outside one finds it."""
+    lm = fresh(built[0], frozen=False)
+    calls = counting(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", C.CompiledStepWarning)
+        with D.weights_fixed(lm):
+            assert lm.frozen and not D.fixed_for_good(lm)
+            sample(lm, "hello there", n=4, max_new_tokens=6, temperature=0)
+    assert calls == [] and not lm.frozen
+    lm.frozen = True
+    assert D.fixed_for_good(lm)
+    sample(lm, "hello there", n=4, max_new_tokens=6, temperature=0)
+    assert len(calls) == 5
+
+
+def test_warm_up_loads_the_package_before_the_first_sample(built, cache, monkeypatch):
+    lm = fresh(built[0])
+    loads = []
+    real = C.compiled_step
+    monkeypatch.setattr(C, "compiled_step", lambda *a: loads.append(1) or real(*a))
+    S.warm_up(lm)
+    assert loads == [1]
+    calls = counting(monkeypatch)
+    sample(lm, "hello there", n=4, max_new_tokens=6, temperature=0)
+    assert loads == [1] and len(calls) == 5  # the first sample found it loaded
+    S.warm_up(fresh(built[0], frozen=False))  # a model that is not frozen: nothing made
+    assert loads == [1]
+
+
+def test_compile_step_command_builds_then_finds_it(tmp_path, monkeypatch, capsys):
+    from mrtpo.cli import main
+
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    assert main(["compile-step", "--model", "tiny-random"]) == 0
+    built = capsys.readouterr().err
+    assert built.startswith(f"built {tmp_path / 'compiled'}/tiny-random-") and "MiB)" in built
+    assert main(["compile-step", "--model", "tiny-random"]) == 0
+    assert capsys.readouterr().err.startswith(f"up to date: {tmp_path / 'compiled'}/tiny-random-")
+    assert len(list((tmp_path / "compiled").iterdir())) == 1  # the package alone: no part file left
+
+
+@pytest.mark.model
+def test_the_default_models_package_gives_its_greedy_tokens(smol, monkeypatch):
+    """The app's case: sql/shop-01, G = 4 × 96, greedy, with the package ``make setup`` built (ahead of time) against
+    the eager step: the same tokens."""
+    from mrtpo.tasks import get_family
+
+    lm = LoadedModel(model=smol.model, tokenizer=smol.tokenizer, name=smol.name, device=smol.device, dtype=smol.dtype)
+    lm.frozen = True
+    step = L.llama_step(D.Decoder(D.decoder_stack(lm.model), torch.bfloat16, few_rows=True, keep=True))
+    assert C.package_path(step, lm.name).is_file(), "no package for the default model: run `make setup`"
+    ex = next(e for e in get_family("sql").examples() if e.id == "shop-01")
+    calls = counting(monkeypatch)
+    got = sample(lm, ex.prompt, n=4, max_new_tokens=96, temperature=0)
+    assert len(calls) >= 40
+    monkeypatch.setattr(S, "_compiled_step", lambda *a: None)
+    want = sample(lm, ex.prompt, n=4, max_new_tokens=96, temperature=0)
+    assert [s.token_ids for s in got] == [s.token_ids for s in want]
