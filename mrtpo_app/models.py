@@ -1,5 +1,6 @@
 """The app's models: loaded once per process and shared by every session (``st.cache_resource``), the sidebar's model
-preloaded in a background thread so that the first Sample click finds it ready, or nearly.
+preloaded in a background thread so that the first Sample click finds it ready, or nearly; that thread then runs
+the model's work for every session (:func:`on_model_thread`).
 
 Nothing here imports torch at import time: the library's model side (torch, transformers) is imported inside the
 functions that load a model, first by the preload thread (:func:`preload_model`), so a page renders before it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 from typing import TYPE_CHECKING
 
 import streamlit as st
@@ -39,7 +41,12 @@ _PRELOADED: set[tuple[str, str]] = set()  # ever started (a model is preloaded o
 _PRELOAD_LOCK = threading.Lock()
 
 
-_PRELOADER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtpo-preload")
+MODEL_THREAD = "mrtpo-model"
+
+
+# the model's thread: it loads the sidebar's model in the background, then runs every session's sampling and replay
+# (:func:`on_model_thread`), one job at a time
+_MODEL_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix=MODEL_THREAD)
 
 
 def load_model(name: str, device: str = "auto") -> LoadedModel:
@@ -52,7 +59,20 @@ def load_model(name: str, device: str = "auto") -> LoadedModel:
     lm = load(name, device)
     lm.frozen = True
     warm_up(lm)  # its cast copies, packed head and compiled step: made with the load, not at the first click
+    settle_heap()
     return lm
+
+
+def settle_heap() -> None:
+    """Collect, then freeze every object alive (``gc.freeze``: the model, torch's and transformers' modules) out of
+    the collector's reach. Streamlit runs a full collection after every script run (``runner.postScriptGC``), holding
+    the GIL; over the half-million objects a loaded model brings, each took a few tenths of a second, in which the
+    next run (a click's sampling) waited. Frozen objects are never collected: what is alive here lives as long as
+    the process anyway."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def preload_model(name: str, device: str = "auto") -> None:
@@ -65,7 +85,7 @@ def preload_model(name: str, device: str = "auto") -> None:
     with _PRELOAD_LOCK:
         if key not in _PRELOADED:
             _PRELOADED.add(key)
-            _PRELOADS[key] = _PRELOADER.submit(_preload, name, device)
+            _PRELOADS[key] = _MODEL_THREAD.submit(_preload, name, device)
 
 
 def _preload(name: str, device: str) -> LoadedModel:
@@ -75,6 +95,8 @@ def _preload(name: str, device: str) -> LoadedModel:
     import mrtpo.display  # noqa: F401
     import mrtpo.groups  # noqa: F401
     import mrtpo.replay  # noqa: F401
+
+    settle_heap()  # (the modules just imported too)
     return lm
 
 
@@ -103,3 +125,72 @@ def get_model(name: str, device: str = "auto") -> LoadedModel:
         with st.spinner(CONVERTING):
             return _model(name, device)
     return _model(name, device)
+
+
+class Cancelled(Exception):
+    """Raised in the model's thread by a relayed callback once the session that asked for the work has stopped."""
+
+
+def on_model_thread(fn, *args, progress=None, on_part=None, **kwargs):
+    """``fn(*args, **kwargs)`` run on the model's thread, with ``progress`` and ``on_part`` where given; its result,
+    or its exception, here.
+
+    Why: the decoding step and the replay run OpenMP kernels over both cores, and they ran 1.5–2× slower in
+    Streamlit's script threads (a new thread per run, each with its own OpenMP team beside the model thread's) than
+    in the one long-lived thread that loaded the model; there they run as fast as in a plain process. The callbacks
+    ``progress(done, total)`` (the latest call only) and ``on_part(…)`` (every call, in order) draw on the page, so
+    they are relayed: called here, in the script's thread, while this waits; when one raises (Streamlit stopping the
+    script: a Cancel, another click), the work is told to stop at its next callback and the exception goes on from
+    here. Called from the model's thread itself (a job inside a job), ``fn`` simply runs."""
+    if threading.current_thread().name.startswith(MODEL_THREAD):
+        return fn(*args, **kwargs, **_given(progress=progress, on_part=on_part))
+    relay = _Relay()
+    job = _MODEL_THREAD.submit(fn, *args, **kwargs, **_given(progress=progress and relay.progress,
+                                                            on_part=on_part and relay.part))
+    try:
+        while True:
+            try:
+                result = job.result(timeout=0.05)
+            except FuturesTimeout:
+                relay.deliver(progress, on_part)
+                continue
+            relay.deliver(progress, on_part)
+            return result
+    except BaseException:
+        relay.stopped = True
+        raise
+
+
+def _given(**callbacks) -> dict:
+    """The callbacks that are not None."""
+    return {k: v for k, v in callbacks.items() if v is not None}
+
+
+class _Relay:
+    """Callbacks made on the model's thread, kept for the script's thread (:func:`on_model_thread`)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.latest: tuple | None = None
+        self.parts: list = []
+        self.stopped = False
+
+    def progress(self, done, total) -> None:
+        if self.stopped:
+            raise Cancelled("the session stopped")
+        with self.lock:
+            self.latest = (done, total)
+
+    def part(self, *args) -> None:
+        if self.stopped:
+            raise Cancelled("the session stopped")
+        with self.lock:
+            self.parts.append(args)
+
+    def deliver(self, progress, on_part) -> None:
+        with self.lock:
+            latest, parts, self.latest, self.parts = self.latest, self.parts, None, []
+        for args in parts:
+            on_part(*args)
+        if latest is not None:
+            progress(*latest)

@@ -27,7 +27,7 @@ class Held:  # the preload thread, held back: whatever it would import stays uni
     def submit(self, fn, *args):
         held.append([fn.__name__, *args])
         return Future()
-models._PRELOADER = Held()
+models._MODEL_THREAD = Held()
 at = AppTest.from_file("app.py", default_timeout=60).run()
 print(json.dumps({"exceptions": [e.value for e in at.exception], "errors": [e.value for e in at.error],
                   "imported": [m for m in HEAVY if m in sys.modules], "held": held,

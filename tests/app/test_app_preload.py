@@ -34,7 +34,7 @@ def test_preloaded_model_is_the_one_sample_gets(monkeypatch, fresh):
     models.preload_model("m", "cpu")  # every sidebar run asks; one load starts
     release.set()
     assert models._model("m", "cpu") == "model m on cpu"
-    assert len(calls) == 1 and calls[0][:2] == ("m", "cpu") and calls[0][2].startswith("mrtpo-preload")
+    assert len(calls) == 1 and calls[0][:2] == ("m", "cpu") and calls[0][2].startswith("mrtpo-model")
     models.preload_model("m", "cpu")  # after it was taken: no second background load
     assert models._model("m", "cpu") == "model m on cpu" and len(calls) == 1  # (cached)
     assert models._model("other", "cpu") == "model other on cpu" and calls[1][2] == threading.current_thread().name
