@@ -66,8 +66,8 @@ def load_model(name: str, device: str = "auto") -> LoadedModel:
 def settle_heap() -> None:
     """Collect, then freeze every object alive (``gc.freeze``: the model, torch's and transformers' modules) out of
     the collector's reach. Streamlit runs a full collection after every script run (``runner.postScriptGC``), holding
-    the GIL; over the half-million objects a loaded model brings, each took a few tenths of a second, in which the
-    next run (a click's sampling) waited. Frozen objects are never collected: what is alive here lives as long as
+    the GIL; over the objects a loaded model brings that is long enough for the next run (a click's sampling) to
+    wait on it (docs/benchmarks.md, App). Frozen objects are never collected: what is alive here lives as long as
     the process anyway."""
     import gc
 
@@ -135,9 +135,10 @@ def on_model_thread(fn, *args, progress=None, on_part=None, **kwargs):
     """``fn(*args, **kwargs)`` run on the model's thread, with ``progress`` and ``on_part`` where given; its result,
     or its exception, here.
 
-    Why: the decoding step and the replay run OpenMP kernels over both cores, and they ran 1.5–2× slower in
+    Why: the decoding step and the replay run OpenMP kernels over every core, and they ran much slower in
     Streamlit's script threads (a new thread per run, each with its own OpenMP team beside the model thread's) than
-    in the one long-lived thread that loaded the model; there they run as fast as in a plain process. The callbacks
+    in the one long-lived thread that loaded the model, where they run as in a plain process (figures:
+    docs/benchmarks.md, App). The callbacks
     ``progress(done, total)`` (the latest call only) and ``on_part(…)`` (every call, in order) draw on the page, so
     they are relayed: called here, in the script's thread, while this waits; when one raises (Streamlit stopping the
     script: a Cancel, another click), the work is told to stop at its next callback and the exception goes on from

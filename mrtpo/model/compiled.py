@@ -152,8 +152,8 @@ def package_path(step: LlamaStep, name: str) -> Path:
 def build_package(step: LlamaStep, path: Path) -> float:
     """Export :class:`FunctionalStep` of ``step`` with dynamic rows and KV length and compile it into an AOTInductor
     package (frozen, prepacked weights inside its shared library); that library alone is kept, at ``path``, written
-    beside it and renamed into place (a reader never sees half a file): loaded directly it takes a tenth of the
-    package loader's time (which unpacks the archive first). → the seconds it took."""
+    beside it and renamed into place (a reader never sees half a file): loaded directly, it skips the package
+    loader's unpacking of the archive. → the seconds it took."""
     import zipfile
 
     import torch._inductor
