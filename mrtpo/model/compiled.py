@@ -225,8 +225,9 @@ def compiled_step(step: LlamaStep, name: str) -> CompiledStep | None:
 
 def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
     """Build the package ``lm``'s sampling would load (the own step over its bf16 copies), unless it is there
-    (``force``: build it again). → (what happened, in words; the package's path, None where no compiled step applies:
-    a CPU without fast bf16, another architecture, a GPU)."""
+    (``force``: build it again); the model's other packages under the same name (stale) are removed once it is.
+    → (what happened, in words; the package's path, None where no compiled step applies: a CPU without fast bf16,
+    another architecture, a GPU)."""
     from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack
     from mrtpo.model.llama_step import llama_step
 
@@ -239,4 +240,8 @@ def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
     if path.is_file() and not force:
         return f"up to date: {path}", path
     seconds = build_package(step, path)
-    return f"built {path} in {seconds:.0f} s ({path.stat().st_size / 2 ** 20:.0f} MiB)", path
+    stale = [p for p in path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*.so") if p != path]
+    for p in stale:  # this model's packages for other weights, code or torch: 260 MiB each for the default model
+        p.unlink(missing_ok=True)
+    gone = f"; removed {len(stale)} stale" if stale else ""
+    return f"built {path} in {seconds:.0f} s ({path.stat().st_size / 2 ** 20:.0f} MiB){gone}", path

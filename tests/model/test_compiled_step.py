@@ -237,6 +237,13 @@ def test_compile_step_command_builds_then_finds_it(tmp_path, monkeypatch, capsys
     assert main(["compile-step", "--model", "tiny-random"]) == 0
     assert capsys.readouterr().err.startswith(f"up to date: {tmp_path / 'compiled'}/tiny-random-")
     assert len(list((tmp_path / "compiled").iterdir())) == 1  # the package alone: no part file left
+    stale = tmp_path / "compiled" / "tiny-random-00000000000000000000.so"  # built for other weights, say
+    stale.write_bytes(b"old")
+    other = tmp_path / "compiled" / "spiky-00000000000000000000.so"  # another model's: kept
+    other.write_bytes(b"other")
+    assert main(["compile-step", "--model", "tiny-random", "--force"]) == 0
+    assert capsys.readouterr().err.rstrip().endswith("; removed 1 stale")
+    assert not stale.exists() and other.exists() and len(list((tmp_path / "compiled").iterdir())) == 2
 
 
 @pytest.mark.model
