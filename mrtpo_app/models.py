@@ -91,10 +91,13 @@ def preload_model(name: str, device: str = "auto") -> None:
 def _preload(name: str, device: str) -> LoadedModel:
     """The preload thread's work: the model, then the rest of the library's model side a first group needs (imported
     here, in the background, so the click that waits for this model finds them imported)."""
-    lm = load_model(name, device)
-    import mrtpo.display  # noqa: F401
-    import mrtpo.groups  # noqa: F401
-    import mrtpo.replay  # noqa: F401
+    from mrtpo.model.heap import collector_paused  # (torch-free)
+
+    with collector_paused():  # torch's and transformers' imports and the model: no collections while they pile up
+        lm = load_model(name, device)
+        import mrtpo.display  # noqa: F401
+        import mrtpo.groups  # noqa: F401
+        import mrtpo.replay  # noqa: F401
 
     settle_heap()  # (the modules just imported too)
     return lm

@@ -15,11 +15,17 @@ in a fresh process, as a CLI call or a server with one model does (figures: docs
 code's choices").
 Where the user set ``MALLOC_MMAP_THRESHOLD_`` or ``MALLOC_TRIM_THRESHOLD_`` their choice stands; where the C library
 has no ``mallopt`` (macOS, Windows) nothing changes.
+
+Also here, for the same process: :func:`collector_paused`, Python's cyclic garbage collector held off while a model
+and its libraries load.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import gc
 import os
+from typing import Iterator
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 MMAP_THRESHOLD = 64 << 20
@@ -47,3 +53,19 @@ def _apply() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block, back on after it if it was on (a block inside another,
+    or in another thread meanwhile, leaves it to the outermost). Why: importing torch and transformers' model
+    modules and building a model allocate hundreds of thousands of long-lived objects, and the collector walks the
+    whole heap again and again while they pile up; nothing they allocate is garbage to collect (figures:
+    docs/benchmarks.md, App). An explicit ``gc.collect()`` still runs inside."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

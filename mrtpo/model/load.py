@@ -31,6 +31,7 @@ import torch
 from mrtpo.errors import MrtpoError
 from mrtpo.model.arch import check_config, check_model
 from mrtpo.model.defaults import DEFAULT_MODEL, TINY_MODEL
+from mrtpo.model.heap import collector_paused
 from mrtpo.model.rng import seeded_global
 from mrtpo.wording import plural
 
@@ -112,7 +113,7 @@ _lock = threading.Lock()
 def load_model(name: str = DEFAULT_MODEL, device: str = "auto") -> LoadedModel:
     """Load ``name`` (see module docstring) on ``device``; eval mode, no gradients needed by callers."""
     dev, dtype = resolve_device(device)
-    with _lock:
+    with _lock, collector_paused():  # transformers imports the model's modules here (lazily): no collections meanwhile
         if name == TINY_MODEL:
             model, tok = _tiny_random()
         elif name == DEFAULT_MODEL:

@@ -62,3 +62,30 @@ def test_real_glibc_here():
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("not glibc")
     assert heap._apply() is True
+
+
+def test_collector_paused_holds_the_collector_off_and_restores_it():
+    import gc
+
+    assert gc.isenabled()
+    with heap.collector_paused():
+        assert not gc.isenabled()
+        with heap.collector_paused():  # inside another: the outer block turns it back on
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+        cycle = []
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1  # an explicit collection still runs (the cycle above is garbage)
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        with heap.collector_paused():
+            raise ValueError("a load that fails")
+    assert gc.isenabled()  # restored after an error too
+    gc.disable()
+    try:
+        with heap.collector_paused():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()
