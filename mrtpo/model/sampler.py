@@ -127,7 +127,10 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     within bf16 rounding); float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`), through the model's
     layers with each product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the same products,
     summed in another order), the LM head too; the own step's products and the head read weights packed once for
-    oneDNN (:func:`mrtpo.model.decoder.pack`). ``progress``: as :func:`sample` says.
+    oneDNN (:func:`mrtpo.model.decoder.pack`). For a model whose weights never change (the app's), the own step
+    compiled ahead of time runs instead where its package is built (:mod:`mrtpo.model.compiled`; 2–64 rows; its
+    hidden states within bf16 rounding of the own step's), over a KV buffer of its own layout (:class:`_KVGrowing`).
+    ``progress``: as :func:`sample` says.
 
     Long: the decoding loop is the sampler's hot kernel (``bench/generate.py`` times it against ``generate``); its
     buffers, the stop mask and the step function live across the loop, and one piece reads it step by step.
