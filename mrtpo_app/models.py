@@ -149,8 +149,8 @@ def on_model_thread(fn, *args, progress=None, on_part=None, **kwargs):
     if threading.current_thread().name.startswith(MODEL_THREAD):
         return fn(*args, **kwargs, **_given(progress=progress, on_part=on_part))
     relay = _Relay()
-    job = _MODEL_THREAD.submit(fn, *args, **kwargs, **_given(progress=progress and relay.progress,
-                                                            on_part=on_part and relay.part))
+    job = _MODEL_THREAD.submit(fn, *args, **kwargs, **_given(progress=None if progress is None else relay.progress,
+                                                            on_part=None if on_part is None else relay.part))
     try:
         while True:
             try:

@@ -257,7 +257,7 @@ class _KVGrowing:
 
     def __init__(self, like: torch.Tensor, shape: tuple[int, int, int, int], written: int, end: int):
         layers, n, kv_heads, d = shape
-        self.end, self.written = end, written
+        self.end = end
         cap = min(end, max(written + self.CHUNK, 32))
         # zeros, not empty: the package multiplies the masked positions' values by 0, and 0 · NaN is NaN
         self.buf = like.new_zeros((2, layers, n, kv_heads, cap, d))  # (2, layers, n, kv_heads, cap, d)
