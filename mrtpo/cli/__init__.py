@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 from mrtpo.cli import app, compile_step, credit, experiment, explain, faithfulness, rollouts, tasks, train, tune
 from mrtpo.cli.common import error_text
@@ -59,7 +60,9 @@ def main(argv=None) -> int:
     except SystemExit as e:  # argparse: --help (0) or a bad flag (2, message already printed)
         return e.code if isinstance(e.code, int) else 2
     try:
-        return a.fn(a) or 0
+        with warnings.catch_warnings():
+            warnings.showwarning = _notes(warnings.showwarning, quiet=bool(getattr(a, "quiet", False)))
+            return a.fn(a) or 0
     except MrtpoError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -77,3 +80,16 @@ def main(argv=None) -> int:
             raise
         print(f"error: {error_text(e)}", file=sys.stderr)
         return 2
+
+
+def _notes(show, quiet: bool):
+    """``warnings.showwarning`` that prints the library's notes about how it runs (the eager decoding step where no
+    compiled one is built) as one ``note:`` line on stderr, none with ``--quiet``; other warnings as ``show`` does.
+    (By the category's name: the CLI starts without importing torch.)"""
+    def note(message, category, filename, lineno, file=None, line=None):
+        if category.__name__ != "CompiledStepWarning":
+            return show(message, category, filename, lineno, file, line)
+        if not quiet:
+            print(f"note: {message}", file=sys.stderr)
+
+    return note

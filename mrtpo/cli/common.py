@@ -264,7 +264,15 @@ def load_model_arg(a, prog: Progress):
 
     first = a.model == DEFAULT_MODEL and not default_model_cached()
     prog.stage(f"loading model {a.model} ({a.device})" + (": converting it once, ~20 s" if first else ""))
-    return load_model(a.model, a.device)
+    return fixed(load_model(a.model, a.device))
+
+
+def fixed(lm):
+    """``lm`` marked frozen: a command's process samples and replays with weights that never change, so their cast
+    copies are made once and the decoding step compiled ahead of time runs where it is built
+    (:mod:`mrtpo.model.compiled`; where it is not, a note says so once)."""
+    lm.frozen = True
+    return lm
 
 
 def quiet_arg(p: argparse.ArgumentParser, what: str = "progress lines") -> None:

@@ -17,6 +17,7 @@ from mrtpo.cli.common import (
     check_output,
     example_args,
     examples_inputs,
+    fixed,
     load_template,
     measure_list,
     model_args,
@@ -53,7 +54,7 @@ def cmd_faithfulness(a) -> int:
     template = load_template(a.template, fam)
     prog = Progress(a.quiet)
     t0 = time.perf_counter()
-    lm = load_model(a.model, a.device)
+    lm = fixed(load_model(a.model, a.device))
     t_load = time.perf_counter() - t0
     asked = a.measure or []
     measures = model_measures(lm, measures, any(getattr(ms, "everything", False) for ms in asked),

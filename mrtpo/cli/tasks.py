@@ -10,6 +10,7 @@ from mrtpo.cli.common import (
     credit_args,
     error_text,
     example_args,
+    fixed,
     lines_summary,
     model_args,
     pick_example,
@@ -31,7 +32,7 @@ def cmd_sample(a) -> int:
     ex = pick_example(fam, a, a.example)
     for note in fam.notes(ex):
         print(f"note: {note}", file=sys.stderr)
-    lm = load_model(a.model, a.device)
+    lm = fixed(load_model(a.model, a.device))
     g = sample_group(lm, fam, ex, sampling_config(a))
     for i, s in enumerate(g.samples):
         print(dumps({"example_id": ex.id, "index": i, "response": s.text,

@@ -227,7 +227,7 @@ def test_warm_up_loads_the_package_before_the_first_sample(built, cache, monkeyp
     assert loads == [1]
 
 
-def test_compile_step_command_builds_then_finds_it(tmp_path, monkeypatch, capsys):
+def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(tmp_path, monkeypatch, capsys):
     from mrtpo.cli import main
 
     monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
@@ -244,6 +244,33 @@ def test_compile_step_command_builds_then_finds_it(tmp_path, monkeypatch, capsys
     assert main(["compile-step", "--model", "tiny-random", "--force"]) == 0
     assert capsys.readouterr().err.rstrip().endswith("; removed 1 stale")
     assert not stale.exists() and other.exists() and len(list((tmp_path / "compiled").iterdir())) == 2
+    # a command that samples (its model frozen: fixed weights) decodes with it, and says nothing about it
+    calls = counting(monkeypatch)
+    argv = ["sample", "--task", "instructions", "--example", "0", "--group", "2", "--max-new-tokens", "6", "--model",
+            "tiny-random", "--device", "cpu", "--temperature", "0"]
+    assert main(argv) == 0
+    assert len(calls) >= 1 and "note:" not in capsys.readouterr().err
+
+
+def test_the_cli_notes_a_missing_package_once_in_one_line(tmp_path, monkeypatch, capsys):
+    from mrtpo.cli import _notes, main
+
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    monkeypatch.setattr(C, "_said", set())
+    argv = ["sample", "--task", "instructions", "--example", "0", "--group", "2", "--max-new-tokens", "6", "--model",
+            "tiny-random", "--device", "cpu", "--temperature", "0"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "compiled decoding step" in line]
+    assert notes == [line for line in err.splitlines() if line.startswith("note: no compiled decoding step for "
+                                                                          "'tiny-random'")] and len(notes) == 1
+    assert "CompiledStepWarning" not in err and "the eager step runs" in notes[0]
+    assert main(argv) == 0 and "compiled decoding step" not in capsys.readouterr().err  # once per process
+    shown = []
+    note = _notes(lambda *a: shown.append(a[1].__name__), quiet=True)
+    note("no compiled decoding step for 'x'", C.CompiledStepWarning, "f.py", 1)  # --quiet: nothing
+    note("other", DeprecationWarning, "f.py", 1)  # another warning: as before
+    assert shown == ["DeprecationWarning"] and capsys.readouterr().err == ""
 
 
 @pytest.mark.model
