@@ -144,9 +144,22 @@ def package_key(step: LlamaStep) -> str:
 
 
 def package_path(step: LlamaStep, name: str) -> Path:
-    """The file a package of ``step``'s model (called ``name``) has in :func:`cache_dir`."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name)[-60:] or "model"
-    return cache_dir() / f"{stem}-{package_key(step)[:20]}.so"
+    """The file a package of ``step``'s model (called ``name``) has in :func:`cache_dir`: ``<name>-<key>.so``."""
+    return cache_dir() / f"{_stem(name)}-{package_key(step)[:KEY_CHARS]}.so"
+
+
+KEY_CHARS = 20  # of the key's hex digits in a package's file name
+
+
+def _stem(name: str) -> str:
+    """``name`` as a file name's first part."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[-60:] or "model"
+
+
+def _stale(path: Path, name: str) -> list[Path]:
+    """The other packages of the model called ``name`` beside ``path`` (other keys: weights, code or torch)."""
+    own = re.compile(re.escape(_stem(name)) + f"-[0-9a-f]{{{KEY_CHARS}}}\\.so")
+    return [p for p in path.parent.iterdir() if p != path and own.fullmatch(p.name)]
 
 
 def build_package(step: LlamaStep, path: Path) -> float:
@@ -240,8 +253,8 @@ def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
     if path.is_file() and not force:
         return f"up to date: {path}", path
     seconds = build_package(step, path)
-    stale = [p for p in path.parent.glob(f"{path.name.rsplit('-', 1)[0]}-*.so") if p != path]
-    for p in stale:  # this model's packages for other weights, code or torch: 260 MiB each for the default model
+    stale = _stale(path, lm.name)
+    for p in stale:  # this model's packages for other weights, code or torch: as large as its weights each
         p.unlink(missing_ok=True)
     gone = f"; removed {len(stale)} stale" if stale else ""
     return f"built {path} in {seconds:.0f} s ({path.stat().st_size / 2 ** 20:.0f} MiB){gone}", path

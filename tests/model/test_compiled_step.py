@@ -239,11 +239,14 @@ def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(tmp_path,
     assert len(list((tmp_path / "compiled").iterdir())) == 1  # the package alone: no part file left
     stale = tmp_path / "compiled" / "tiny-random-00000000000000000000.so"  # built for other weights, say
     stale.write_bytes(b"old")
-    other = tmp_path / "compiled" / "spiky-00000000000000000000.so"  # another model's: kept
-    other.write_bytes(b"other")
+    others = [tmp_path / "compiled" / f for f in ("spiky-00000000000000000000.so",  # another model's: kept
+                                                    "tiny-random-x-00000000000000000000.so")]  # (its name starts alike)
+    for other in others:
+        other.write_bytes(b"other")
     assert main(["compile-step", "--model", "tiny-random", "--force"]) == 0
     assert capsys.readouterr().err.rstrip().endswith("; removed 1 stale")
-    assert not stale.exists() and other.exists() and len(list((tmp_path / "compiled").iterdir())) == 2
+    assert not stale.exists() and all(o.exists() for o in others)
+    assert len(list((tmp_path / "compiled").iterdir())) == 3
     # a command that samples (its model frozen: fixed weights) decodes with it, and says nothing about it
     calls = counting(monkeypatch)
     argv = ["sample", "--task", "instructions", "--example", "0", "--group", "2", "--max-new-tokens", "6", "--model",
