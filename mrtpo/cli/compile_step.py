@@ -8,11 +8,11 @@ import sys
 
 
 def cmd_compile_step(a) -> int:
+    from mrtpo.cli.common import fixed
     from mrtpo.model import load_model
     from mrtpo.model.compiled import prepare
 
-    lm = load_model(a.model, "cpu")
-    lm.frozen = True  # this process only builds: the cast copies are kept while it does
+    lm = fixed(load_model(a.model, "cpu"))  # this process only builds: the cast copies are kept while it does
     said, _ = prepare(lm, force=a.force)
     print(said, file=sys.stderr)
     return 0
