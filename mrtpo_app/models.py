@@ -59,7 +59,6 @@ def load_model(name: str, device: str = "auto") -> LoadedModel:
     lm = load(name, device)
     lm.frozen = True
     warm_up(lm)  # its cast copies, packed head and compiled step: made with the load, not at the first click
-    settle_heap()
     return lm
 
 
@@ -99,7 +98,7 @@ def _preload(name: str, device: str) -> LoadedModel:
         import mrtpo.groups  # noqa: F401
         import mrtpo.replay  # noqa: F401
 
-    settle_heap()  # (the modules just imported too)
+    settle_heap()  # the model and the modules just imported
     return lm
 
 
@@ -108,7 +107,11 @@ def _load_model(name: str, device: str = "auto") -> LoadedModel:
     mark_ran()
     with _PRELOAD_LOCK:
         started = _PRELOADS.pop((name, device), None)
-    return started.result() if started is not None else load_model(name, device)
+    if started is not None:
+        return started.result()  # (the preload settled the heap)
+    lm = load_model(name, device)
+    settle_heap()
+    return lm
 
 
 _model = counted(_load_model)  # the model loader, counted: a Timer around a load already done says "cached"

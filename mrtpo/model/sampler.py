@@ -226,7 +226,9 @@ def warm_up(lm: LoadedModel) -> None:
     step = llama_step(dec)
     if step is None:
         return
-    if _compiled_step(lm, dec, step, 2, 32) is None:  # the eager step's packed weights (a group of 1 packs them later)
+    from mrtpo.model.compiled import MIN_POSITIONS, MIN_ROWS
+
+    if _compiled_step(lm, dec, step, MIN_ROWS, MIN_POSITIONS) is None:  # else the eager step's packed weights
         step.packed()
     weight, _ = _head_weights(lm, dec)
     if packable(weight):
