@@ -22,11 +22,13 @@ $(STAMP): pyproject.toml requirements.txt
 	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
 
-# the decoding step compiled ahead of time for the default model (mrtpo.model.compiled; about a minute, once per
-# weights × torch × CPU kind, cached under $MRTPO_CACHE): the app and the CLI never compile on a click. Where it does
-# not apply (a CPU without fast bf16) it says so and builds nothing
+# the decoding step compiled ahead of time for the default model (mrtpo.model.compiled, its products through the
+# few-row kernel mrtpo/model/rows_kernel.cpp; about a minute, once per weights × torch × CPU kind, cached under
+# $MRTPO_CACHE): the app and the CLI never compile on a click. Where it does not apply (a CPU without fast bf16) it
+# says so and builds nothing
 COMPILED := $(VENV)/.compiled-step
-$(COMPILED): $(STAMP) mrtpo/model/compiled.py mrtpo/model/llama_step.py
+$(COMPILED): $(STAMP) mrtpo/model/compiled.py mrtpo/model/llama_step.py mrtpo/model/rows_kernel.py \
+		mrtpo/model/rows_kernel.cpp
 	$(BIN)/mrtpo compile-step
 	touch $(COMPILED)
 

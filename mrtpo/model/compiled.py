@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from mrtpo.model import rows_kernel
 from mrtpo.model.llama_step import LlamaStep
 
 __all__ = ["CompiledStep", "CompiledStepWarning", "FunctionalStep", "MIN_ROWS", "MAX_ROWS", "MAX_POSITIONS",
@@ -51,8 +52,12 @@ class FunctionalStep(torch.nn.Module):
     def __init__(self, step: LlamaStep):
         super().__init__()
         self.step = step
-        self.weights = torch.nn.ParameterList([torch.nn.Parameter(t, requires_grad=False)
-                                               for layer in step.layers for t in layer])
+        # the products' weights in the few-row kernel's layout where it is built (mrtpo.model.rows_kernel: read at
+        # the memory's bandwidth, called as its custom operator), else as they are (inductor packs them for oneDNN)
+        self.kernel = kernel_serves(step)
+        self.weights = torch.nn.ParameterList([
+            torch.nn.Parameter(rows_kernel.pack(t) if self.kernel and j in PRODUCTS else t, requires_grad=False)
+            for layer in step.layers for j, t in enumerate(layer)])
         self.embed = torch.nn.Parameter(step.embed, requires_grad=False)
         self.norm = torch.nn.Parameter(step.norm, requires_grad=False)
 
@@ -63,10 +68,11 @@ class FunctionalStep(torch.nn.Module):
         freqs = pos * s.inv_freq
         cos, sin = s._cos_sin(torch.cat((freqs, freqs)))  # (d,)
         x = self.embed[ids]  # (n, H)
+        linear = rows_kernel.linear if self.kernel else F.linear
         new_k, new_v = [], []
         for i in range(len(s.layers)):
             w_in, w_qkv, w_o, w_post, w_gu, w_down = (self.weights[6 * i + j] for j in range(6))
-            qkv = F.linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
+            qkv = linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
             qk = qkv[:, :(heads + kv) * d].view(n, heads + kv, d)
             qk = s._rotate(qk, cos, sin)
             q, k = qk[:, :heads].view(n, kv, r, d), qk[:, heads:]  # (n, kv, r, d), (n, kv, d)
@@ -79,10 +85,18 @@ class FunctionalStep(torch.nn.Module):
             p, p_own = (scores - m).exp(), (own - m).exp()
             a = (torch.matmul(p.to(x.dtype), V[i]).float() + p_own * v.float()[:, :, None])
             a = (a / (p.sum(-1, keepdim=True) + p_own)).to(x.dtype).reshape(n, heads * d)
-            x = x + F.linear(a, w_o)
-            g, u = F.linear(s._rms(x, w_post), w_gu).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(g) * u, w_down)
+            x = x + linear(a, w_o)
+            g, u = linear(s._rms(x, w_post), w_gu).chunk(2, dim=-1)
+            x = x + linear(F.silu(g) * u, w_down)
         return s._rms(x, self.norm), torch.stack(new_k), torch.stack(new_v)
+
+
+PRODUCTS = (1, 2, 4, 5)  # which of a layer's six weights (LlamaStep.layers) are products': q/k/v, o, gate/up, down
+
+
+def kernel_serves(step: LlamaStep) -> bool:
+    """Whether the few-row kernel is built here and serves every product of ``step``."""
+    return rows_kernel.load() and all(rows_kernel.serves(layer[j]) for layer in step.layers for j in PRODUCTS)
 
 
 class CompiledStep:
@@ -131,11 +145,13 @@ def cache_dir() -> Path:
 def package_key(step: LlamaStep) -> str:
     """A hex digest of what a package depends on: the step's weights (shapes, and every 61st value of each: a model
     whose weights differ anywhere is a different model, found for a fine-tune too), its shape constants, this
-    module's source, torch's version and the CPU's capability."""
+    module's source, the products' kernel (the few-row kernel's library, whose name holds its own key, or oneDNN),
+    torch's version and the CPU's capability."""
     h = hashlib.sha256()
     h.update(f"{torch.__version__}|{torch.backends.cpu.get_cpu_capability()}|{step.heads}|{step.kv_heads}|"
              f"{step.head_dim}|{step.eps}|{step.rope_scale}".encode())
     h.update(inspect.getsource(inspect.getmodule(package_key)).encode())
+    h.update((rows_kernel.library_path().name if kernel_serves(step) else "oneDNN").encode())  # its products' kernel
     for t in [step.embed, step.norm, step.inv_freq, *(w for layer in step.layers for w in layer)]:
         flat = t.detach().reshape(-1)
         h.update(f"{tuple(t.shape)}{t.dtype}".encode())
@@ -157,16 +173,19 @@ def _stem(name: str) -> str:
 
 
 def _stale(path: Path, name: str) -> list[Path]:
-    """The other packages of the model called ``name`` beside ``path`` (other keys: weights, code or torch)."""
-    own = re.compile(re.escape(_stem(name)) + f"-[0-9a-f]{{{KEY_CHARS}}}\\.so")
-    return [p for p in path.parent.iterdir() if p != path and own.fullmatch(p.name)]
+    """The other packages' files of the model called ``name`` beside ``path`` (other keys: weights, code, kernel or
+    torch)."""
+    own = re.compile(re.escape(_stem(name)) + f"-[0-9a-f]{{{KEY_CHARS}}}\\.(so|json)")
+    return [p for p in path.parent.iterdir() if p.stem != path.stem and own.fullmatch(p.name)]
 
 
 def build_package(step: LlamaStep, path: Path) -> float:
     """Export :class:`FunctionalStep` of ``step`` with dynamic rows and KV length and compile it into an AOTInductor
     package (frozen, prepacked weights inside its shared library); that library alone is kept, at ``path``, written
     beside it and renamed into place (a reader never sees half a file): loaded directly, it skips the package
-    loader's unpacking of the archive. → the seconds it took."""
+    loader's unpacking of the archive. Where the step calls the few-row kernel's operator, the package's
+    description of those calls goes beside it as ``<path stem>.json`` (the runner reads it from there). → the
+    seconds it took."""
     import zipfile
 
     import torch._inductor
@@ -186,11 +205,19 @@ def build_package(step: LlamaStep, path: Path) -> float:
         path.parent.mkdir(parents=True, exist_ok=True)
         archive = path.with_name(f".part-{os.getpid()}-{path.stem}.pt2")  # (the compiler wants a .pt2 name)
         part = path.with_name(f".part-{os.getpid()}-{path.name}")
+        calls = path.with_suffix(".json")  # the custom operators' calls, where the step makes them: beside the library
         try:
             torch._inductor.aoti_compile_and_package(exported, package_path=str(archive),
                                                      inductor_configs={"freezing": True, "cpp.weight_prepack": True})
             with zipfile.ZipFile(archive) as z:
                 (library,) = [n for n in z.namelist() if n.endswith(".so")]
+                described = library[:-3] + ".json"
+                if described in z.namelist():  # written first: the library is what a reader looks for
+                    with z.open(described) as src, open(part, "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                    os.replace(part, calls)
+                else:
+                    calls.unlink(missing_ok=True)
                 with z.open(library) as src, open(part, "wb") as dst:
                     shutil.copyfileobj(src, dst, 1 << 24)
             os.replace(part, path)
@@ -237,8 +264,9 @@ def compiled_step(step: LlamaStep, name: str) -> CompiledStep | None:
 
 
 def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
-    """Build the package ``lm``'s sampling would load (the own step over its bf16 copies), unless it is there
-    (``force``: build it again); the model's other packages under the same name (stale) are removed once it is.
+    """Build the few-row kernel (:func:`mrtpo.model.rows_kernel.build`) and the package ``lm``'s sampling would load
+    (the own step over its bf16 copies, its products through that kernel where it is built), unless they are there
+    (``force``: build both again); the model's other packages under the same name (stale) are removed once it is.
     → (what happened, in words; the package's path, None where no compiled step applies: a CPU without fast bf16,
     another architecture, a GPU)."""
     from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack
@@ -249,12 +277,14 @@ def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
     if step is None:
         return (f"no compiled step applies to '{lm.name}' here (the own decoding step runs only for Llama-family "
                 f"models on bf16 weight copies, on a CPU with AMX / AVX512-BF16): nothing to build"), None
+    kernel, _ = rows_kernel.build(force)
     path = package_path(step, lm.name)
     if path.is_file() and not force:
-        return f"up to date: {path}", path
+        return f"kernel {kernel}; package up to date: {path}", path
     seconds = build_package(step, path)
     stale = _stale(path, lm.name)
     for p in stale:  # this model's packages for other weights, code or torch: as large as its weights each
         p.unlink(missing_ok=True)
-    gone = f"; removed {len(stale)} stale" if stale else ""
-    return f"built {path} in {seconds:.0f} s ({path.stat().st_size / 2 ** 20:.0f} MiB){gone}", path
+    gone = f"; removed {len({p.stem for p in stale})} stale" if stale else ""
+    return (f"kernel {kernel}; package built {path} in {seconds:.0f} s ({path.stat().st_size / 2 ** 20:.0f} MiB)"
+            f"{gone}"), path

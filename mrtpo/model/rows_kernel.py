@@ -1,0 +1,138 @@
+"""Few-row bf16 matrix products at the memory's bandwidth: the C++ kernel ``rows_kernel.cpp`` beside this module,
+built ahead of time into a shared library (``make setup`` / ``mrtpo compile-step``), never while a user waits.
+
+Why: a decoding step's products have a handful of rows, so they are bound by reading the weights; oneDNN's
+kernels read them well below the bandwidth a plain stream gets, this one close to it for a few rows
+(docs/benchmarks.md, "Sampling"). :func:`pack` lays a weight (N, K) out once as (N/16, K/2, 32) bf16;
+:func:`linear` is ``x @ Wᵀ + bias`` on it, the same arithmetic as oneDNN's bf16 product (float32 sums, one
+rounding to bf16) up to the order of the sums. The compiled decoding step (:mod:`mrtpo.model.compiled`) calls it
+as the custom operator ``mrtpo_rows::linear`` for its products. The eager step keeps oneDNN's: rounded alike but
+summed in another order, the kernel would move the eager step's greedy tokens where two are within a rounding of
+each other, and the compiled step is held to the eager step's greedy tokens.
+
+The library belongs to the kernel's source, the compiler flags and torch's version (:func:`library_path`'s key);
+where it is not built, or the CPU lacks AVX512-BF16, :func:`load` is False and oneDNN's kernels run.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["SOURCE", "build", "library_path", "linear", "load", "pack", "serves", "supported"]
+
+SOURCE = Path(__file__).with_name("rows_kernel.cpp")
+FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-std=c++20", "-fopenmp", "-shared",
+         "-fPIC"]  # -fopenmp: at::parallel_for is inlined here, over the libgomp torch loaded
+BLOCK = 16  # output columns per packed block (the kernel's kBlock)
+KEY_CHARS = 20
+
+_loaded: bool | None = None  # None: not tried in this process
+_lock = threading.Lock()
+
+
+def supported() -> bool:
+    """Whether this CPU runs the kernel: AVX512-BF16 (which AMX-BF16 CPUs have too)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return " avx512_bf16" in flags
+
+
+def library_path() -> Path:
+    """Where the built library lives: ``compiled/kernels/rows_kernel-<key>.so`` in the models' cache, the key hashing
+    the source, the flags, torch's version and its C++ ABI."""
+    from mrtpo.model.load import cache_dir
+
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(f"{FLAGS}|{torch.__version__}|{torch._C._GLIBCXX_USE_CXX11_ABI}".encode())
+    return cache_dir() / "compiled" / "kernels" / f"rows_kernel-{h.hexdigest()[:KEY_CHARS]}.so"
+
+
+def build(force: bool = False) -> tuple[str, Path | None]:
+    """Compile the kernel into :func:`library_path` (``g++`` against torch's headers), unless it is there
+    (``force``: again); written beside it and renamed into place; the other keys' libraries are removed.
+    → (what happened, in words; the path, None where the CPU cannot run it)."""
+    if not supported():
+        return "the few-row kernel needs AVX512-BF16, which this CPU lacks: nothing to build", None
+    path = library_path()
+    if path.is_file() and not force:
+        return f"up to date: {path}", path
+    from torch.utils import cpp_extension
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".part-{os.getpid()}-{path.name}")
+    lib = cpp_extension.library_paths()[0]
+    cmd = ["g++", *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+           *[f"-I{p}" for p in cpp_extension.include_paths()], str(SOURCE), "-o", str(part),
+           f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}"]
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"g++ failed building {SOURCE.name}:\n{done.stderr[-2000:]}")
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
+    global _loaded
+    with _lock:
+        if _loaded is False:  # this process found none before: the next load() looks again
+            _loaded = None
+    stale = [p for p in path.parent.glob("rows_kernel-*.so") if p != path]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    gone = f"; removed {len(stale)} stale" if stale else ""
+    return f"built {path} in {time.perf_counter() - t0:.0f} s{gone}", path
+
+
+def load() -> bool:
+    """Whether the kernel's operators are registered in this process: the library loaded once, where it is built
+    and this CPU runs it (a file that does not load counts as not built)."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    with _lock:
+        if _loaded is None:
+            _loaded = False
+            path = library_path() if supported() else None
+            if path is not None and path.is_file():
+                try:
+                    if not hasattr(torch.ops.mrtpo_rows, "linear"):
+                        torch.ops.load_library(str(path))
+                        torch.library.register_fake("mrtpo_rows::linear")(_linear_shape)
+                    _loaded = True
+                except Exception as e:  # a truncated or foreign file: oneDNN's kernels run
+                    print(f"note: {path} does not load ({type(e).__name__}): oneDNN's products run",
+                          file=sys.stderr)
+    return _loaded
+
+
+def _linear_shape(x, packed, bias=None):
+    """The output the operator makes, for tracing (``torch.export``)."""
+    return x.new_empty((*x.shape[:-1], packed.shape[0] * BLOCK))
+
+
+def serves(weight: torch.Tensor) -> bool:
+    """Whether :func:`pack` takes ``weight``: a 2-D bf16 CPU tensor, N a multiple of 16, K even, the kernel loaded."""
+    return (weight.dim() == 2 and weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
+            and weight.shape[0] % BLOCK == 0 and weight.shape[1] % 2 == 0 and weight.shape[0] > 0 and load())
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` (N, K) bf16 copied into the kernel's layout (N/16, K/2, 32): block b, k-pair p holds
+    W[16b + j, 2p + i] at [b, p, 2j + i] (each block one contiguous stream)."""
+    return torch.ops.mrtpo_rows.pack(weight)
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x (..., K) bf16 @ Wᵀ + bias → (..., N) bf16, W as :func:`pack` laid it out: float32 sums, the bias added in
+    float32, one rounding."""
+    return torch.ops.mrtpo_rows.linear(x, packed, bias)

@@ -1,0 +1,117 @@
+"""The few-row kernel (mrtpo.model.rows_kernel): its packed layout by hand, its products against a float64
+reference rounded to bf16 once and against oneDNN's, and its library's life (built ahead of time, found, stale ones
+removed, a broken one refused) in fresh processes."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from mrtpo.model import rows_kernel as R
+
+pytestmark = pytest.mark.skipif(not R.supported(), reason="the few-row kernel needs AVX512-BF16")
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    """The kernel's operators registered in this process (built into a temporary cache where none is built)."""
+    if not R.load():
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MRTPO_CACHE", str(tmp_path_factory.mktemp("kernel-cache")))
+            said, path = R.build()
+            assert said.startswith("built ") and path.is_file()
+            assert R.load()
+    return R
+
+
+def ulp(t: torch.Tensor) -> torch.Tensor:
+    """The spacing of bf16 numbers at |t| (float32): 2^(exponent − 7)."""
+    _, e = torch.frexp(t.abs().clamp_min(1e-30))
+    return torch.ldexp(torch.ones_like(t), e - 8)
+
+
+def test_pack_lays_each_block_of_16_columns_out_as_k_pairs(kernel):
+    N, K = 32, 6
+    w = torch.arange(N * K, dtype=torch.float32).reshape(N, K).to(torch.bfloat16)  # exact in bf16 (< 256)
+    p = R.pack(w)
+    assert p.shape == (2, 3, 32) and p.dtype == torch.bfloat16
+    for b, pr, j, i in [(0, 0, 0, 0), (0, 0, 0, 1), (0, 2, 5, 1), (1, 1, 15, 0), (1, 2, 3, 1)]:
+        assert p[b, pr, 2 * j + i] == w[16 * b + j, 2 * pr + i]  # W[16b + j, 2p + i] at [b, p, 2j + i]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 20])
+@pytest.mark.parametrize("N,K", [(16, 2), (80, 40), (1040, 576), (48, 1536)])
+def test_products_are_the_exact_sums_rounded_once(kernel, rows, N, K):
+    g = torch.Generator().manual_seed(rows * 1000 + N + K)
+    w = torch.randn(N, K, generator=g).to(torch.bfloat16)
+    b = torch.randn(N, generator=g).to(torch.bfloat16)
+    x = torch.randn(rows, K, generator=g).to(torch.bfloat16)
+    p = R.pack(w)
+    for bias in (None, b):
+        got = R.linear(x, p, bias).float()  # (rows, N)
+        exact = x.double() @ w.double().T + (0 if bias is None else bias.double())
+        err = (got.double() - exact).abs()
+        # one rounding to bf16 (half an ulp) plus float32 sums over K terms (far below an ulp here)
+        assert (err <= 0.5 * ulp(exact.float()).double() + 1e-6 * K * exact.abs().clamp_min(1)).all()
+        assert (got == exact.float().to(torch.bfloat16).float()).float().mean() > 0.99
+
+
+def test_products_agree_with_onednn_within_an_ulp_and_keep_the_shape(kernel):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(960, 576, generator=g).to(torch.bfloat16) * 0.05
+    x = torch.randn(2, 4, 1152, generator=g).to(torch.bfloat16)[..., ::2]  # (2, 4, 576), not contiguous
+    got = R.linear(x, R.pack(w))
+    want = torch.nn.functional.linear(x, w)
+    assert got.shape == (2, 4, 960)
+    assert ((got.float() - want.float()).abs() <= ulp(want.float())).all()
+    assert (got != want).float().mean() < 0.01
+
+
+def test_what_the_kernel_serves_and_refuses(kernel):
+    assert R.serves(torch.zeros(32, 8, dtype=torch.bfloat16))
+    assert not R.serves(torch.zeros(24, 8, dtype=torch.bfloat16))  # N not a multiple of 16
+    assert not R.serves(torch.zeros(32, 7, dtype=torch.bfloat16))  # K odd
+    assert not R.serves(torch.zeros(32, 8))  # float32
+    with pytest.raises(RuntimeError, match="x has 10 columns, the weight 8"):
+        R.linear(torch.zeros(3, 10, dtype=torch.bfloat16), R.pack(torch.zeros(32, 8, dtype=torch.bfloat16)))
+    assert R.linear(torch.zeros(0, 8, dtype=torch.bfloat16), R.pack(torch.ones(32, 8, dtype=torch.bfloat16))
+                    ).shape == (0, 32)
+
+
+def in_fresh_process(cache, code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MRTPO_CACHE": str(cache)}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_library_is_built_ahead_found_and_its_stale_keys_removed(tmp_path):
+    done = in_fresh_process(tmp_path, """
+        import torch
+        from mrtpo.model import rows_kernel as R
+        assert not R.load() and not R.serves(torch.zeros(32, 8, dtype=torch.bfloat16))  # none built
+        stale = R.library_path().with_name("rows_kernel-00000000000000000000.so")
+        stale.parent.mkdir(parents=True); stale.write_bytes(b"old")
+        said, path = R.build()
+        assert said.startswith(f"built {path} in ") and said.endswith("; removed 1 stale"), said
+        assert not stale.exists() and sorted(p.name for p in path.parent.iterdir()) == [path.name]
+        assert R.load() and R.serves(torch.zeros(32, 8, dtype=torch.bfloat16))  # found once built
+        assert R.build() == (f"up to date: {path}", path)
+        print("ok")
+    """)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_a_broken_library_is_refused_once_with_a_note(tmp_path):
+    done = in_fresh_process(tmp_path, """
+        import torch
+        from mrtpo.model import rows_kernel as R
+        R.library_path().parent.mkdir(parents=True)
+        R.library_path().write_bytes(b"not a library")
+        assert not R.load() and not R.load() and not R.serves(torch.zeros(32, 8, dtype=torch.bfloat16))
+        print("ok")
+    """)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    assert done.stderr.count("note:") == 1 and "does not load (OSError)" in done.stderr
+    assert str(tmp_path) in done.stderr
