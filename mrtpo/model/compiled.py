@@ -47,13 +47,16 @@ class FunctionalStep(torch.nn.Module):
 
         attention = (Σ_t e^{s_t − m} V_t + e^{s₀ − m} v_new) / (Σ_t e^{s_t − m} + e^{s₀ − m}),  m = max(s, s₀)
 
-    — the softmax over the cached keys and the new one, as the own step computes after writing the new key."""
+    — the softmax over the cached keys and the new one, as the own step computes after writing the new key. Where
+    the few-row kernel is built (:func:`kernel_serves`), its operators compute the products and the attention, which
+    reads the first ``pos`` positions as the cached ones (the sampler's buffer holds them there, as its mask says)
+    and only those."""
 
     def __init__(self, step: LlamaStep):
         super().__init__()
         self.step = step
         # the products' weights in the few-row kernel's layout where it is built (mrtpo.model.rows_kernel: read at
-        # the memory's bandwidth, called as its custom operator), else as they are (inductor packs them for oneDNN)
+        # the memory's bandwidth, called as its custom operators), else as they are (inductor packs them for oneDNN)
         self.kernel = kernel_serves(step)
         self.weights = torch.nn.ParameterList([
             torch.nn.Parameter(rows_kernel.pack(t) if self.kernel and j in PRODUCTS else t, requires_grad=False)
@@ -79,12 +82,15 @@ class FunctionalStep(torch.nn.Module):
             v = qkv[:, (heads + kv) * d:].view(n, kv, d)
             new_k.append(k)
             new_v.append(v)
-            scores = torch.matmul(q, K[i].transpose(-1, -2)).float() * d ** -0.5 + mask  # (n, kv, r, Tmax)
-            own = (q.float() * k.float()[:, :, None]).sum(-1, keepdim=True) * d ** -0.5  # (n, kv, r, 1)
-            m = torch.maximum(scores.amax(-1, keepdim=True), own)
-            p, p_own = (scores - m).exp(), (own - m).exp()
-            a = (torch.matmul(p.to(x.dtype), V[i]).float() + p_own * v.float()[:, :, None])
-            a = (a / (p.sum(-1, keepdim=True) + p_own)).to(x.dtype).reshape(n, heads * d)
+            if self.kernel:  # the first pos positions are the cached ones (the sampler's buffer: the mask's zeros)
+                a = rows_kernel.attend(q, K[i], V[i], k, v, pos, d ** -0.5).reshape(n, heads * d)
+            else:
+                scores = torch.matmul(q, K[i].transpose(-1, -2)).float() * d ** -0.5 + mask  # (n, kv, r, Tmax)
+                own = (q.float() * k.float()[:, :, None]).sum(-1, keepdim=True) * d ** -0.5  # (n, kv, r, 1)
+                m = torch.maximum(scores.amax(-1, keepdim=True), own)
+                p, p_own = (scores - m).exp(), (own - m).exp()
+                a = (torch.matmul(p.to(x.dtype), V[i]).float() + p_own * v.float()[:, :, None])
+                a = (a / (p.sum(-1, keepdim=True) + p_own)).to(x.dtype).reshape(n, heads * d)
             x = x + linear(a, w_o)
             g, u = linear(s._rms(x, w_post), w_gu).chunk(2, dim=-1)
             x = x + linear(F.silu(g) * u, w_down)
@@ -95,8 +101,10 @@ PRODUCTS = (1, 2, 4, 5)  # which of a layer's six weights (LlamaStep.layers) are
 
 
 def kernel_serves(step: LlamaStep) -> bool:
-    """Whether the few-row kernel is built here and serves every product of ``step``."""
-    return rows_kernel.load() and all(rows_kernel.serves(layer[j]) for layer in step.layers for j in PRODUCTS)
+    """Whether the few-row kernel is built here and serves every product and the attention of ``step``."""
+    return (rows_kernel.load() and step.head_dim % 16 == 0 and step.head_dim <= 256
+            and step.heads // step.kv_heads <= 16
+            and all(rows_kernel.serves(layer[j]) for layer in step.layers for j in PRODUCTS))
 
 
 class CompiledStep:

@@ -1,4 +1,5 @@
-// Few-row bf16 matrix products at the memory's bandwidth: y (M, N) = x (M, K) · Wᵀ (+ bias), W (N, K) bf16.
+// A decoding step's few-row bf16 products at the memory's bandwidth, y (M, N) = x (M, K) · Wᵀ (+ bias) with W (N, K)
+// bf16 (pack, linear), and its attention over the valid part of a KV buffer (attend, further down).
 //
 // A decoding step multiplies a handful of rows by every weight once: the product is bound by reading W, and
 // oneDNN's kernels read it well below the bandwidth a plain stream gets. Here W is packed once
@@ -15,8 +16,10 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace {
 
@@ -125,14 +128,172 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, const std::o
   return y;
 }
 
+// e^x for float32 lanes (x ≤ 0 here: scores minus their maximum): 2^n · p(r), x = n ln 2 + r, |r| ≤ ln 2 / 2, p a
+// degree-6 polynomial (Cephes' expf coefficients); within about an ulp of expf, 0 below −87.
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+inline __m512 bf16_to_ps(const at::BFloat16* p) {  // 16 bf16 → float32 (exact: the bits shifted up)
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+
+inline __m512 round_bf16(__m512 v) {  // to the nearest bf16, as float32
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
+}
+
+struct AttendArgs {
+  const at::BFloat16 *q, *K, *V, *k_new, *v_new;
+  at::BFloat16* out;
+  int64_t T, valid, d, r;
+  float scale;
+};
+
+// One (row, kv head): its r queries over the valid cached keys and the own one. DV = d / 16 and R = r fixed at
+// compile time keep the queries and sums in registers; DV = 0: both read at run time (any d ≤ 256, r ≤ 16).
+template <int DV, int R>
+void attend_task(const AttendArgs& a, int64_t task, float* s) {
+  constexpr bool fixed = DV > 0;
+  const int64_t dv = fixed ? DV : a.d / 16, r = fixed ? R : a.r, d = a.d, valid = a.valid;
+  const at::BFloat16* qp = a.q + task * r * d;
+  const at::BFloat16* kp = a.K + task * a.T * d;
+  const at::BFloat16* vp = a.V + task * a.T * d;
+  const at::BFloat16* knp = a.k_new + task * d;
+  const at::BFloat16* vnp = a.v_new + task * d;
+  const int64_t L = valid + 1;  // the cached keys, then the own one
+  __m512 qv[fixed ? R : 16][fixed ? DV : 16];  // the queries in float32: each key and value is read once for all r
+  for (int64_t j = 0; j < r; ++j)
+    for (int64_t c = 0; c < dv; ++c) qv[j][c] = bf16_to_ps(qp + j * d + c * 16);
+  for (int64_t t = 0; t < L; ++t) {  // s (r, L): the scores
+    const at::BFloat16* key = t < valid ? kp + t * d : knp;
+    __m512 kc[fixed ? DV : 16];
+    for (int64_t c = 0; c < dv; ++c) kc[c] = bf16_to_ps(key + c * 16);
+    for (int64_t j = 0; j < r; ++j) {
+      __m512 acc = _mm512_mul_ps(qv[j][0], kc[0]);
+      for (int64_t c = 1; c < dv; ++c) acc = _mm512_fmadd_ps(qv[j][c], kc[c], acc);
+      s[j * L + t] = _mm512_reduce_add_ps(acc) * a.scale;
+    }
+  }
+  float inv[fixed ? R : 16];
+  for (int64_t j = 0; j < r; ++j) {  // the weights e^{s − m} in place, and 1 / their sum
+    float* sj = s + j * L;
+    __m512 mv = _mm512_set1_ps(-INFINITY);
+    int64_t t = 0;
+    for (; t + 16 <= L; t += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(sj + t));
+    const __mmask16 tail = static_cast<__mmask16>((1u << (L - t)) - 1);
+    if (t < L) mv = _mm512_mask_max_ps(mv, tail, mv, _mm512_maskz_loadu_ps(tail, sj + t));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+    __m512 total = _mm512_setzero_ps();
+    for (t = 0; t + 16 <= L; t += 16) {  // the sum over the float32 weights; the product takes them in bf16
+      const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sj + t), m));
+      total = _mm512_add_ps(total, e);
+      _mm512_storeu_ps(sj + t, round_bf16(e));
+    }
+    if (t < L) {
+      const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, sj + t), m));
+      total = _mm512_add_ps(total, _mm512_maskz_mov_ps(tail, e));
+      _mm512_mask_storeu_ps(sj + t, tail, round_bf16(e));
+    }
+    inv[j] = 1.0f / _mm512_reduce_add_ps(total);
+  }
+  __m512 o[fixed ? R : 16][fixed ? DV : 16];  // Σ_u w_u v_u, the weights rounded to bf16 above
+  for (int64_t j = 0; j < r; ++j)
+    for (int64_t c = 0; c < dv; ++c) o[j][c] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < L; ++u) {  // Σ_u bf16(w_u) v_u for every query at once
+    const at::BFloat16* val = u < valid ? vp + u * d : vnp;
+    __m512 vc[fixed ? DV : 16];
+    for (int64_t c = 0; c < dv; ++c) vc[c] = bf16_to_ps(val + c * 16);
+    for (int64_t j = 0; j < r; ++j) {
+      const __m512 w = _mm512_set1_ps(s[j * L + u]);
+      for (int64_t c = 0; c < dv; ++c) o[j][c] = _mm512_fmadd_ps(w, vc[c], o[j][c]);
+    }
+  }
+  for (int64_t j = 0; j < r; ++j) {
+    at::BFloat16* op = a.out + task * r * d + j * d;
+    for (int64_t c = 0; c < dv; ++c)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + c * 16),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(o[j][c], _mm512_set1_ps(inv[j]))));
+  }
+}
+
+using AttendTask = void (*)(const AttendArgs&, int64_t, float*);
+
+template <int DV>
+AttendTask attend_for(int64_t r) {
+  switch (r) {
+    case 1: return &attend_task<DV, 1>;
+    case 2: return &attend_task<DV, 2>;
+    case 3: return &attend_task<DV, 3>;
+    case 4: return &attend_task<DV, 4>;
+    case 5: return &attend_task<DV, 5>;
+    case 6: return &attend_task<DV, 6>;
+    case 7: return &attend_task<DV, 7>;
+    case 8: return &attend_task<DV, 8>;
+    default: return &attend_task<0, 0>;
+  }
+}
+
+// A decoding step's attention, one query per row and query head, the r query heads of each kv head together:
+// over the `valid` cached keys K[..., :valid, :] and the step's own key k_new,
+//   out = Σ_t bf16(e^{s_t − m}) v_t / Σ_t e^{s_t − m},  s_t = scale · q·k_t (float32 sums),  m = max_t s_t
+// — the CPU flash kernel's arithmetic for bf16 (float32 scores and sums, the weights rounded to bf16 for the
+// product with V) in one block. q (n, kv, r, d); K, V (n, kv, T, d); k_new, v_new (n, kv, d); bf16, d a multiple
+// of 16 up to 256, r up to 16; `pos` the number of valid positions (a float32 scalar, as the step's rotary angle
+// takes it).
+at::Tensor attend(const at::Tensor& q_in, const at::Tensor& K, const at::Tensor& V, const at::Tensor& k_in,
+                  const at::Tensor& v_in, const at::Tensor& pos, double scale) {
+  TORCH_CHECK(q_in.dim() == 4 && K.dim() == 4 && V.sizes() == K.sizes() && q_in.scalar_type() == at::kBFloat16 &&
+                  K.scalar_type() == at::kBFloat16 && V.scalar_type() == at::kBFloat16 &&
+                  k_in.scalar_type() == at::kBFloat16 && v_in.scalar_type() == at::kBFloat16 && K.is_contiguous() &&
+                  V.is_contiguous(), "rows_kernel.attend: bf16 q (n, kv, r, d) and contiguous K, V (n, kv, T, d)");
+  const at::Tensor q = q_in.contiguous(), kn = k_in.contiguous(), vn = v_in.contiguous();
+  const int64_t n = q.size(0), kv = q.size(1), r = q.size(2), d = q.size(3), T = K.size(2);
+  const int64_t valid = static_cast<int64_t>(pos.item<float>());
+  TORCH_CHECK(K.size(0) == n && K.size(1) == kv && K.size(3) == d && d % 16 == 0 && d <= 256 && r <= 16 &&
+                  kn.numel() == n * kv * d && vn.numel() == n * kv * d && 0 <= valid && valid <= T,
+              "rows_kernel.attend: shapes");
+  at::Tensor out = at::empty_like(q);
+  const AttendArgs args{q.data_ptr<at::BFloat16>(), K.data_ptr<at::BFloat16>(), V.data_ptr<at::BFloat16>(),
+                        kn.data_ptr<at::BFloat16>(), vn.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(),
+                        T, valid, d, r, static_cast<float>(scale)};
+  AttendTask task = &attend_task<0, 0>;
+  switch (d / 16) {
+    case 1: task = attend_for<1>(r); break;
+    case 2: task = attend_for<2>(r); break;
+    case 4: task = attend_for<4>(r); break;
+    case 8: task = attend_for<8>(r); break;
+    default: break;
+  }
+  at::parallel_for(0, n * kv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> s(static_cast<size_t>(r * (valid + 1)));  // scores, then weights: (r, valid + 1)
+    for (int64_t t = begin; t < end; ++t) task(args, t, s.data());
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(mrtpo_rows, m) {
   m.def("pack(Tensor weight) -> Tensor");
   m.def("linear(Tensor x, Tensor packed, Tensor? bias=None) -> Tensor");
+  m.def("attend(Tensor q, Tensor K, Tensor V, Tensor k_new, Tensor v_new, Tensor pos, float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mrtpo_rows, CPU, m) {
   m.impl("pack", &pack);
   m.impl("linear", &linear);
+  m.impl("attend", &attend);
 }

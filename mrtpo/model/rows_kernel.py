@@ -1,14 +1,16 @@
-"""Few-row bf16 matrix products at the memory's bandwidth: the C++ kernel ``rows_kernel.cpp`` beside this module,
-built ahead of time into a shared library (``make setup`` / ``mrtpo compile-step``), never while a user waits.
+"""A decoding step's few-row bf16 products and its attention, in C++ (``rows_kernel.cpp`` beside this module), built
+ahead of time into a shared library (``make setup`` / ``mrtpo compile-step``), never while a user waits.
 
 Why: a decoding step's products have a handful of rows, so they are bound by reading the weights; oneDNN's
 kernels read them well below the bandwidth a plain stream gets, this one close to it for a few rows
 (docs/benchmarks.md, "Sampling"). :func:`pack` lays a weight (N, K) out once as (N/16, K/2, 32) bf16;
 :func:`linear` is ``x @ Wᵀ + bias`` on it, the same arithmetic as oneDNN's bf16 product (float32 sums, one
-rounding to bf16) up to the order of the sums. The compiled decoding step (:mod:`mrtpo.model.compiled`) calls it
-as the custom operator ``mrtpo_rows::linear`` for its products. The eager step keeps oneDNN's: rounded alike but
-summed in another order, the kernel would move the eager step's greedy tokens where two are within a rounding of
-each other, and the compiled step is held to the eager step's greedy tokens.
+rounding to bf16) up to the order of the sums. :func:`attend` is one query per row and head over the valid part
+of a KV buffer and the step's own key, with the CPU flash kernel's bf16 arithmetic, reading only the valid keys
+(torch's kernels pay a fixed set-up per call that outweighs so small an attention). The compiled decoding step
+(:mod:`mrtpo.model.compiled`) calls both as the custom operators ``mrtpo_rows::linear`` and ``mrtpo_rows::attend``.
+The eager step keeps torch's kernels: it is the reference a trainer's policy decodes with, and its tokens should not
+depend on whether a library was built (summed in another order, a product can move a greedy pick at a tie).
 
 The library belongs to the kernel's source, the compiler flags and torch's version (:func:`library_path`'s key);
 where it is not built, or the CPU lacks AVX512-BF16, :func:`load` is False and oneDNN's kernels run.
@@ -25,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["SOURCE", "build", "library_path", "linear", "load", "pack", "serves", "supported"]
+__all__ = ["SOURCE", "attend", "build", "library_path", "linear", "load", "pack", "serves", "supported"]
 
 SOURCE = Path(__file__).with_name("rows_kernel.cpp")
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-std=c++20", "-fopenmp", "-shared",
@@ -108,6 +110,7 @@ def load() -> bool:
                     if not hasattr(torch.ops.mrtpo_rows, "linear"):
                         torch.ops.load_library(str(path))
                         torch.library.register_fake("mrtpo_rows::linear")(_linear_shape)
+                        torch.library.register_fake("mrtpo_rows::attend")(_attend_shape)
                     _loaded = True
                 except Exception as e:  # a truncated or foreign file: oneDNN's kernels run
                     print(f"note: {path} does not load ({type(e).__name__}): oneDNN's products run",
@@ -118,6 +121,10 @@ def load() -> bool:
 def _linear_shape(x, packed, bias=None):
     """The output the operator makes, for tracing (``torch.export``)."""
     return x.new_empty((*x.shape[:-1], packed.shape[0] * BLOCK))
+
+
+def _attend_shape(q, K, V, k_new, v_new, pos, scale):
+    return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
 def serves(weight: torch.Tensor) -> bool:
@@ -136,3 +143,16 @@ def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = No
     """x (..., K) bf16 @ Wᵀ + bias → (..., N) bf16, W as :func:`pack` laid it out: float32 sums, the bias added in
     float32, one rounding."""
     return torch.ops.mrtpo_rows.linear(x, packed, bias)
+
+
+def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
+           pos: torch.Tensor, scale: float) -> torch.Tensor:
+    """A decoding step's attention over the first ``pos`` cached keys and the step's own: q (n, kv_heads, r, d)
+    (the r query heads of each kv head), keys, values (n, kv_heads, T ≥ pos, d) contiguous, k_new, v_new
+    (n, kv_heads, d), bf16, d a multiple of 16; ``pos`` a float32 scalar tensor → (n, kv_heads, r, d) bf16:
+
+        out = Σ_t bf16(e^{s_t − m}) v_t / Σ_t e^{s_t − m},  s_t = scale · q·k_t,  m = max_t s_t
+
+    over t < pos and the own key, with float32 scores and sums: the CPU flash kernel's arithmetic for bf16 in one
+    block of keys."""
+    return torch.ops.mrtpo_rows.attend(q, keys, values, k_new, v_new, pos, scale)

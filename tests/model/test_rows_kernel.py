@@ -115,3 +115,39 @@ def test_a_broken_library_is_refused_once_with_a_note(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
     assert done.stderr.count("note:") == 1 and "does not load (OSError)" in done.stderr
     assert str(tmp_path) in done.stderr
+
+
+@pytest.mark.parametrize("n,kv,r,d,T,valid", [(4, 3, 3, 64, 512, 400), (2, 2, 2, 16, 40, 0), (3, 1, 5, 32, 70, 33),
+                                              (1, 2, 9, 48, 20, 20), (2, 1, 1, 128, 33, 17)])
+def test_attention_is_the_softmax_over_the_valid_keys_and_the_own_one(kernel, n, kv, r, d, T, valid):
+    """Against float64: out = softmax(scale · q [K[:valid]; k_new]ᵀ) [V[:valid]; v_new] within a bf16 rounding of
+    the result and of the weights; the positions past ``valid`` are never read (NaN there changes nothing). Shapes
+    with d / 16 ∈ {1, 2, 4, 8} and r ≤ 8 run the kernel's fixed-size path, the others (d = 48, r = 9) its general
+    one."""
+    g = torch.Generator().manual_seed(T + valid)
+    q = torch.randn(n, kv, r, d, generator=g).to(torch.bfloat16)
+    K = (torch.randn(n, kv, T, d, generator=g) * 2).to(torch.bfloat16)
+    V = torch.randn(n, kv, T, d, generator=g).to(torch.bfloat16)
+    k_new, v_new = (torch.randn(n, kv, d, generator=g).to(torch.bfloat16) for _ in range(2))
+    K[:, :, valid:], V[:, :, valid:] = float("nan"), float("nan")
+    got = R.attend(q, K, V, k_new, v_new, torch.tensor(float(valid)), d ** -0.5).double()
+    keys = torch.cat([K[:, :, :valid], k_new[:, :, None]], 2).double()
+    values = torch.cat([V[:, :, :valid], v_new[:, :, None]], 2).double()
+    want = torch.softmax(q.double() @ keys.transpose(-1, -2) * d ** -0.5, -1) @ values  # (n, kv, r, d)
+    assert got.shape == (n, kv, r, d) and torch.isfinite(got).all()
+    bound = ulp(want.float()).double() + 2 ** -8 * values.abs().amax()
+    assert ((got - want).abs() <= bound).all()
+    if valid == 0:  # the own key alone: its value, exactly
+        assert torch.equal(got, v_new[:, :, None].expand(n, kv, r, d).double())
+
+
+def test_attention_refuses_what_it_does_not_serve(kernel):
+    q, K = torch.zeros(1, 1, 2, 20, dtype=torch.bfloat16), torch.zeros(1, 1, 8, 20, dtype=torch.bfloat16)
+    new = torch.zeros(1, 1, 20, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="rows_kernel.attend: shapes"):  # d = 20: not a multiple of 16
+        R.attend(q, K, K, new, new, torch.tensor(3.0), 0.2)
+    q, K, new = q[..., :16].contiguous(), K[..., :16].contiguous(), new[..., :16].contiguous()
+    with pytest.raises(RuntimeError, match="rows_kernel.attend: shapes"):  # 9 valid positions in a buffer of 8
+        R.attend(q, K, K, new, new, torch.tensor(9.0), 0.25)
+    with pytest.raises(RuntimeError, match="contiguous K, V"):
+        R.attend(q, K.float(), K, new, new, torch.tensor(3.0), 0.25)
