@@ -129,7 +129,8 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     summed in another order), the LM head too; the own step's products and the head read weights packed once for
     oneDNN (:func:`mrtpo.model.decoder.pack`). For a model whose weights never change (the app's), the own step
     compiled ahead of time runs instead where its package is built (:mod:`mrtpo.model.compiled`; 2–64 rows; its
-    hidden states within bf16 rounding of the own step's), over a KV buffer of its own layout (:class:`_KVGrowing`).
+    hidden states within bf16 rounding of the own step's), over a KV buffer of its own layout (:class:`_KVGrowing`),
+    its head through the few-row kernel too (:mod:`mrtpo.model.rows_kernel`).
     ``progress``: as :func:`sample` says.
 
     Long: the decoding loop is the sampler's hot kernel (``bench/generate.py`` times it against ``generate``); its
@@ -165,8 +166,8 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     del prefill, layers
     cache = buffer_cache(buf, P) if step is None else None  # the own step writes into buf itself
     weight, bias = _head_weights(lm, dec)
-    if step is not None and packable(weight):  # the head as the own step's products: packed once (per Decoder)
-        weight, linear = dec.memo("packed_head", lambda: pack(weight)), packed_linear
+    if step is not None:  # the head as the own step's products, packed once (per Decoder)
+        weight, linear = _packed_head(dec, weight, fast is not None) or (weight, linear)
     cap = final_softcap(lm.model.config)  # Gemma 2's final-logit soft-cap, as its forward applies it
     fill = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else next(iter(stop), 0)
     stop_ids = torch.tensor(sorted(stop), dtype=torch.long, device=dev)
@@ -228,11 +229,23 @@ def warm_up(lm: LoadedModel) -> None:
         return
     from mrtpo.model.compiled import MIN_POSITIONS, MIN_ROWS
 
-    if _compiled_step(lm, dec, step, MIN_ROWS, MIN_POSITIONS) is None:  # else the eager step's packed weights
+    fast = _compiled_step(lm, dec, step, MIN_ROWS, MIN_POSITIONS)
+    if fast is None:  # else the eager step's packed weights
         step.packed()
-    weight, _ = _head_weights(lm, dec)
+    _packed_head(dec, _head_weights(lm, dec)[0], fast is not None)
+
+
+def _packed_head(dec: Decoder, weight: torch.Tensor, compiled: bool) -> tuple[torch.Tensor, Callable] | None:
+    """The LM head's weight packed once (kept with the Decoder) and its product: beside the compiled step, the
+    few-row kernel's (:mod:`mrtpo.model.rows_kernel`, where it serves the weight), beside the eager step oneDNN's
+    (its reference arithmetic); None where neither applies."""
+    from mrtpo.model import rows_kernel
+
+    if compiled and rows_kernel.serves(weight):
+        return dec.memo("kernel_head", lambda: rows_kernel.pack(weight)), rows_kernel.linear
     if packable(weight):
-        dec.memo("packed_head", lambda: pack(weight))
+        return dec.memo("packed_head", lambda: pack(weight)), packed_linear
+    return None
 
 
 def _compiled_step(lm: LoadedModel, dec: Decoder, step, n: int, positions: int):

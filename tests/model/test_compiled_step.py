@@ -364,3 +364,21 @@ def test_the_default_models_package_picks_the_eager_steps_greedy_tokens_but_at_t
             assert int(compiled[0].argmax()) == want[t + 1], t
             agree += 1
     assert agree >= 80 and agree + ties == 95
+
+
+def test_the_head_beside_the_compiled_step_is_the_kernels_and_beside_the_eager_step_onednns(built):
+    from mrtpo.model import rows_kernel
+
+    dec = D.Decoder(D.decoder_stack(built[0].model), torch.bfloat16, few_rows=True, keep=True)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(96, 64, generator=g).to(torch.bfloat16)  # (V, H): 96 rows, which the kernel serves
+    packed, linear = S._packed_head(dec, w, compiled=True)
+    assert linear is rows_kernel.linear and packed.shape == (6, 32, 32)
+    assert S._packed_head(dec, w, compiled=True)[0] is packed  # packed once, kept with the Decoder
+    packed, linear = S._packed_head(dec, w, compiled=False)
+    assert linear is D.packed_linear and packed.dim() == 2  # oneDNN's: the eager step's reference arithmetic
+    assert not rows_kernel.serves(torch.zeros(259, 64, dtype=torch.bfloat16))  # tiny-random's vocabulary: oneDNN's
+    x = torch.randn(3, 64, generator=g).to(torch.bfloat16)
+    kernel_head, _ = S._packed_head(dec, w, compiled=True)
+    torch.testing.assert_close(rows_kernel.linear(x, kernel_head), torch.nn.functional.linear(x, w), atol=0,
+                               rtol=2 ** -7)  # within a bf16 step
