@@ -34,3 +34,19 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.browser)
         if path.name == "test_trl.py" or "trl" in item.name:
             item.add_marker(pytest.mark.trl)
+
+
+@pytest.fixture(scope="session")
+def rows_kernel_loaded(tmp_path_factory):
+    """The few-row kernel's operators registered in this process (mrtpo.model.rows_kernel; built into a temporary
+    cache where ``make setup`` built none); skips where the CPU lacks AVX512-BF16."""
+    from mrtpo.model import rows_kernel as R
+
+    if not R.supported():
+        pytest.skip("the few-row kernel needs AVX512-BF16")
+    if not R.load():
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MRTPO_CACHE", str(tmp_path_factory.mktemp("kernel-cache")))
+            R.build()
+            assert R.load()
+    return R

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mrtpo.model import rows_kernel
 from mrtpo.model.decoder import Decoder, pack, packable, packed_linear, rows_linear
 from mrtpo.model.windows import layer_windows
 
@@ -139,7 +140,8 @@ class LlamaStep:
         L = ids.shape[1]
         freqs = positions.float()[..., None] * self.inv_freq  # (b, L, d/2), as the rotary embedding's product
         cos, sin = self._cos_sin(torch.cat((freqs, freqs), dim=-1)[:, None])  # (b, 1, L, d)
-        attend = _Attention(self.embed.dtype, self.embed.device, ids.shape[0], L, past, past_seen)
+        attend = _Attention(self.embed.dtype, self.embed.device, ids.shape[0], L, past, past_seen,
+                            kernel=self.head_dim % 16 == 0 and rows_kernel.load())
         return self._layers(self.embed[ids], cos, sin, buf, past, attend)
 
     def _layers(self, x, cos, sin, buf, past, attend: "_Attention | None" = None,
@@ -209,10 +211,20 @@ class _Attention:
     (0 / −∞: the same results, and SDPA's CPU kernel reads it faster than a bool one), each kv head's r query heads
     handed to it as r · L queries of one head (the mask repeated r times along the queries): the same products and
     softmax per query as ``enable_gqa``'s heads (equal to the bit, tested), in r times fewer and fuller blocks of the
-    flash kernel, as for a decoding step (:func:`_one_query`)."""
+    flash kernel, as for a decoding step (:func:`_one_query`). Where the few-row kernel is built (bf16 on a CPU, d a
+    multiple of 16), one call of :func:`mrtpo.model.rows_kernel.attend_pass` serves every case instead, no mask made:
+    the flash kernel's arithmetic, its products at VDPBF16PS's rate, and the keys past a block of queries' last one
+    skipped."""
 
-    def __init__(self, dtype, device, b: int, L: int, past: int, past_seen: torch.Tensor | None):
+    def __init__(self, dtype, device, b: int, L: int, past: int, past_seen: torch.Tensor | None,
+                 kernel: bool = False):
         self.past = past
+        # the few-row kernel's attention (bf16 on the CPU, where it is built): every case in one call, no mask made
+        self.kernel = kernel and dtype == torch.bfloat16 and device.type == "cpu"
+        if self.kernel:
+            self.seen = past_seen.contiguous() if past_seen is not None and past > 0 else None
+            self.split, self.mask = False, None
+            return
         self.split = past > 0 and L >= SPLIT_MIN and device.type == "cpu"
         seen = past_seen if past_seen is not None else torch.ones(b, past, dtype=torch.bool)  # (b, past)
         if self.split:
@@ -229,6 +241,8 @@ class _Attention:
 
     def __call__(self, q, keys, values, scale):
         """q (b, heads, L, d), keys and values (b, kv_heads, past + L, d) → (b, heads, L, d)."""
+        if self.kernel:
+            return rows_kernel.attend_pass(q, keys, values, self.seen, self.past, scale)
         if not self.split and self.mask is not None:
             b, h, L, d = q.shape
             r = h // keys.shape[1]

@@ -129,9 +129,11 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, const std::o
 }
 
 // e^x for float32 lanes (x ≤ 0 here: scores minus their maximum): 2^n · p(r), x = n ln 2 + r, |r| ≤ ln 2 / 2, p a
-// degree-6 polynomial (Cephes' expf coefficients); within about an ulp of expf, 0 below −87.
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+// degree-6 polynomial (Cephes' expf coefficients); within about an ulp of expf, exactly 0 below −87 (−∞: a key
+// masked out).
+inline __m512 exp_ps(__m512 x_in) {
+  const __mmask16 live = _mm512_cmp_ps_mask(x_in, _mm512_set1_ps(-87.3f), _CMP_GE_OQ);
+  const __m512 x = _mm512_max_ps(x_in, _mm512_set1_ps(-87.3f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -143,7 +145,7 @@ inline __m512 exp_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_maskz_mov_ps(live, _mm512_scalef_ps(p, n));
 }
 
 inline __m512 bf16_to_ps(const at::BFloat16* p) {  // 16 bf16 → float32 (exact: the bits shifted up)
@@ -284,16 +286,220 @@ at::Tensor attend(const at::Tensor& q_in, const at::Tensor& K, const at::Tensor&
   return out;
 }
 
+// out (MR rows, NV blocks of 16 columns) float32 = Σ_p a[m, p] · w[block, p] over Kp pairs: a's rows as bf16 pairs
+// (a_stride pairs apart), w in pack's layout (blocks w_stride elements apart); out rows out_stride apart.
+template <int MR, int NV>
+inline void dot_tile(const uint32_t* a, int64_t a_stride, int64_t Kp, const uint16_t* w, int64_t w_stride, float* out,
+                     int64_t out_stride, float scale) {
+  __m512 acc[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < Kp; ++p) {
+    __m512bh wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + v * w_stride + p * 2 * kBlock);
+    for (int m = 0; m < MR; ++m) {
+      const __m512bh ab = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m * a_stride + p]));
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], ab, wv[v]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v)
+      _mm512_storeu_ps(out + m * out_stride + v * kBlock, _mm512_mul_ps(acc[m][v], _mm512_set1_ps(scale)));
+}
+
+template <int NV>
+inline void dot_rows(const uint32_t* a, int64_t a_stride, int64_t M, int64_t Kp, const uint16_t* w, int64_t w_stride,
+                     float* out, int64_t out_stride, float scale) {
+  for (int64_t m0 = 0; m0 < M; m0 += 8) {
+    const uint32_t* am = a + m0 * a_stride;
+    float* om = out + m0 * out_stride;
+    switch (std::min<int64_t>(M - m0, 8)) {
+      case 1: dot_tile<1, NV>(am, a_stride, Kp, w, w_stride, om, out_stride, scale); break;
+      case 2: dot_tile<2, NV>(am, a_stride, Kp, w, w_stride, om, out_stride, scale); break;
+      case 3: dot_tile<3, NV>(am, a_stride, Kp, w, w_stride, om, out_stride, scale); break;
+      case 4: dot_tile<4, NV>(am, a_stride, Kp, w, w_stride, om, out_stride, scale); break;
+      case 5: dot_tile<5, NV>(am, a_stride, Kp, w, w_stride, om, out_stride, scale); break;
+      case 6: dot_tile<6, NV>(am, a_stride, Kp, w, w_stride, om, out_stride, scale); break;
+      case 7: dot_tile<7, NV>(am, a_stride, Kp, w, w_stride, om, out_stride, scale); break;
+      default: dot_tile<8, NV>(am, a_stride, Kp, w, w_stride, om, out_stride, scale); break;
+    }
+  }
+}
+
+// out (M, 16 · blocks) float32 = scale · a (M, 2 Kp) · wᵀ, w packed (blocks of 16 columns, w_stride elements apart,
+// their first Kp pairs read), in tiles of 8 rows × 3 blocks.
+void dot(const uint32_t* a, int64_t a_stride, int64_t M, int64_t Kp, const uint16_t* w, int64_t w_stride,
+         int64_t blocks, float* out, int64_t out_stride, float scale) {
+  for (int64_t b = 0; b < blocks; b += 3) {
+    const uint16_t* wb = w + b * w_stride;
+    float* ob = out + b * kBlock;
+    switch (std::min<int64_t>(blocks - b, 3)) {
+      case 1: dot_rows<1>(a, a_stride, M, Kp, wb, w_stride, ob, out_stride, scale); break;
+      case 2: dot_rows<2>(a, a_stride, M, Kp, wb, w_stride, ob, out_stride, scale); break;
+      default: dot_rows<3>(a, a_stride, M, Kp, wb, w_stride, ob, out_stride, scale); break;
+    }
+  }
+}
+
+constexpr int64_t kQueries = 16;  // query positions per task of a pass's attention (times the r heads of a kv head)
+
+// A pass's attention (the replay's: L queries per row after `past` cached keys): query i of row b sees key t where
+// t < past and seen[b, t], or past ≤ t ≤ past + i. With the CPU flash kernel's bf16 arithmetic in one block of keys:
+//   out = Σ_t bf16(e^{s_t − m}) v_t / Σ_t e^{s_t − m},  s_t = scale · q·k_t (float32 sums),  m = max over seen t
+// q (b, heads, L, d); keys, values (b, kv, past + L, d), rows of d contiguous; seen (b, past) bool or undefined
+// (all seen); bf16, d a multiple of 16. Each (row, kv head) packs its keys and values once (keys as pack lays a
+// weight out, values transposed, both in k-pairs for VDPBF16PS); tasks of 16 query positions × the r heads of a kv
+// head then compute the scores as a product with the packed keys (only up to the last key the task's queries see),
+// the weights, and their product with the packed values.
+at::Tensor attend_pass(const at::Tensor& q_in, const at::Tensor& keys, const at::Tensor& values,
+                       const std::optional<at::Tensor>& seen_in, int64_t past, double scale) {
+  TORCH_CHECK(q_in.dim() == 4 && keys.dim() == 4 && values.sizes() == keys.sizes() &&
+                  q_in.scalar_type() == at::kBFloat16 && keys.scalar_type() == at::kBFloat16 &&
+                  values.scalar_type() == at::kBFloat16 && keys.stride(3) == 1 && values.stride(3) == 1 &&
+                  keys.stride(2) == keys.size(3) && values.stride(2) == values.size(3),
+              "rows_kernel.attend_pass: bf16 q (b, heads, L, d) and keys, values (b, kv, past + L, d) with rows of d");
+  const at::Tensor q = q_in.contiguous();
+  const int64_t B = q.size(0), H = q.size(1), L = q.size(2), d = q.size(3), KV = keys.size(1), T = keys.size(2);
+  TORCH_CHECK(keys.size(0) == B && keys.size(3) == d && H % KV == 0 && T == past + L && d % 16 == 0 && past >= 0,
+              "rows_kernel.attend_pass: shapes");
+  at::Tensor seen;
+  if (seen_in.has_value() && seen_in->defined()) {
+    TORCH_CHECK(seen_in->scalar_type() == at::kBool && seen_in->dim() == 2 && seen_in->size(0) == B &&
+                    seen_in->size(1) == past, "rows_kernel.attend_pass: seen (b, past) bool");
+    seen = seen_in->contiguous();
+  }
+  const int64_t r = H / KV, Tb = (T + kBlock - 1) / kBlock, Tp = Tb * kBlock, dp = d / 2, db = d / kBlock;
+  // keys packed (B·KV, Tb, d/2, 32); values transposed and packed (B·KV, d/16, Tp/2, 32); zeros past T
+  at::Tensor kp = at::zeros({B * KV, Tb, dp, 2 * kBlock}, q.options());
+  at::Tensor vp = at::zeros({B * KV, db, Tp / 2, 2 * kBlock}, q.options());
+  auto* kpp = reinterpret_cast<uint16_t*>(kp.data_ptr<at::BFloat16>());
+  auto* vpp = reinterpret_cast<uint16_t*>(vp.data_ptr<at::BFloat16>());
+  const auto* kb = reinterpret_cast<const uint16_t*>(keys.data_ptr<at::BFloat16>());
+  const auto* vb = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
+  at::parallel_for(0, B * KV, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / KV, g = task % KV;
+      const uint16_t* kr = kb + b * keys.stride(0) + g * keys.stride(1);
+      const uint16_t* vr = vb + b * values.stride(0) + g * values.stride(1);
+      uint16_t* kt = kpp + task * Tb * dp * 2 * kBlock;
+      uint16_t* vt = vpp + task * db * (Tp / 2) * 2 * kBlock;
+      const __m512i rows16 = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                _mm512_set1_epi32(static_cast<int>(dp)));
+      for (int64_t t0 = 0; t0 < T; t0 += kBlock) {  // keys t0..t0+15, pair p → [t0 / 16, p, 2 j + i]: a gather each
+        const int64_t nk = std::min<int64_t>(T - t0, kBlock);
+        const __mmask16 have = static_cast<__mmask16>((1u << nk) - 1);
+        const auto* base = reinterpret_cast<const int*>(kr + t0 * d);
+        for (int64_t p = 0; p < dp; ++p)
+          _mm512_storeu_si512(kt + ((t0 / kBlock) * dp + p) * 2 * kBlock,
+                              _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), have, rows16, base + p, 4));
+      }
+      // values t, t+1 and columns c..c+15 → [c / 16, t / 2, 2 (c % 16) + i]: the two rows interleaved
+      const __m512i pairs = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                             37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+      for (int64_t t = 0; t < T; t += 2) {
+        for (int64_t c = 0; c < d; c += kBlock) {
+          const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + t * d + c)));
+          const __m512i b2 = t + 1 < T ? _mm512_castsi256_si512(
+                                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vr + (t + 1) * d + c)))
+                                       : _mm512_setzero_si512();
+          _mm512_storeu_si512(vt + ((c / kBlock) * (Tp / 2) + t / 2) * 2 * kBlock,
+                              _mm512_permutex2var_epi16(a, pairs, b2));
+        }
+      }
+    }
+  });
+  at::Tensor out = at::empty({B, H, L, d}, q.options());
+  const int64_t qblocks = (L + kQueries - 1) / kQueries;
+  const float sc = static_cast<float>(scale);
+  at::Tensor additive;  // the past's mask as 0 / −∞ (b, past), added to the scores
+  if (seen.defined())
+    additive = at::zeros({B, past}, q.options().dtype(at::kFloat)).masked_fill_(seen.logical_not(), -INFINITY);
+  const float* hidden = additive.defined() ? additive.data_ptr<float>() : nullptr;
+  at::parallel_for(0, B * KV * qblocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> s;
+    std::vector<uint16_t> w;
+    std::vector<float> o;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bg = task / qblocks, i0 = (task % qblocks) * kQueries, b = bg / KV, g = bg % KV;
+      const int64_t nq = std::min<int64_t>(L - i0, kQueries), M = r * nq;
+      const int64_t tend = past + i0 + nq, te = (tend + kBlock - 1) / kBlock * kBlock;  // keys any query here sees
+      s.resize(static_cast<size_t>(M * te));
+      w.resize(static_cast<size_t>(M * te));
+      o.resize(static_cast<size_t>(M * d));
+      // rows m = j · nq + ii: head g·r + j, position i0 + ii (rows of one head contiguous in q)
+      for (int64_t j = 0; j < r; ++j) {
+        const auto* qa = reinterpret_cast<const uint32_t*>(q.data_ptr<at::BFloat16>() +
+                                                             ((b * H + g * r + j) * L + i0) * d);
+        dot(qa, dp, nq, dp, kpp + bg * Tb * dp * 2 * kBlock, dp * 2 * kBlock, te / kBlock, s.data() + j * nq * te, te,
+            sc);
+      }
+      for (int64_t m = 0; m < M; ++m) {  // mask, max, e^{s − m}, the sum; the weights in bf16 for the product
+        const int64_t i = i0 + m % nq, last = past + i;  // the last key this query sees
+        float* sm = s.data() + m * te;
+        __m512 mx16 = _mm512_set1_ps(-INFINITY);
+        int64_t u = 0;
+        for (; u + 16 <= last + 1; u += 16) {  // the past's mask added (0 / −∞), the maximum over the keys seen
+          __m512 v = _mm512_loadu_ps(sm + u);
+          if (hidden && u < past) {
+            const __mmask16 in = u + 16 <= past ? static_cast<__mmask16>(0xFFFF)
+                                                : static_cast<__mmask16>((1u << (past - u)) - 1);
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(in, hidden + b * past + u));
+            _mm512_storeu_ps(sm + u, v);
+          }
+          mx16 = _mm512_max_ps(mx16, v);
+        }
+        for (; u <= last; ++u) {
+          if (hidden && u < past) sm[u] += hidden[b * past + u];
+          mx16 = _mm512_max_ps(mx16, _mm512_set1_ps(sm[u]));
+        }
+        const float mx = _mm512_reduce_max_ps(mx16);
+        uint16_t* wm = w.data() + m * te;
+        const __m512 mv = _mm512_set1_ps(mx);
+        __m512 acc = _mm512_setzero_ps();
+        int64_t t = 0;
+        for (; t + 16 <= last + 1; t += 16) {
+          const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sm + t), mv));
+          acc = _mm512_add_ps(acc, e);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(wm + t), (__m256i)_mm512_cvtneps_pbh(e));
+        }
+        const __mmask16 tail = static_cast<__mmask16>((1u << (last + 1 - t)) - 1);
+        if (t <= last) {
+          const __m512 e = _mm512_maskz_mov_ps(tail, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, sm + t), mv)));
+          acc = _mm512_add_ps(acc, e);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(wm + t), (__m256i)_mm512_cvtneps_pbh(e));  // zeros past last
+          t += 16;
+        }
+        for (; t < te; t += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(wm + t), _mm256_setzero_si256());
+        sm[0] = 1.0f / _mm512_reduce_add_ps(acc);  // (the scores are spent: keep 1 / Σ in the row's first slot)
+      }
+      // o (M, d) = w (M, te) · values[:te]: the values packed in pairs of keys
+      dot(reinterpret_cast<const uint32_t*>(w.data()), te / 2, M, te / 2, vpp + bg * db * (Tp / 2) * 2 * kBlock,
+          (Tp / 2) * 2 * kBlock, db, o.data(), d, 1.0f);
+      for (int64_t m = 0; m < M; ++m) {
+        const int64_t j = m / nq, i = i0 + m % nq;
+        at::BFloat16* op = out.data_ptr<at::BFloat16>() + ((b * H + g * r + j) * L + i) * d;
+        const __m512 inv = _mm512_set1_ps(s[m * te]);
+        for (int64_t c = 0; c < d; c += kBlock)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(op + c),
+                              (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(o.data() + m * d + c), inv)));
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY(mrtpo_rows, m) {
   m.def("pack(Tensor weight) -> Tensor");
   m.def("linear(Tensor x, Tensor packed, Tensor? bias=None) -> Tensor");
   m.def("attend(Tensor q, Tensor K, Tensor V, Tensor k_new, Tensor v_new, Tensor pos, float scale) -> Tensor");
+  m.def("attend_pass(Tensor q, Tensor keys, Tensor values, Tensor? seen, int past, float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mrtpo_rows, CPU, m) {
   m.impl("pack", &pack);
   m.impl("linear", &linear);
   m.impl("attend", &attend);
+  m.impl("attend_pass", &attend_pass);
 }

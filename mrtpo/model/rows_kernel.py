@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["SOURCE", "attend", "build", "library_path", "linear", "load", "pack", "serves", "supported"]
+__all__ = ["SOURCE", "attend", "attend_pass", "build", "library_path", "linear", "load", "pack", "serves", "supported"]
 
 SOURCE = Path(__file__).with_name("rows_kernel.cpp")
 FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-std=c++20", "-fopenmp", "-shared",
@@ -111,6 +111,7 @@ def load() -> bool:
                         torch.ops.load_library(str(path))
                         torch.library.register_fake("mrtpo_rows::linear")(_linear_shape)
                         torch.library.register_fake("mrtpo_rows::attend")(_attend_shape)
+                        torch.library.register_fake("mrtpo_rows::attend_pass")(_pass_shape)
                     _loaded = True
                 except Exception as e:  # a truncated or foreign file: oneDNN's kernels run
                     print(f"note: {path} does not load ({type(e).__name__}): oneDNN's products run",
@@ -125,6 +126,10 @@ def _linear_shape(x, packed, bias=None):
 
 def _attend_shape(q, K, V, k_new, v_new, pos, scale):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
+
+
+def _pass_shape(q, keys, values, seen, past, scale):
+    return torch.empty(q.shape, dtype=q.dtype, device=q.device)
 
 
 def serves(weight: torch.Tensor) -> bool:
@@ -156,3 +161,15 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, k_new: tor
     over t < pos and the own key, with float32 scores and sums: the CPU flash kernel's arithmetic for bf16 in one
     block of keys."""
     return torch.ops.mrtpo_rows.attend(q, keys, values, k_new, v_new, pos, scale)
+
+
+def attend_pass(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, seen: torch.Tensor | None, past: int,
+                scale: float) -> torch.Tensor:
+    """A pass's attention (the replay's): q (b, heads, L, d); keys, values (b, kv_heads, past + L, d) with rows of
+    d contiguous (a KV buffer's view); ``seen`` (b, past) bool (None: every past key seen); bf16, d a multiple of
+    16 → (b, heads, L, d) bf16. Query i of row b sees key t where t < past and seen[b, t], or past ≤ t ≤ past + i:
+
+        out = Σ_t bf16(e^{s_t − m}) v_t / Σ_t e^{s_t − m},  s_t = scale · q·k_t,  m = max over the keys it sees
+
+    with float32 scores and sums (the CPU flash kernel's bf16 arithmetic, in one block of keys)."""
+    return torch.ops.mrtpo_rows.attend_pass(q, keys, values, seen, past, scale)

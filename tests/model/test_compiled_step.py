@@ -342,12 +342,18 @@ def test_the_default_models_package_picks_the_eager_steps_greedy_tokens_but_at_t
     assert len(want) == 96
     ids = lm.encode(lm.chat_prompt(ex.prompt))
     P, n, layers = len(ids), 2, len(step.layers)
+
+    def tie(logits: torch.Tensor) -> bool:
+        """Whether the two best of these bf16 logits lie within two bf16 steps of each other."""
+        top = logits.topk(2).values
+        return bool(top[0] - top[1] <= 2 * torch.ldexp(torch.tensor(1.0), torch.frexp(top[0].abs())[1] - 8))
+
     head = dec.weight(lm.model.lm_head.weight)
     kv = S._KVGrowing(step.embed, (layers, n, step.kv_heads, step.head_dim), P, P + 96)
     with torch.inference_mode():
         one = torch.zeros((layers, 2, 1, step.kv_heads, P, step.head_dim), dtype=torch.bfloat16)
-        assert int((step.forward(torch.tensor([ids]), torch.arange(P)[None], one, 0)[0, -1] @ head.t()).argmax()) \
-            == want[0]
+        first = (step.forward(torch.tensor([ids]), torch.arange(P)[None], one, 0)[0, -1] @ head.t()).float()
+        assert tie(first) or int(first.argmax()) == want[0]  # the prompt's pass gives the sampler's first token
         kv.buf[..., :P, :] = one.transpose(0, 1)  # (2, layers, 1 → n, kv_heads, P, d)
         buf = kv.buf.transpose(0, 1).clone()  # the eager step's own buffer, the same cache
         agree, ties = 0, 0
@@ -355,12 +361,10 @@ def test_the_default_models_package_picks_the_eager_steps_greedy_tokens_but_at_t
             x = torch.full((n,), want[t])
             eager = (step(x, P + t, buf) @ head.t()).float()  # (n, V)
             compiled = (kv.step(fast, x, P + t) @ head.t()).float()
-            assert int(eager[0].argmax()) == want[t + 1]
-            top = eager[0].topk(2).values
-            spacing = torch.ldexp(torch.tensor(1.0), torch.frexp(top[0].abs())[1] - 8)  # a bf16 step at top[0]
-            if top[0] - top[1] <= 2 * spacing:
+            if tie(eager[0]):
                 ties += 1
                 continue
+            assert int(eager[0].argmax()) == want[t + 1]  # (this cache comes from the replay's pass, not the sampler's)
             assert int(compiled[0].argmax()) == want[t + 1], t
             agree += 1
     assert agree >= 80 and agree + ties == 95

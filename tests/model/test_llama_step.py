@@ -164,18 +164,23 @@ def replay_like_sequences(V, g):
     return seqs, want
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["one-masked-call", "past-and-own-apart"])
+@pytest.mark.parametrize("split", [False, True, "kernel"], ids=["one-masked-call", "past-and-own-apart", "kernel"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_own_pass_gives_the_replay_what_the_layers_give(tiny, dtype, split, monkeypatch):
+def test_the_own_pass_gives_the_replay_what_the_layers_give(tiny, dtype, split, monkeypatch, request):
     """The replay's passes (kvtrie.shared_hidden: cached pasts of different lengths in one batch, padded rows, a shared
     level whose keys later passes read) through LlamaStep.forward against the same passes through the model's layers
     — and, in float32, against each sequence alone. ``split``: every pass after a past attends to the past and to its
-    own keys in two calls merged by their log-sum-exp (what a CPU pass of ≥ SPLIT_MIN own tokens does)."""
+    own keys in two calls merged by their log-sum-exp (what a CPU pass of ≥ SPLIT_MIN own tokens does); "kernel":
+    the few-row kernel's attention (bf16; float32 passes keep SDPA's)."""
     from mrtpo.replay.kvtrie import shared_hidden
 
-    monkeypatch.setattr(L, "SPLIT_MIN", 1 if split else 10**9)
+    if split == "kernel":
+        request.getfixturevalue("rows_kernel_loaded")
+    else:
+        monkeypatch.setattr(L.rows_kernel, "load", lambda: False)
+    monkeypatch.setattr(L, "SPLIT_MIN", 1 if split is True else 10**9)
     made = []
-    monkeypatch.setattr(L, "_Attention", lambda *a: made.append(L_Attention(*a)) or made[-1])
+    monkeypatch.setattr(L, "_Attention", lambda *a, **k: made.append(L_Attention(*a, **k)) or made[-1])
     lm = spiky_model(tiny)
     stack = D.decoder_stack(lm.model)
     dec = D.Decoder(stack, dtype)
@@ -192,7 +197,7 @@ def test_the_own_pass_gives_the_replay_what_the_layers_give(tiny, dtype, split, 
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
     for r, h, a in zip(ref, got, alone):
         assert h.dtype == dtype and h.shape == r.shape and h.shape[0] >= 9
-        if dtype == torch.float32 or not split:
+        if dtype == torch.float32 or split is False:  # (the split and the kernel round elsewhere: rms below)
             torch.testing.assert_close(h, r, **tol)
         if dtype == torch.float32:
             torch.testing.assert_close(h, a, atol=1e-5, rtol=1e-5)
@@ -201,7 +206,8 @@ def test_the_own_pass_gives_the_replay_what_the_layers_give(tiny, dtype, split, 
             return float(torch.cat([(h.float() - a).flatten() for h, a in zip(hs, alone)]).pow(2).mean().sqrt())
         assert rms(got) <= 1.05 * rms(ref) and rms(ref) < 0.1
     assert torch.cat(got).float().std() > 0.1
-    assert any(m.past > 0 for m in made) and all(m.split == (split and m.past > 0) for m in made)
+    assert any(m.past > 0 for m in made) and all(m.split == (split is True and m.past > 0) for m in made)
+    assert all(m.kernel == (split == "kernel" and dtype == torch.bfloat16) for m in made)
 
 
 L_Attention = L._Attention

@@ -15,15 +15,8 @@ pytestmark = pytest.mark.skipif(not R.supported(), reason="the few-row kernel ne
 
 
 @pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    """The kernel's operators registered in this process (built into a temporary cache where none is built)."""
-    if not R.load():
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("MRTPO_CACHE", str(tmp_path_factory.mktemp("kernel-cache")))
-            said, path = R.build()
-            assert said.startswith("built ") and path.is_file()
-            assert R.load()
-    return R
+def kernel(rows_kernel_loaded):
+    return rows_kernel_loaded
 
 
 def ulp(t: torch.Tensor) -> torch.Tensor:
@@ -151,3 +144,42 @@ def test_attention_refuses_what_it_does_not_serve(kernel):
         R.attend(q, K, K, new, new, torch.tensor(9.0), 0.25)
     with pytest.raises(RuntimeError, match="contiguous K, V"):
         R.attend(q, K.float(), K, new, new, torch.tensor(3.0), 0.25)
+
+
+def masked_attention(q, keys, values, seen, past):
+    """softmax(scale · q kᵀ + mask) v in float64, query i seeing past key t where seen[b, t] and own key past + j
+    where j ≤ i; each kv head serving heads / kv_heads query heads."""
+    b, h, L, d = q.shape
+    r = h // keys.shape[1]
+    own = torch.ones(L, L, dtype=torch.bool).tril()
+    full = torch.cat([seen[:, None, :].expand(b, L, past), own.expand(b, L, L)], dim=2)[:, None]  # (b, 1, L, T)
+    k, v = (x.double().repeat_interleave(r, dim=1) for x in (keys, values))
+    s = (q.double() @ k.transpose(-1, -2) * d ** -0.5).masked_fill(~full, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+@pytest.mark.parametrize("b,h,kv,L,past,d", [(2, 9, 3, 37, 50, 64), (3, 4, 2, 16, 0, 32), (1, 9, 3, 130, 300, 64),
+                                             (4, 2, 1, 5, 17, 16), (2, 4, 4, 1, 40, 48)])
+def test_a_pass_attends_as_softmax_over_the_keys_each_query_sees(kernel, b, h, kv, L, past, d):
+    """The replay's attention against float64: past keys by each row's mask (a row that sees none of them too), its
+    own keys causally; within a bf16 rounding of the result and of the weights, as SDPA's flash kernel. Keys and
+    values are a view into a longer buffer, as the replay's are; unseen positions hold keys that would take every
+    query's whole weight were they seen."""
+    g = torch.Generator().manual_seed(b * 100 + L + past)
+    q = torch.randn(b, h, L, d, generator=g).to(torch.bfloat16)
+    buf = torch.randn(2, b, kv, past + L + 9, d, generator=g).to(torch.bfloat16)  # (2, b, kv, capacity, d)
+    seen = torch.rand(b, past, generator=g) > 0.3
+    if b > 1 and past:
+        seen[1] = False  # a row that sees no past key
+    buf[:, :, :, :past].permute(1, 3, 0, 2, 4)[~seen] = 300.0  # (b, past, 2, kv, d) where unseen
+    keys, values = buf[0, :, :, :past + L], buf[1, :, :, :past + L]
+    got = R.attend_pass(q, keys, values, seen, past, d ** -0.5)
+    want = masked_attention(q, keys, values, seen, past)
+    assert got.shape == (b, h, L, d) and torch.isfinite(got).all()
+    assert want.abs().max() < 10  # (the unseen keys' values, 300, are nowhere in it)
+    bound = ulp(want.float()).double() + 2 ** -8 * 4
+    assert ((got.double() - want).abs() <= bound).all()
+    if past:  # seen None: every past key seen
+        everything = R.attend_pass(q, keys, values, None, past, d ** -0.5)
+        assert torch.equal(everything, R.attend_pass(q, keys, values, torch.ones(b, past, dtype=torch.bool), past,
+                                                     d ** -0.5))
