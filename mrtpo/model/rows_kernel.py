@@ -62,7 +62,8 @@ def library_path() -> Path:
 def build(force: bool = False) -> tuple[str, Path | None]:
     """Compile the kernel into :func:`library_path` (``g++`` against torch's headers), unless it is there
     (``force``: again); written beside it and renamed into place; the other keys' libraries are removed.
-    → (what happened, in words; the path, None where the CPU cannot run it)."""
+    → (what happened, in words; the path, None where nothing was built: a CPU that cannot run it, no compiler, a
+    compiler that fails — then torch's kernels run, and the words say why)."""
     if not supported():
         return "the few-row kernel needs AVX512-BF16, which this CPU lacks: nothing to build", None
     path = library_path()
@@ -80,8 +81,12 @@ def build(force: bool = False) -> tuple[str, Path | None]:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"g++ failed building {SOURCE.name}:\n{done.stderr[-2000:]}")
+            last = done.stderr.strip().splitlines()[-1:] or ["no message"]
+            return (f"g++ could not build {SOURCE.name} ({last[0][:300]}): the kernel is not built, torch's kernels "
+                    f"run"), None
         os.replace(part, path)
+    except OSError as e:  # no g++ here
+        return f"no C++ compiler ({type(e).__name__}: {e}): the kernel is not built, torch's kernels run", None
     finally:
         part.unlink(missing_ok=True)
     global _loaded

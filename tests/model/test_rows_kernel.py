@@ -183,3 +183,19 @@ def test_a_pass_attends_as_softmax_over_the_keys_each_query_sees(kernel, b, h, k
         everything = R.attend_pass(q, keys, values, None, past, d ** -0.5)
         assert torch.equal(everything, R.attend_pass(q, keys, values, torch.ones(b, past, dtype=torch.bool), past,
                                                      d ** -0.5))
+
+
+def test_no_compiler_or_a_failing_one_builds_nothing_and_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no g++ on the path
+    said, path = R.build(force=True)
+    assert path is None and said.startswith("no C++ compiler (FileNotFoundError") and "torch's kernels run" in said
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "g++").write_text("#!/bin/sh\necho 'error: this compiler knows no avx512bf16' >&2\nexit 1\n")
+    (fake / "g++").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    said, path = R.build(force=True)
+    assert path is None and said == ("g++ could not build rows_kernel.cpp (error: this compiler knows no avx512bf16): "
+                                     "the kernel is not built, torch's kernels run")
+    assert not any((tmp_path / "compiled" / "kernels").iterdir())  # no part file left
