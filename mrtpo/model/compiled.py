@@ -277,11 +277,10 @@ def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
     (``force``: build both again); the model's other packages under the same name (stale) are removed once it is.
     → (what happened, in words; the package's path, None where no compiled step applies: a CPU without fast bf16,
     another architecture, a GPU)."""
-    from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack
-    from mrtpo.model.llama_step import llama_step
+    from mrtpo.model.decoder import compute_dtype
+    from mrtpo.model.sampler import sampling_decoder
 
-    dtype = compute_dtype(lm, "auto")
-    step = llama_step(Decoder(decoder_stack(lm.model), dtype, few_rows=True, keep=lm.frozen))
+    _, step = sampling_decoder(lm, compute_dtype(lm, "auto"))  # the Decoder and own step sampling will use
     if step is None:
         return (f"no compiled step applies to '{lm.name}' here (the own decoding step runs only for Llama-family "
                 f"models on bf16 weight copies, on a CPU with AMX / AVX512-BF16): nothing to build"), None

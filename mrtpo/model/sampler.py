@@ -139,8 +139,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     from transformers import DynamicCache
 
     dev = lm.device
-    dec = Decoder(decoder_stack(lm.model), dtype, few_rows=few_rows, keep=lm.frozen)
-    step = llama_step(dec) if few_rows else None  # the own step where it was measured faster, else the layers
+    dec, step = sampling_decoder(lm, dtype, few_rows)
     linear = rows_linear if dec.few_rows or step is not None else torch.nn.functional.linear
     prefill = DynamicCache()  # plain full-length layers, whatever the model's config says (e.g. sliding windows)
     out = dec(input_ids=torch.tensor([prompt_ids], device=dev), use_cache=True, **{dec.cache_kwarg: prefill})
@@ -223,8 +222,7 @@ def warm_up(lm: LoadedModel) -> None:
     trainer's: nothing kept)."""
     if not lm.frozen:
         return
-    dec = Decoder(decoder_stack(lm.model), compute_dtype(lm, "auto"), few_rows=True, keep=True)
-    step = llama_step(dec)
+    dec, step = sampling_decoder(lm, compute_dtype(lm, "auto"))
     if step is None:
         return
     from mrtpo.model.compiled import MIN_POSITIONS, MIN_ROWS
@@ -233,6 +231,14 @@ def warm_up(lm: LoadedModel) -> None:
     if fast is None:  # else the eager step's packed weights
         step.packed()
     _packed_head(dec, _head_weights(lm, dec)[0], fast is not None)
+
+
+def sampling_decoder(lm: LoadedModel, dtype: torch.dtype, few_rows: bool = True) -> tuple[Decoder, object | None]:
+    """The Decoder sampling runs in ``dtype`` (kept with a frozen model: its cast copies and memo live as long as the
+    model) and, for few rows, the own step over it where one applies (:func:`mrtpo.model.llama_step.llama_step`:
+    where it was measured faster; else None and the model's layers run)."""
+    dec = Decoder(decoder_stack(lm.model), dtype, few_rows=few_rows, keep=lm.frozen)
+    return dec, (llama_step(dec) if few_rows else None)
 
 
 def _packed_head(dec: Decoder, weight: torch.Tensor, compiled: bool) -> tuple[torch.Tensor, Callable] | None:
