@@ -278,7 +278,7 @@ def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
     → (what happened, in words; the package's path, None where no compiled step applies: a CPU without fast bf16,
     another architecture, a GPU)."""
     from mrtpo.model.decoder import compute_dtype
-    from mrtpo.model.sampler import sampling_decoder
+    from mrtpo.model.llama_step import sampling_decoder
 
     _, step = sampling_decoder(lm, compute_dtype(lm, "auto"))  # the Decoder and own step sampling will use
     if step is None:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from mrtpo.model import rows_kernel
-from mrtpo.model.decoder import Decoder, pack, packable, packed_linear, rows_linear
+from mrtpo.model.decoder import Decoder, decoder_stack, pack, packable, packed_linear, rows_linear
 from mrtpo.model.windows import layer_windows
 
 _STATIC_ROPE = ("default", "linear", "llama3")  # inv_freq does not depend on the sequence length
@@ -70,6 +70,14 @@ def llama_step(dec: Decoder) -> LlamaStep | None:
     if params is None or next(iter(params.values())).device.type != "cpu" or not supports(dec.module, params):
         return None
     return dec.memo("llama_step", lambda: LlamaStep(dec.module, params))
+
+
+def sampling_decoder(lm, dtype: torch.dtype, few_rows: bool = True) -> tuple[Decoder, LlamaStep | None]:
+    """The Decoder sampling runs ``lm`` in (``dtype``; kept with a frozen model: its cast copies and memo live as long
+    as the model) and, for few rows, the own step over it where one applies (:func:`llama_step`; else None and the
+    model's layers run): what :func:`mrtpo.model.sampler.sample_ids`, its warm-up and the compiled step's build use."""
+    dec = Decoder(decoder_stack(lm.model), dtype, few_rows=few_rows, keep=lm.frozen)
+    return dec, (llama_step(dec) if few_rows else None)
 
 
 class LlamaStep:

@@ -10,10 +10,10 @@ import torch
 
 from mrtpo.errors import MrtpoError
 from mrtpo.model.arch import check_model, final_softcap
-from mrtpo.model.decoder import Decoder, compute_dtype, decoder_stack, pack, packable, packed_linear, rows_linear
+from mrtpo.model.decoder import Decoder, compute_dtype, pack, packable, packed_linear, rows_linear
 from mrtpo.model.defaults import SamplingConfig
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
-from mrtpo.model.llama_step import llama_step
+from mrtpo.model.llama_step import sampling_decoder
 from mrtpo.model.load import LoadedModel
 from mrtpo.model.rates import measuring, sample_tokens
 from mrtpo.model.rng import generator, seeded_global
@@ -231,14 +231,6 @@ def warm_up(lm: LoadedModel) -> None:
     if fast is None:  # else the eager step's packed weights
         step.packed()
     _packed_head(dec, _head_weights(lm, dec)[0], fast is not None)
-
-
-def sampling_decoder(lm: LoadedModel, dtype: torch.dtype, few_rows: bool = True) -> tuple[Decoder, object | None]:
-    """The Decoder sampling runs in ``dtype`` (kept with a frozen model: its cast copies and memo live as long as the
-    model) and, for few rows, the own step over it where one applies (:func:`mrtpo.model.llama_step.llama_step`:
-    where it was measured faster; else None and the model's layers run)."""
-    dec = Decoder(decoder_stack(lm.model), dtype, few_rows=few_rows, keep=lm.frozen)
-    return dec, (llama_step(dec) if few_rows else None)
 
 
 def _packed_head(dec: Decoder, weight: torch.Tensor, compiled: bool) -> tuple[torch.Tensor, Callable] | None:

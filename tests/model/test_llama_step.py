@@ -12,7 +12,6 @@ from transformers import DynamicCache
 from mrtpo.model import LoadedModel, sample
 from mrtpo.model import decoder as D
 from mrtpo.model import llama_step as L
-from mrtpo.model import sampler as S
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 
 
@@ -115,11 +114,11 @@ def test_auto_sampling_through_the_own_step_draws_what_the_layers_draw(tiny, mon
     lm = spiky_model(tiny)
     monkeypatch.setattr(D, "fast_bf16_cpu", lambda: True)
     used = []
-    real = S.llama_step
-    monkeypatch.setattr(S, "llama_step", lambda dec: used.append(real(dec)) or used[-1])
+    real = L.llama_step
+    monkeypatch.setattr(L, "llama_step", lambda dec: used.append(real(dec)) or used[-1])
     got = sample(lm, "SELECT the names of all customers", n=4, max_new_tokens=16, temperature=temperature, seed=3)
     assert used and used[-1] is not None
-    monkeypatch.setattr(S, "llama_step", lambda dec: None)
+    monkeypatch.setattr(L, "llama_step", lambda dec: None)
     want = sample(lm, "SELECT the names of all customers", n=4, max_new_tokens=16, temperature=temperature, seed=3)
     assert [s.token_ids for s in got] == [s.token_ids for s in want]
     assert len({tuple(s.token_ids) for s in got}) > (1 if temperature else 0) and len(got[0].token_ids) > 4
@@ -134,7 +133,7 @@ def test_default_model_the_own_step_gives_the_layers_hidden_states_and_greedy_to
     if D.fast_bf16_cpu():  # where "auto" takes it: the layers' greedy tokens, up to a tie within bf16 rounding
         prompt = "Write one SQL query that lists the names of all customers."
         a = sample(smol, prompt, n=2, max_new_tokens=24, temperature=0)
-        monkeypatch.setattr(S, "llama_step", lambda dec: None)
+        monkeypatch.setattr(L, "llama_step", lambda dec: None)
         b = sample(smol, prompt, n=2, max_new_tokens=24, temperature=0)
         assert len(a[0].token_ids) > 8
         for x, y in zip((s.token_ids for s in a), (s.token_ids for s in b)):
