@@ -27,13 +27,18 @@ def decoder_stack(model: torch.nn.Module) -> torch.nn.Module:
     return base.get_decoder()
 
 
-def fast_bf16_cpu() -> bool:
-    """Whether this CPU has AMX-BF16 or AVX512-BF16 (bfloat16 matrix products much faster than float32)."""
+def cpu_flags() -> str:
+    """This CPU's feature flags as /proc/cpuinfo lists them (its first ``flags`` line; empty where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
+            return next((line for line in f if line.startswith("flags")), "")
     except OSError:
-        return False
+        return ""
+
+
+def fast_bf16_cpu() -> bool:
+    """Whether this CPU has AMX-BF16 or AVX512-BF16 (bfloat16 matrix products much faster than float32)."""
+    flags = cpu_flags()
     return " amx_bf16" in flags or " avx512_bf16" in flags
 
 

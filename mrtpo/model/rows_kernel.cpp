@@ -35,21 +35,28 @@ at::Tensor pack(const at::Tensor& w) {
       .view({N / kBlock, K / 2, 2 * kBlock});
 }
 
+// acc[m][v] = Σ_p a[m, p] · w[block v, p] over Kp k-pairs (float32, p in order, one VDPBF16PS per pair): a's rows
+// as bf16 pairs, a_stride pairs apart; w in pack's layout, its blocks w_stride elements apart.
+template <int M, int NV>
+inline void accumulate(const uint32_t* a, int64_t a_stride, int64_t Kp, const uint16_t* w, int64_t w_stride,
+                       __m512 (&acc)[M][NV]) {
+  for (int m = 0; m < M; ++m)
+    for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < Kp; ++p) {
+    __m512bh wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + v * w_stride + p * 2 * kBlock);
+    for (int m = 0; m < M; ++m) {
+      const __m512bh ab = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m * a_stride + p]));
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], ab, wv[v]);
+    }
+  }
+}
+
 template <int M, int NV>
 inline void tile(const uint32_t* x, int64_t Kp, const uint16_t* w, const float* bias, at::BFloat16* y, int64_t N,
                  int64_t n0) {
   __m512 acc[M][NV];
-  for (int m = 0; m < M; ++m)
-    for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
-  const int64_t stride = Kp * 2 * kBlock;  // elements of one block
-  for (int64_t p = 0; p < Kp; ++p) {
-    __m512bh wv[NV];
-    for (int v = 0; v < NV; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + v * stride + p * 2 * kBlock);
-    for (int m = 0; m < M; ++m) {
-      const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[m * Kp + p]));
-      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], xb, wv[v]);
-    }
-  }
+  accumulate<M, NV>(x, Kp, Kp, w, Kp * 2 * kBlock, acc);
   for (int v = 0; v < NV; ++v) {
     const __m512 b = bias ? _mm512_loadu_ps(bias + n0 + v * kBlock) : _mm512_setzero_ps();
     for (int m = 0; m < M; ++m) {
@@ -292,16 +299,7 @@ template <int MR, int NV>
 inline void dot_tile(const uint32_t* a, int64_t a_stride, int64_t Kp, const uint16_t* w, int64_t w_stride, float* out,
                      int64_t out_stride, float scale) {
   __m512 acc[MR][NV];
-  for (int m = 0; m < MR; ++m)
-    for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < Kp; ++p) {
-    __m512bh wv[NV];
-    for (int v = 0; v < NV; ++v) wv[v] = (__m512bh)_mm512_loadu_si512(w + v * w_stride + p * 2 * kBlock);
-    for (int m = 0; m < MR; ++m) {
-      const __m512bh ab = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[m * a_stride + p]));
-      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], ab, wv[v]);
-    }
-  }
+  accumulate<MR, NV>(a, a_stride, Kp, w, w_stride, acc);
   for (int m = 0; m < MR; ++m)
     for (int v = 0; v < NV; ++v)
       _mm512_storeu_ps(out + m * out_stride + v * kBlock, _mm512_mul_ps(acc[m][v], _mm512_set1_ps(scale)));

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from mrtpo.model.decoder import cpu_flags
+
 __all__ = ["SOURCE", "attend", "attend_pass", "build", "library_path", "linear", "load", "pack", "serves", "supported"]
 
 SOURCE = Path(__file__).with_name("rows_kernel.cpp")
@@ -41,12 +43,7 @@ _lock = threading.Lock()
 
 def supported() -> bool:
     """Whether this CPU runs the kernel: AVX512-BF16 (which AMX-BF16 CPUs have too)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return False
-    return " avx512_bf16" in flags
+    return " avx512_bf16" in cpu_flags()
 
 
 def library_path() -> Path:
