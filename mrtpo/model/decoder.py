@@ -161,7 +161,7 @@ class Decoder:
         faster (:func:`few_rows_fast`; not with cast copies or adapters): the same products, summed in another
         order. ``self.few_rows`` says whether they do. ``keep``: the cast copies and what :meth:`memo` makes are
         kept with the module (the weights must not change while it lives; the app's model is frozen)."""
-        self.module, self.dtype = backbone, dtype
+        self.module, self.dtype, self.kept = backbone, dtype, keep
         self._turn = _module_lock(backbone)
         with self._turn:  # not while another Decoder's pass has its copies swapped in
             self._store = _kept.setdefault(backbone, {}).setdefault(dtype, {}) if keep else {}
@@ -185,6 +185,15 @@ class Decoder:
             if name not in self._store:
                 self._store[name] = make()
             return self._store[name]
+
+    def prefixes(self):
+        """The prefixes this model ran alone, kept for reuse (:class:`mrtpo.model.kvcache.PrefixStore`), shared by
+        every kept Decoder of the module and dtype; None for a Decoder not kept (its weights may change after it)."""
+        if not self.kept:
+            return None
+        from mrtpo.model.kvcache import PrefixStore
+
+        return self.memo("prefixes", PrefixStore)
 
     def weight(self, p: torch.Tensor) -> torch.Tensor:
         """``p`` (a parameter of the model) in this decoder's dtype: its cast copy if ``p`` is one of the stack's
@@ -223,6 +232,15 @@ def weights_fixed(lm: LoadedModel):
         _for_now.discard(stack)
         with _module_lock(stack):  # not while a pass reads them
             _kept.pop(stack, None)
+
+
+def drop_prefixes(lm: LoadedModel) -> None:
+    """Forget the prefixes ``lm``'s kept Decoders ran (:meth:`Decoder.prefixes`), the cast copies staying: the next
+    sampling or replay runs its prompt again (benchmarks that time a prompt's first sampling or replay)."""
+    stack = decoder_stack(lm.model)
+    with _module_lock(stack):
+        for store in _kept.get(stack, {}).values():
+            store.pop("prefixes", None)
 
 
 def fixed_for_good(lm: LoadedModel) -> bool:

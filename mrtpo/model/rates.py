@@ -229,6 +229,14 @@ def waited(seconds: float) -> None:
         m.waited += seconds
 
 
+def reused(tokens: int) -> None:
+    """This thread's computation took ``tokens`` of the forward tokens its measurement counts from a kept prefix
+    (:class:`mrtpo.model.kvcache.PrefixStore`) instead of running them: the measurement records that many fewer."""
+    m = getattr(_current, "measurement", None)
+    if m is not None:
+        m.reused += tokens
+
+
 def machine_cpu() -> tuple[float, int] | None:
     """(seconds the machine's CPUs have been busy since it started, summed over them; how many CPUs) from Linux's
     ``/proc/stat``; None where it cannot be read."""
@@ -251,6 +259,7 @@ class Measurement(Work):
     def __init__(self, key: RateKey, threads: int):
         super().__init__()
         self.key, self.threads, self.tokens, self.waited = key, threads, 0, 0.0
+        self.reused = 0  # of tokens, taken from a kept prefix (:func:`reused`)
         self._cpu = (machine_cpu(), time.process_time())
         self.t0 = time.perf_counter()
 
@@ -287,7 +296,7 @@ def measuring(lm: LoadedModel, dtype: torch.dtype, phase: str, rates: Rates | No
         _current.measurement = outer
     wall = time.perf_counter() - m.t0
     shared = m.shared or m.others_busy(wall)
-    (rates or RATES).record(m.key, m.tokens, wall - m.waited, clean=not shared)
+    (rates or RATES).record(m.key, m.tokens - m.reused, wall - m.waited, clean=not shared)
 
 
 def forward_rate(lm: LoadedModel, dtype: torch.dtype, phase: str, rates: Rates | None = None) -> tuple[float, bool]:

@@ -15,7 +15,7 @@ from mrtpo.model.defaults import SamplingConfig
 from mrtpo.model.kvcache import buffer_cache, cache_tensors
 from mrtpo.model.llama_step import sampling_decoder
 from mrtpo.model.load import LoadedModel
-from mrtpo.model.rates import measuring, sample_tokens
+from mrtpo.model.rates import measuring, reused, sample_tokens
 from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
 
@@ -110,9 +110,10 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     sampling temperature τ (τ = 1 for greedy; before top-p), the entropy of each step's distribution (None where
     ``generate`` sampled).
 
-    The prompt goes through the decoder stack once (1 row); its keys and values are copied into one buffer of n rows
-    sized for prompt + max_new_tokens, which every decoding step writes in place
-    (:func:`mrtpo.model.kvcache.buffer_cache`).
+    The prompt goes through the decoder stack once (1 row) — not at all where a model whose weights do not change
+    ran it before: its keys, values and last hidden state are kept (:meth:`mrtpo.model.decoder.Decoder.prefixes`;
+    the same tensors, so the same tokens) —; its keys and values are copied into one buffer of n rows sized for
+    prompt + max_new_tokens, which every decoding step writes in place (:func:`mrtpo.model.kvcache.buffer_cache`).
     A step projects only the n last hidden states onto the vocabulary (in ``dtype``; soft-capped where the model's
     config says so, Gemma 2's tanh(z / c) · c) and takes float32 logits through
     :func:`next_token_scores`; greedy takes the argmax. ``exact_draws`` draws with ``torch.multinomial``, as
@@ -141,16 +142,26 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     dev = lm.device
     dec, step = sampling_decoder(lm, dtype, few_rows)
     linear = rows_linear if dec.few_rows or step is not None else torch.nn.functional.linear
-    prefill = DynamicCache()  # plain full-length layers, whatever the model's config says (e.g. sliding windows)
-    out = dec(input_ids=torch.tensor([prompt_ids], device=dev), use_cache=True, **{dec.cache_kwarg: prefill})
-    try:
-        layers = cache_tensors(prefill)
-        kv_shape = {tuple(K.shape) for pair in layers for K in pair}
-        if len(kv_shape) != 1:
-            raise MrtpoError("layers with different KV shapes")
-    except MrtpoError:
-        out = _generate_ids(lm, prompt_ids, n, max_new_tokens, temperature, top_p, gen, progress)
-        return (out, None) if entropy else out
+    store, key = dec.prefixes(), ("prompt", dec.few_rows, torch.get_num_threads(), tuple(prompt_ids))
+    hit = store.get(key) if store is not None else None
+    if hit is not None:  # this prompt's pass, run before by this model's unchanged weights: the same tensors
+        layers, h = hit
+        reused(len(prompt_ids))  # (not run: this sampling's measured rate leaves them out)
+    else:
+        prefill = DynamicCache()  # plain full-length layers, whatever the model's config says (e.g. sliding windows)
+        out = dec(input_ids=torch.tensor([prompt_ids], device=dev), use_cache=True, **{dec.cache_kwarg: prefill})
+        try:
+            layers = cache_tensors(prefill)
+            kv_shape = {tuple(K.shape) for pair in layers for K in pair}
+            if len(kv_shape) != 1:
+                raise MrtpoError("layers with different KV shapes")
+        except MrtpoError:
+            out = _generate_ids(lm, prompt_ids, n, max_new_tokens, temperature, top_p, gen, progress)
+            return (out, None) if entropy else out
+        h = out.last_hidden_state[:, -1].clone()  # (1, H) after the prompt
+        del prefill, out
+        if store is not None:
+            store.put(key, (layers, h))
     P = len(prompt_ids)
     _, kv_heads, _, head_dim = layers[0][0].shape
     fast = _compiled_step(lm, dec, step, n, P + max_new_tokens - 1)
@@ -162,7 +173,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     for i, (K, V) in enumerate(layers):
         buf[i, 0, :, :, :P] = K[0]
         buf[i, 1, :, :, :P] = V[0]
-    del prefill, layers
+    del layers
     cache = buffer_cache(buf, P) if step is None else None  # the own step writes into buf itself
     weight, bias = _head_weights(lm, dec)
     if step is not None:  # the head as the own step's products, packed once (per Decoder)
@@ -173,8 +184,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     tokens = torch.full((n, max_new_tokens), fill, dtype=torch.long, device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     ent = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=dev) if entropy else None
-    h = out.last_hidden_state[:, -1]  # (1, H) after the prompt, then (n, H)
-    for t in range(max_new_tokens):
+    for t in range(max_new_tokens):  # h: (1, H) after the prompt, then (n, H)
         logits = linear(h, weight, bias)
         if cap:
             logits = torch.tanh(logits / cap) * cap

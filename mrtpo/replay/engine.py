@@ -226,7 +226,8 @@ def _replayed(lm: LoadedModel, groups: Sequence[GroupInput], template: Template 
         on_pass, tick = replay_progress(lm, plans, progress)
         states, trie, passes = shared_hidden(
             dec, 0 if pad is None else pad, lm.device, seqs, want,
-            cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec), progress=on_pass)
+            cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec), progress=on_pass,
+            store=dec.prefixes())
         hidden = dict(zip(keys, states))
         t_attn = time.perf_counter()
         attn = [_info_attention(lm, plan, dec) if need.attention else None for plan in plans]

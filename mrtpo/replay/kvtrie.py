@@ -122,6 +122,7 @@ def _merge_short(trie: Trie, min_saved: int) -> Trie:
 class PassStats:
     forward_tokens: int = 0  # padded new tokens over all passes
     forward_passes: int = 0
+    reused_tokens: int = 0  # tokens of passes taken from a PrefixStore (not run)
     levels: list[int] = field(default_factory=list)  # passes per stage (shared levels, then the leaves)
 
 
@@ -136,6 +137,7 @@ def shared_hidden(
     share: bool = True,
     own=None,
     progress: Callable[[int, int], None] | None = None,
+    store=None,
 ) -> tuple[list[torch.Tensor], Trie, PassStats]:
     """Final hidden states of positions [lo, hi) of every sequence (want[n] = (lo, hi)), each trie node run once.
 
@@ -145,7 +147,11 @@ def shared_hidden(
     once per pass).  A pass holds at most ``token_budget`` padded new tokens and ``kv_budget`` padded (past + new)
     tokens.  Returns per sequence (hi − lo, H), the trie and pass counts.  ``progress(forward tokens done, of
     total)`` is called after each pass (what it raises stops the passes: a Cancel); the passes are those of
-    :func:`plan_passes`.
+    :func:`plan_passes`. ``store`` (a :class:`mrtpo.model.kvcache.PrefixStore`, given for weights that do not
+    change): a pass of one shared segment alone — the prompt every sequence starts with, a verifier item's branch —
+    is kept there under its whole token prefix, and a later replay whose plan has the same pass takes its keys,
+    values and hidden states from there instead of running it (the same tensors: ``stats.reused_tokens`` counts
+    its tokens, ``stats.forward_tokens`` does not).
     """
     if own is None and getattr(decoder, "prefix_mode", "model") == "unshared":
         share = False  # sliding windows the passes cannot mask from positions: each sequence from position 0
@@ -158,9 +164,17 @@ def shared_hidden(
     kv: dict[int, torch.Tensor] = {}  # branching segment -> (layers, 2, kv_heads, len, d)
     buffer = _KVBuffer(max((len(b) * _kv_len(segs, b) for b in batches if own or _past_len(segs, b) > 0), default=0))
     for batch in batches:
-        _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own)
+        key = _alone_key(segs, batch, own) if store is not None else None
+        hit = store.get(key) if key is not None else None
+        if hit is not None:
+            hidden[batch[0]], kv[batch[0]] = hit
+            stats.reused_tokens += len(segs[batch[0]].tokens)
+        else:
+            _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own)
+            if key is not None:
+                store.put(key, (hidden[batch[0]].clone(), kv[batch[0]]))
         if progress is not None:
-            progress(stats.forward_tokens, total)
+            progress(stats.forward_tokens + stats.reused_tokens, total)
     out = []
     for path, (lo, hi) in zip(trie.paths, want):
         if hi <= lo:
@@ -171,6 +185,20 @@ def shared_hidden(
         h = parts[0] if len(parts) == 1 else torch.cat(parts)
         out.append(h[lo - segs[first].start : hi - segs[first].start])
     return out, trie, stats
+
+
+def _alone_key(segs: list[Segment], batch: list[int], own) -> tuple | None:
+    """The PrefixStore key of a pass of one shared segment alone in its batch (its keys are kept for its children):
+    the segment's whole token prefix (its ancestors' tokens, then its own), which pass runs it (the own pass or
+    the model's layers) and the thread count; None for any other pass (its rows' results may depend on the rows
+    beside them)."""
+    if len(batch) != 1 or not segs[batch[0]].has_children:
+        return None
+    path, i = [], batch[0]
+    while i >= 0:
+        path.append(segs[i].tokens)
+        i = segs[i].parent
+    return ("segment", own is not None, torch.get_num_threads(), tuple(t for toks in reversed(path) for t in toks))
 
 
 def plan_passes(seqs: list[list[int]], token_budget: int, kv_budget: int, share: bool = True

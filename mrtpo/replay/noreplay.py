@@ -78,7 +78,7 @@ def sampling_entropy(lm: LoadedModel, prompt: str, responses: Sequence[Sequence[
     with torch.no_grad():
         states, _, _ = shared_hidden(dec, pad, lm.device, [x + list(responses[i]) for i in todo],
                                      [(len(x) - 1, len(x) - 1 + len(responses[i])) for i in todo],
-                                     token_budget, kv_budget, own=llama_step(dec))
+                                     token_budget, kv_budget, own=llama_step(dec), store=dec.prefixes())
         W = dec.weight(head.weight)  # (V, H)
         rows = max(1, ENTROPY_LOGITS // W.shape[0])
         for i, h in zip(todo, states):  # h: (T_i, H), the states that predict each response token

@@ -39,7 +39,7 @@ def test_replay_section():
     f = dict(setting="Model default.", t_gen=4.67, t_naive=20.74, t_exact=10.39, t_fast=3.96, naive=(19271, 32),
              exact=(8395, 10), fast=(8395, 10), err=9.2e-6, bf16_err=8.1e-3, mem_auto=474 * 2**20,
              mem_model=338 * 2**20, full_logits=479 * 2**20, flops=1.0046e12, peak=62.9e9, dtype="float32",
-             t_fixed=1.79, t_gen_fixed=3.30, sample_floor=1.0, bandwidth=40e9)
+             t_fixed=1.79, t_gen_fixed=3.30, t_again=1.43, sample_floor=1.0, bandwidth=40e9)
     text = replay.doc_text(f)
     # 3.96 s × 62.9 GFLOPS / 1.0046 TFLOP = 0.248; sampling 4.67 s over its 1.0-s floor
     assert "| (e) replay ÷ its float32 floor | 0.25 | ≤ 1.5 |" in text
@@ -60,6 +60,8 @@ def test_replay_section():
     assert "| (b) replay / generation time, default | 0.848 | ≤ 0.5 under `rule` |" in text
     assert ("| (b) replay / generation time, cast copies shared (`weights_fixed`: a trainer's step, the app) | 0.542 | "
             "replay 1.79 s / sampling 3.30 s |") in text
+    assert ("| (b) the same prompt replayed again, its shared prompt passes kept (a frozen model's `PrefixStore`) | "
+            "1.43 s | 0.799 of its first replay |") in text  # 1.43 / 1.79
     assert ("| (c) replay peak memory above the loaded model, model dtype | 338 MiB | all logits at once: 479 MiB |"
             in text)
     f["bf16_err"] = None  # a CPU without fast bf16: the default is the model's dtype
@@ -79,9 +81,10 @@ def test_generate_section():
     assert "| compiled step (a frozen model's) | no package here |  |" in text
     f["memory"] = None  # --skip-memory: no memory column
     assert "| transformers `generate` (before), model dtype | 11.78 s | 695 | 59.0 |\n" in generate.doc_text(f)
-    f["compiled"] = dict(time=3.1, tokens=640, step_ms=29.7, first=0.2)
+    f["compiled"] = dict(time=3.1, tokens=640, step_ms=29.7, first=0.2, again=2.79)
     text = generate.doc_text(f)
     assert "| compiled step: one decoding step | 29.7 ms (÷ eager 0.600) |  |" in text
+    assert "| the same prompt again (its prompt pass kept) | 2.79 s (0.900) |  |" in text  # 2.79 / 3.1
     assert "| compiled decoding step ÷ its memory floor | 2.11 | ≤ 1.5 |" in text
 
 
