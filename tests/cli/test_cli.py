@@ -1,4 +1,5 @@
 """The CLI: JSON in and out, bad lines named, other lines still processed."""
+import dataclasses
 import json
 import re
 import subprocess
@@ -627,7 +628,9 @@ def test_default_model_conversion_is_announced(tmp_path, capsys, monkeypatch, ti
     import mrtpo.model as M
 
     monkeypatch.setattr(M, "default_model_cached", lambda: False)
-    monkeypatch.setattr(M, "load_model", lambda name, device="auto": tiny)
+    # a model object of its own: a command marks its model frozen (its weights never change in its process), which
+    # must not leak into the session's shared fixture
+    monkeypatch.setattr(M, "load_model", lambda name, device="auto": dataclasses.replace(tiny))
     case = {"id": "a", "prompt": "Hi.", "verifier_info": {"kw": "x"}, "response": "Hello."}
     rc, _, err = _run(capsys, "relevance", "--input", _jsonl(tmp_path / "c.jsonl", [case]), "--output", "-")
     assert rc == 0 and "loading model default (auto): converting it once, ~20 s" in _stages(err)
