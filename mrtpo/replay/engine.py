@@ -48,7 +48,7 @@ from mrtpo.model.rates import measuring
 from mrtpo.replay.attention import info_attention, info_span
 from mrtpo.replay.kvtrie import shared_hidden
 from mrtpo.replay.noreplay import unreplayed, with_entropy
-from mrtpo.replay.plan import Plan, plan_group, replay_progress, sequences
+from mrtpo.replay.plan import Plan, cuts, plan_group, replay_progress, sequences
 from mrtpo.replay.results import ReplayResult
 from mrtpo.replay.vocab import FUSED, use_fused, vocabulary_side
 from mrtpo.templates import ALL, Template
@@ -227,7 +227,7 @@ def _replayed(lm: LoadedModel, groups: Sequence[GroupInput], template: Template 
         states, trie, passes = shared_hidden(
             dec, 0 if pad is None else pad, lm.device, seqs, want,
             cfg.token_budget, cfg.kv_budget, share=cfg.share_prefix, own=llama_step(dec), progress=on_pass,
-            store=dec.prefixes())
+            store=dec.prefixes(), cuts=cuts(plans))
         hidden = dict(zip(keys, states))
         t_attn = time.perf_counter()
         attn = [_info_attention(lm, plan, dec) if need.attention else None for plan in plans]

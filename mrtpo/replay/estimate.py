@@ -24,7 +24,7 @@ from mrtpo.model import decoder as _decoder
 from mrtpo.model.rates import Rates, forward_rate, n_params, sample_tokens
 from mrtpo.replay.engine import GroupInput, ReplayConfig, replay_needs, scored_measures
 from mrtpo.replay.kvtrie import pass_tokens, plan_passes
-from mrtpo.replay.plan import plan_group, sequences
+from mrtpo.replay.plan import cuts, plan_group, sequences
 from mrtpo.templates import Template, variant_label
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def replay_tokens(lm: LoadedModel, groups: Sequence[GroupInput], template: Templ
              for g in groups]
     _, seqs, _ = sequences(plans)
     share = cfg.share_prefix and _decoder.prefix_mode(decoder_stack(lm.model)) != "unshared"  # as the replay does
-    trie, batches, _ = plan_passes(seqs, cfg.token_budget, cfg.kv_budget, share)
+    trie, batches, _ = plan_passes(seqs, cfg.token_budget, cfg.kv_budget, share, cuts(plans))
     extra = 0
     if need.attention:  # one more pass per response under P_all
         extra = sum(len(p.prompt_ids[i][p.variants[0]]) + len(r) for p in plans for i, r in enumerate(p.resp_ids))

@@ -39,6 +39,7 @@ class Segment:
     parent: int  # index of the parent segment, -1 at the top
     level: int  # parent's level + 1; the passes run level by level
     has_children: bool = False
+    pinned: bool = False  # ends at a cut: never folded into its children (:func:`_merge_short`)
 
 
 @dataclass
@@ -47,10 +48,12 @@ class Trie:
     paths: list[list[int]]  # per sequence: its segments, top to bottom
 
 
-def build_trie(seqs: list[list[int]], share: bool = True, min_saved: int = 64) -> Trie:
+def build_trie(seqs: list[list[int]], share: bool = True, min_saved: int = 64, cuts=frozenset()) -> Trie:
     """Segments of the trie of ``seqs`` (share=False: one segment per sequence, nothing shared).
 
-    A branching segment whose sharing saves fewer than ``min_saved`` tokens is folded into its children."""
+    A branching segment whose sharing saves fewer than ``min_saved`` tokens is folded into its children. ``cuts``:
+    positions at which a shared run of tokens is cut into two segments even where nothing branches (the replay's
+    prompts' beginning: :func:`mrtpo.replay.plan.cuts`), the first never folded."""
     segs: list[Segment] = []
     paths: list[list[int]] = [[] for _ in seqs]
     if not share:
@@ -64,13 +67,14 @@ def build_trie(seqs: list[list[int]], share: bool = True, min_saved: int = 64) -
         members, depth, parent = stack.pop()
         end = depth
         longer = [n for n in members if len(seqs[n]) > end]
-        while len(longer) == len(members) and len({seqs[n][end] for n in members}) == 1:
+        while (len(longer) == len(members) and len({seqs[n][end] for n in members}) == 1
+               and (end == depth or end not in cuts)):
             end += 1
             longer = [n for n in members if len(seqs[n]) > end]
         node = parent
         if end > depth:
             level = segs[parent].level + 1 if parent >= 0 else 0
-            segs.append(Segment(list(seqs[members[0]][depth:end]), depth, parent, level))
+            segs.append(Segment(list(seqs[members[0]][depth:end]), depth, parent, level, pinned=end in cuts))
             node = len(segs) - 1
             if parent >= 0:
                 segs[parent].has_children = True
@@ -91,7 +95,7 @@ def _merge_short(trie: Trie, min_saved: int) -> Trie:
     and a pass has a fixed cost (:data:`PASS_COST` tokens' worth: reading the weights, the calls around them).
     Parents come before children in ``trie.segments``; a folded segment's children take its tokens and its
     parent."""
-    segs = [Segment(list(s.tokens), s.start, s.parent, s.level, s.has_children) for s in trie.segments]
+    segs = [Segment(list(s.tokens), s.start, s.parent, s.level, s.has_children, s.pinned) for s in trie.segments]
     children = [0] * len(segs)
     for s in segs:
         if s.parent >= 0:
@@ -102,7 +106,7 @@ def _merge_short(trie: Trie, min_saved: int) -> Trie:
         while s.parent in dropped:
             p = segs[s.parent]
             s.tokens, s.start, s.parent = p.tokens + s.tokens, p.start, p.parent
-        if s.has_children and i not in ends and (children[i] - 1) * len(s.tokens) < min_saved:
+        if s.has_children and not s.pinned and i not in ends and (children[i] - 1) * len(s.tokens) < min_saved:
             dropped.add(i)
             if s.parent >= 0:
                 children[s.parent] += children[i] - 1
@@ -138,6 +142,7 @@ def shared_hidden(
     own=None,
     progress: Callable[[int, int], None] | None = None,
     store=None,
+    cuts=frozenset(),
 ) -> tuple[list[torch.Tensor], Trie, PassStats]:
     """Final hidden states of positions [lo, hi) of every sequence (want[n] = (lo, hi)), each trie node run once.
 
@@ -151,11 +156,11 @@ def shared_hidden(
     change): a pass of one shared segment alone — the prompt every sequence starts with, a verifier item's branch —
     is kept there under its whole token prefix, and a later replay whose plan has the same pass takes its keys,
     values and hidden states from there instead of running it (the same tensors: ``stats.reused_tokens`` counts
-    its tokens, ``stats.forward_tokens`` does not).
+    its tokens, ``stats.forward_tokens`` does not). ``cuts``: :func:`build_trie`'s.
     """
     if own is None and getattr(decoder, "prefix_mode", "model") == "unshared":
         share = False  # sliding windows the passes cannot mask from positions: each sequence from position 0
-    trie, batches, levels = plan_passes(seqs, token_budget, kv_budget, share)
+    trie, batches, levels = plan_passes(seqs, token_budget, kv_budget, share, cuts)
     segs = trie.segments
     stats = PassStats(levels=levels)
     total = sum(pass_tokens(segs, b) for b in batches) if progress is not None else 0
@@ -163,16 +168,14 @@ def shared_hidden(
     hidden: dict[int, torch.Tensor] = {}  # segment -> (len, H)
     kv: dict[int, torch.Tensor] = {}  # branching segment -> (layers, 2, kv_heads, len, d)
     buffer = _KVBuffer(max((len(b) * _kv_len(segs, b) for b in batches if own or _past_len(segs, b) > 0), default=0))
+    alone: set[int] = set()  # segments whose every pass, theirs and their ancestors', ran alone (or came from store)
     for batch in batches:
-        key = _alone_key(segs, batch, own) if store is not None else None
-        hit = store.get(key) if key is not None else None
-        if hit is not None:
-            hidden[batch[0]], kv[batch[0]] = hit
-            stats.reused_tokens += len(segs[batch[0]].tokens)
-        else:
+        key = _alone_key(segs, batch, own, alone) if store is not None else None
+        if key is None:
             _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own)
-            if key is not None:
-                store.put(key, (hidden[batch[0]].clone(), kv[batch[0]]))
+        else:
+            _forward_kept(store, key, (decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own))
+            alone.add(batch[0])
         if progress is not None:
             progress(stats.forward_tokens + stats.reused_tokens, total)
     out = []
@@ -187,27 +190,42 @@ def shared_hidden(
     return out, trie, stats
 
 
-def _alone_key(segs: list[Segment], batch: list[int], own) -> tuple | None:
-    """The PrefixStore key of a pass of one shared segment alone in its batch (its keys are kept for its children):
-    the segment's whole token prefix (its ancestors' tokens, then its own), which pass runs it (the own pass or
-    the model's layers) and the thread count; None for any other pass (its rows' results may depend on the rows
-    beside them)."""
-    if len(batch) != 1 or not segs[batch[0]].has_children:
+def _alone_key(segs: list[Segment], batch: list[int], own, alone: set[int]) -> tuple | None:
+    """The PrefixStore key of a pass of one shared segment alone in its batch (its keys are kept for its children)
+    whose ancestors' passes ran alone too (``alone``): the tokens of every segment on its path, top first (so the
+    same cuts, the same pasts), which pass runs it (the own pass or the model's layers) and the thread count; None
+    for any other pass (a row's results may depend on the rows beside it, in its pass or in an ancestor's)."""
+    i = batch[0]
+    if len(batch) != 1 or not segs[i].has_children or (segs[i].parent >= 0 and segs[i].parent not in alone):
         return None
-    path, i = [], batch[0]
+    path = []
     while i >= 0:
-        path.append(segs[i].tokens)
+        path.append(tuple(segs[i].tokens))
         i = segs[i].parent
-    return ("segment", own is not None, torch.get_num_threads(), tuple(t for toks in reversed(path) for t in toks))
+    return ("segment", own is not None, torch.get_num_threads(), tuple(reversed(path)))
 
 
-def plan_passes(seqs: list[list[int]], token_budget: int, kv_budget: int, share: bool = True
+def _forward_kept(store, key: tuple, args: tuple) -> None:
+    """A pass of one segment alone (``args``: :func:`_forward`'s): its keys, values and hidden states taken from
+    ``store`` under ``key`` where it holds them (its tokens counted as reused), else run and kept there."""
+    segs, batch, hidden, kv, stats = args[3], args[4], args[5], args[6], args[8]
+    i = batch[0]
+    hit = store.get(key)
+    if hit is not None:
+        hidden[i], kv[i] = hit
+        stats.reused_tokens += len(segs[i].tokens)
+        return
+    _forward(*args)
+    store.put(key, (hidden[i].clone(), kv[i]))
+
+
+def plan_passes(seqs: list[list[int]], token_budget: int, kv_budget: int, share: bool = True, cuts=frozenset()
                 ) -> tuple[Trie, list[list[int]], list[int]]:
     """The trie of ``seqs`` and the passes :func:`shared_hidden` runs over it, in order (each a list of segments):
     shared (branching) segments level by level, then every leaf at once, whatever its depth, so that the long leaves
     (the responses) batch by length; and the passes per stage.  A pass costs :func:`pass_tokens` forward tokens, so
     a replay's forward tokens are known before any pass runs."""
-    trie = build_trie(seqs, share)
+    trie = build_trie(seqs, share, cuts=cuts)
     segs = trie.segments
     depth = max((s.level for s in segs if s.has_children), default=-1)
     stages = [[i for i, s in enumerate(segs) if s.has_children and s.level == lv] for lv in range(depth + 1)]

@@ -55,6 +55,7 @@ class Plan:
     rewards: list[str]
     skipped: list[str]
     reworded: dict[str, list[str]]  # reward -> the variant keys of its rewordings (P_k′; empty without rewording)
+    shared: int = 0  # P_all's first tokens that every variant of every reward shares (the text before v_1)
 
     @property
     def variants(self) -> list[str]:
@@ -90,7 +91,35 @@ def plan_group(lm, prompt, verifier_info, responses, template, rewards, reword: 
         if offsets:  # (an estimate needs only the token ids)
             texts[i], offs[i] = text_and_offsets(lm, text, rid, off)
     reworded = {k: [reworded_key(k, j) for j in range(len(REWORDINGS))] if reword else [] for k in act}
-    return Plan(texts, ids, offs, ptexts, pids, act, skip, reworded)
+    return Plan(texts, ids, offs, ptexts, pids, act, skip, reworded,
+                _shared_tokens(lm, template, prompt, infos, enc_cache))
+
+
+def _shared_tokens(lm, template: Template, prompt: str, infos: list[dict[str, str]], enc_cache: dict) -> int:
+    """How many first tokens of the first response's P_all every P_\\k shares, over every reward of the group —
+    replayed or not —: the prompt's text before the first verifier item, the same whichever rewards a group replays
+    (the replay's passes cut there: :func:`cuts`)."""
+    if not infos or not infos[0]:
+        return 0
+    try:
+        msgs = template.variants(prompt, infos[0], list(infos[0]))
+    except TemplateError:
+        return 0
+    toks = []
+    for m in msgs.values():
+        t = lm.chat_prompt(m)
+        if t not in enc_cache:
+            enc_cache[t] = lm.encode(t)
+        toks.append(enc_cache[t])
+    first = toks[0]
+    return min(next((j for j, (a, b) in enumerate(zip(first, t)) if a != b), min(len(first), len(t))) for t in toks)
+
+
+def cuts(plans: Sequence) -> set[int]:
+    """Positions where the replay's passes cut the prompts' shared beginning (:func:`mrtpo.replay.kvtrie.build_trie`):
+    each plan's :attr:`Plan.shared`, so that the pass of that beginning is the same whichever rewards a group
+    replays, and a model whose weights do not change reuses it across groups of the same prompt."""
+    return {p.shared for p in plans if p.shared > 0}
 
 
 

@@ -119,3 +119,28 @@ def test_a_reused_prompt_is_left_out_of_the_measured_sampling_rate(tiny, monkeyp
     got = [sample(lm, PROMPT, n=2, max_new_tokens=6, seed=s) for s in (1, 2)]
     steps = [max(len(x.token_ids) for x in g) for g in got]
     assert recorded == [("sample", width + 2 * (steps[0] - 1)), ("sample", 2 * (steps[1] - 1))]
+
+
+def test_groups_that_replay_other_rewards_reuse_the_prompts_shared_beginning(tiny, monkeypatch):
+    """The replay's passes cut the prompt where its verifier items begin (Plan.shared), whichever rewards a group
+    replays: a group that replays only b after one that replayed a and b takes that beginning from the store."""
+    from mrtpo.replay.plan import plan_group
+
+    monkeypatch.setattr(D, "fast_bf16_cpu", lambda: True)
+    frozen, thawed = fresh(tiny, True), fresh(tiny, False)
+    ids = [s.token_ids for s in sample(thawed, PROMPT, n=3, max_new_tokens=12, seed=2)]
+    both = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])  # (G, K): a and b vary
+    only_b = np.array([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])  # a is constant: only b is replayed
+    replay_group(frozen, PROMPT, INFO, ids, rewards=both)
+    got = replay_group(frozen, PROMPT, INFO, ids, rewards=only_b)
+    want = replay_group(thawed, PROMPT, INFO, ids, rewards=only_b)
+    assert got.rewards == want.rewards == ["b"]
+    for x, y in zip(got.responses, want.responses):
+        np.testing.assert_array_equal(x.js["b"], y.js["b"])
+    from mrtpo.templates import ALL, Template
+
+    shared = plan_group(thawed, PROMPT, INFO, ids, None, only_b).shared
+    text = thawed.chat_prompt(Template().variants(PROMPT, INFO)[ALL])
+    # every P_\\k shares P_all up to v_a, and "Rule " more: P_\\a has v_b ("Rule B: …") where P_all has v_a
+    assert thawed.tokenizer.decode(thawed.encode(text)[:shared]) == text[:text.index(INFO["a"]) + len("Rule ")]
+    assert got.forward_tokens == want.forward_tokens - shared

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrtpo.model import Decoder, decoder_stack
-from mrtpo.replay.kvtrie import build_trie, shared_hidden
+from mrtpo.replay.kvtrie import build_trie, plan_passes, shared_hidden
 
 SEQS = [
     [1, 2, 3, 4, 5, 6, 7],
@@ -135,3 +135,48 @@ def test_shared_hidden_equals_single_passes_for_any_trie(tiny, seqs, budgets, sh
     """Whatever the trie looks like (folded parents, top-level leaves, prefixes, duplicates) and however the passes
     are cut, every sequence's states equal its own one-sequence pass."""
     _each_equals_its_own_pass(tiny, seqs, *budgets, share=share)
+
+
+def test_a_cut_splits_a_shared_run_and_keeps_its_first_part():
+    """The replay's prompts are cut where their verifier items begin (mrtpo.replay.plan.cuts): the run before the cut
+    is a segment of its own, never folded into its children (its pass is then the same whichever rewards a group
+    replays), while a short branching segment after it is folded as before."""
+    A = list(range(100, 110))
+    seqs = [A + [1, 2], A + [3, 4]]
+    plain = build_trie(seqs)  # sharing 10 tokens saves fewer than 64: one segment per sequence
+    assert [[plain.segments[i].tokens for i in path] for path in plain.paths] == [[s] for s in seqs]
+    cut = build_trie(seqs, cuts={6})
+    got = [[(cut.segments[i].tokens, cut.segments[i].start) for i in path] for path in cut.paths]
+    assert got == [[(A[:6], 0), (A[6:] + [1, 2], 6)], [(A[:6], 0), (A[6:] + [3, 4], 6)]]
+    assert cut.paths[0][0] == cut.paths[1][0] and len(cut.segments) == 3  # the first part: one shared segment
+    trie, batches, levels = plan_passes(seqs, 4096, 8192, cuts={6})
+    root = trie.paths[0][0]
+    assert batches[0] == [root] and sorted(batches[1]) == sorted(set(range(3)) - {root}) and levels == [1, 1]
+    assert build_trie(seqs, share=False, cuts={6}).paths == [[0], [1]]  # nothing shared: no cut
+
+
+def test_a_store_reuses_a_segment_only_where_its_whole_path_was_cut_the_same(tiny):
+    """The same tokens cut into other segments are another pass (other pasts, other lengths): a PrefixStore keyed by
+    the path's segments gives back nothing for them, and every result equals a replay without a store, to the bit."""
+    from mrtpo.model.kvcache import PrefixStore
+    from mrtpo.model.llama_step import LlamaStep
+
+    stack = decoder_stack(tiny.model)
+    dec = Decoder(stack, torch.float32)
+    own = LlamaStep(stack, {k: v.detach().clone() for k, v in stack.named_parameters()})
+    g = torch.Generator().manual_seed(3)
+    P, X = (torch.randint(3, 250, (n,), generator=g).tolist() for n in (40, 90))
+    tails = [torch.randint(3, 250, (20,), generator=g).tolist() for _ in range(2)]
+    seqs = [P + X + t for t in tails]
+    want = [(len(P + X), len(s)) for s in seqs]
+    store = PrefixStore()
+    runs = [dict(), dict(cuts={len(P)}), dict(), dict(cuts={len(P)})]  # one root; P then X; again each way
+    with torch.inference_mode():
+        for i, kw in enumerate(runs):
+            got, trie, st = shared_hidden(dec, 0, tiny.device, seqs, want, 4096, 8192, own=own, store=store, **kw)
+            ref, _, st_ref = shared_hidden(dec, 0, tiny.device, seqs, want, 4096, 8192, own=own, **kw)
+            for h, r in zip(got, ref):
+                assert torch.equal(h, r)
+            assert st.reused_tokens == [0, 0, 130, 130][i]  # a second time each way: all of its shared part
+            assert st.forward_tokens + st.reused_tokens == st_ref.forward_tokens
+    assert (store.hits, len(store)) == (3, 3)  # [P + X]; [P], [P][X] (its child's key holds both)
