@@ -5,7 +5,9 @@ per-reward heatmap, in a real headless Chromium, default model on CPU, text-to-S
 
 Prints the figures measured in this one run against their targets (with the model already converted in the cache;
 with an empty cache the GGUF conversion adds about 12 s), then the warm figure: on the same server, a new browser
-session samples another seed (nothing cached) — page load to its heatmap. The targets, cold and warm, depend on
+session samples another seed (no result cached; the model keeps the prompt's passes from the first session, as
+it does for every student of a class on the same example: :class:`mrtpo.model.kvcache.PrefixStore`) — page load to
+its heatmap. The targets, cold and warm, depend on
 whether this CPU has fast bf16 (:func:`targets`).
 With ``--shots`` it also saves screenshots of every page (Explore, Templates, Methods, Teach) to that folder.
 A question the app asks before work it estimates long ("This will take about … Continue?"), or an error box, ends
@@ -223,7 +225,8 @@ def click_floor(model: str, family: str) -> dict[str, float]:
 
 def warm_session(browser, url: str) -> tuple[float, str, str]:
     """A second student on the warm server: a new browser context opens the page, sets seed 1 (a group nobody
-    sampled: nothing comes from the caches) and samples; seconds from opening the page to its heatmap, the in-app
+    sampled: no result comes from the app's caches; the model's kept prompt passes do) and samples; seconds from
+    opening the page to its heatmap, the in-app
     timings, and the parts (page open, seed set, click → heatmap)."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 2400})
     page = ctx.new_page()
@@ -256,7 +259,8 @@ def doc_text(f: dict) -> str:
                 ["click → first heatmap", f"{f['click']:.2f} s", ""],
                 ["**cold start → first heatmap**",
                  f"**{f['cold']:.2f} s** ({f['cold'] / cold_target:.2f} of the target)", f"≤ {cold_target:.0f} s"],
-                ["**warm: a new session → its heatmap** (seed 1, nothing cached)",
+                ["**warm: a new session → its heatmap** (seed 1: no result cached; the prompt's passes kept from "
+                 "the first session)",
                  f"**{f['warm']:.2f} s** ({f['warm'] / warm_target:.2f} of the target)", f"≤ {warm_target:.0f} s"]]
                 + ([["the click's floor: sampling at its memory floor + the replay at the GEMM peak",
                      f"{f['floor']['click']:.2f} s (sampling {f['floor']['sample']:.2f} + replay "

@@ -122,7 +122,8 @@ def test_app_section():
              spans=420, errors=0, warm=7.5, warm_caption="model cached · sample 5.0 s", targets=(8.0, 4.0))
     text = app.doc_text(f)
     assert "| **cold start → first heatmap** | **14.50 s** (1.81 of the target) | ≤ 8 s |" in text
-    assert ("| **warm: a new session → its heatmap** (seed 1, nothing cached) | **7.50 s** (1.88 of the target) "
+    assert ("| **warm: a new session → its heatmap** (seed 1: no result cached; the prompt's passes kept "
+            "from the first session) | **7.50 s** (1.88 of the target) "
             "| ≤ 4 s |") in text
     assert "≤ 15 s" in app.doc_text({**f, "targets": (15.0, 10.0)})  # AVX2's targets
     assert text.endswith("In the app: model 1.9 s; 420 heatmap spans, 0 error boxes. Warm session: model cached · "
