@@ -24,7 +24,7 @@ be, nothing is shared and each sequence runs from position 0 in its own row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -48,12 +48,12 @@ class Trie:
     paths: list[list[int]]  # per sequence: its segments, top to bottom
 
 
-def build_trie(seqs: list[list[int]], share: bool = True, min_saved: int = 64, cuts=frozenset()) -> Trie:
+def build_trie(seqs: list[list[int]], share: bool = True, min_saved: int = 64, cuts: Sequence[int] = ()) -> Trie:
     """Segments of the trie of ``seqs`` (share=False: one segment per sequence, nothing shared).
 
     A branching segment whose sharing saves fewer than ``min_saved`` tokens is folded into its children. ``cuts``:
-    positions at which a shared run of tokens is cut into two segments even where nothing branches (the replay's
-    prompts' beginning: :func:`mrtpo.replay.plan.cuts`), the first never folded."""
+    per sequence, a position at which a run of tokens it shares is cut into two segments even where nothing branches
+    (the replay's prompts' beginning: :func:`mrtpo.replay.plan.cuts`; 0: none), the first never folded."""
     segs: list[Segment] = []
     paths: list[list[int]] = [[] for _ in seqs]
     if not share:
@@ -65,16 +65,17 @@ def build_trie(seqs: list[list[int]], share: bool = True, min_saved: int = 64, c
     stack: list[tuple[list[int], int, int]] = [(list(range(len(seqs))), 0, -1)]
     while stack:
         members, depth, parent = stack.pop()
+        at = {cuts[n] for n in members} if cuts else set()
         end = depth
         longer = [n for n in members if len(seqs[n]) > end]
         while (len(longer) == len(members) and len({seqs[n][end] for n in members}) == 1
-               and (end == depth or end not in cuts)):
+               and (end == depth or end not in at)):
             end += 1
             longer = [n for n in members if len(seqs[n]) > end]
         node = parent
         if end > depth:
             level = segs[parent].level + 1 if parent >= 0 else 0
-            segs.append(Segment(list(seqs[members[0]][depth:end]), depth, parent, level, pinned=end in cuts))
+            segs.append(Segment(list(seqs[members[0]][depth:end]), depth, parent, level, pinned=end in at))
             node = len(segs) - 1
             if parent >= 0:
                 segs[parent].has_children = True
@@ -142,7 +143,7 @@ def shared_hidden(
     own=None,
     progress: Callable[[int, int], None] | None = None,
     store=None,
-    cuts=frozenset(),
+    cuts: Sequence[int] = (),
 ) -> tuple[list[torch.Tensor], Trie, PassStats]:
     """Final hidden states of positions [lo, hi) of every sequence (want[n] = (lo, hi)), each trie node run once.
 
@@ -154,9 +155,10 @@ def shared_hidden(
     total)`` is called after each pass (what it raises stops the passes: a Cancel); the passes are those of
     :func:`plan_passes`. ``store`` (a :class:`mrtpo.model.kvcache.PrefixStore`, given for weights that do not
     change): a pass of one shared segment alone — the prompt every sequence starts with, a verifier item's branch —
-    is kept there under its whole token prefix, and a later replay whose plan has the same pass takes its keys,
-    values and hidden states from there instead of running it (the same tensors: ``stats.reused_tokens`` counts
-    its tokens, ``stats.forward_tokens`` does not). ``cuts``: :func:`build_trie`'s.
+    is kept there under the tokens of every segment on its path (its ancestors' passes alone too), and a later
+    replay whose plan has the same passes takes its keys, values and hidden states from there instead of running it
+    (the same tensors: ``stats.reused_tokens`` counts its tokens, ``stats.forward_tokens`` does not). ``cuts``:
+    :func:`build_trie`'s.
     """
     if own is None and getattr(decoder, "prefix_mode", "model") == "unshared":
         share = False  # sliding windows the passes cannot mask from positions: each sequence from position 0
@@ -219,8 +221,8 @@ def _forward_kept(store, key: tuple, args: tuple) -> None:
     store.put(key, (hidden[i].clone(), kv[i]))
 
 
-def plan_passes(seqs: list[list[int]], token_budget: int, kv_budget: int, share: bool = True, cuts=frozenset()
-                ) -> tuple[Trie, list[list[int]], list[int]]:
+def plan_passes(seqs: list[list[int]], token_budget: int, kv_budget: int, share: bool = True,
+                cuts: Sequence[int] = ()) -> tuple[Trie, list[list[int]], list[int]]:
     """The trie of ``seqs`` and the passes :func:`shared_hidden` runs over it, in order (each a list of segments):
     shared (branching) segments level by level, then every leaf at once, whatever its depth, so that the long leaves
     (the responses) batch by length; and the passes per stage.  A pass costs :func:`pass_tokens` forward tokens, so

@@ -115,11 +115,12 @@ def _shared_tokens(lm, template: Template, prompt: str, infos: list[dict[str, st
     return min(next((j for j, (a, b) in enumerate(zip(first, t)) if a != b), min(len(first), len(t))) for t in toks)
 
 
-def cuts(plans: Sequence) -> set[int]:
-    """Positions where the replay's passes cut the prompts' shared beginning (:func:`mrtpo.replay.kvtrie.build_trie`):
-    each plan's :attr:`Plan.shared`, so that the pass of that beginning is the same whichever rewards a group
-    replays, and a model whose weights do not change reuses it across groups of the same prompt."""
-    return {p.shared for p in plans if p.shared > 0}
+def cuts(plans: Sequence) -> list[int]:
+    """Per sequence of :func:`sequences` (in its order), where the replay's passes cut the prompts' shared beginning
+    (:func:`mrtpo.replay.kvtrie.build_trie`): its plan's :attr:`Plan.shared`, so that the pass of that beginning is
+    the same whichever rewards a group replays, and a model whose weights do not change reuses it across groups of
+    the same prompt."""
+    return [plan.shared for plan in plans for _ in plan.resp_ids for _ in plan.variants]
 
 
 

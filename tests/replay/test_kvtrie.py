@@ -145,14 +145,18 @@ def test_a_cut_splits_a_shared_run_and_keeps_its_first_part():
     seqs = [A + [1, 2], A + [3, 4]]
     plain = build_trie(seqs)  # sharing 10 tokens saves fewer than 64: one segment per sequence
     assert [[plain.segments[i].tokens for i in path] for path in plain.paths] == [[s] for s in seqs]
-    cut = build_trie(seqs, cuts={6})
+    cut = build_trie(seqs, cuts=[6, 6])
     got = [[(cut.segments[i].tokens, cut.segments[i].start) for i in path] for path in cut.paths]
     assert got == [[(A[:6], 0), (A[6:] + [1, 2], 6)], [(A[:6], 0), (A[6:] + [3, 4], 6)]]
     assert cut.paths[0][0] == cut.paths[1][0] and len(cut.segments) == 3  # the first part: one shared segment
-    trie, batches, levels = plan_passes(seqs, 4096, 8192, cuts={6})
+    trie, batches, levels = plan_passes(seqs, 4096, 8192, cuts=[6, 6])
     root = trie.paths[0][0]
     assert batches[0] == [root] and sorted(batches[1]) == sorted(set(range(3)) - {root}) and levels == [1, 1]
-    assert build_trie(seqs, share=False, cuts={6}).paths == [[0], [1]]  # nothing shared: no cut
+    assert build_trie(seqs, share=False, cuts=[6, 6]).paths == [[0], [1]]  # nothing shared: no cut
+    C = [7] * 80  # another group's prompt (its own cut: none) is not cut at this group's position
+    both = build_trie(seqs + [C + [5], C + [6]], cuts=[6, 6, 0, 0])
+    c = both.paths[2][0]
+    assert both.segments[c].tokens == C and both.paths[3][0] == c and len(both.segments) == 3 + 3  # C whole, 2 tails
 
 
 def test_a_store_reuses_a_segment_only_where_its_whole_path_was_cut_the_same(tiny):
@@ -170,7 +174,7 @@ def test_a_store_reuses_a_segment_only_where_its_whole_path_was_cut_the_same(tin
     seqs = [P + X + t for t in tails]
     want = [(len(P + X), len(s)) for s in seqs]
     store = PrefixStore()
-    runs = [dict(), dict(cuts={len(P)}), dict(), dict(cuts={len(P)})]  # one root; P then X; again each way
+    runs = [dict(), dict(cuts=[len(P)] * 2), dict(), dict(cuts=[len(P)] * 2)]  # one root; P then X; again each way
     with torch.inference_mode():
         for i, kw in enumerate(runs):
             got, trie, st = shared_hidden(dec, 0, tiny.device, seqs, want, 4096, 8192, own=own, store=store, **kw)
