@@ -164,6 +164,31 @@ inline __m512 round_bf16(__m512 v) {  // to the nearest bf16, as float32
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
 }
 
+// A softmax's numerators over one row of scores s[0, n): e_t = e^{s_t − max s}, handed to store(t, e, lanes) 16 at a
+// time (the last block's lanes past n zero and masked off), and 1 / Σ_t e_t summed in float32 lanes. The attention
+// of a decoding step and of a replay pass share it; each stores the weights its value product reads.
+template <class Store>
+inline float exp_weights(const float* s, int64_t n, Store store) {
+  __m512 mv = _mm512_set1_ps(-INFINITY);
+  int64_t t = 0;
+  for (; t + 16 <= n; t += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + t));
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n - t)) - 1);
+  if (t < n) mv = _mm512_mask_max_ps(mv, tail, mv, _mm512_maskz_loadu_ps(tail, s + t));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+  __m512 total = _mm512_setzero_ps();
+  for (t = 0; t + 16 <= n; t += 16) {
+    const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(s + t), m));
+    total = _mm512_add_ps(total, e);
+    store(t, e, static_cast<__mmask16>(0xFFFF));
+  }
+  if (t < n) {
+    const __m512 e = _mm512_maskz_mov_ps(tail, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + t), m)));
+    total = _mm512_add_ps(total, e);
+    store(t, e, tail);
+  }
+  return 1.0f / _mm512_reduce_add_ps(total);
+}
+
 struct AttendArgs {
   const at::BFloat16 *q, *K, *V, *k_new, *v_new;
   at::BFloat16* out;
@@ -197,26 +222,11 @@ void attend_task(const AttendArgs& a, int64_t task, float* s) {
     }
   }
   float inv[fixed ? R : 16];
-  for (int64_t j = 0; j < r; ++j) {  // the weights e^{s − m} in place, and 1 / their sum
+  for (int64_t j = 0; j < r; ++j) {  // the weights in place (bf16-rounded: what the product takes), 1 / their sum
     float* sj = s + j * L;
-    __m512 mv = _mm512_set1_ps(-INFINITY);
-    int64_t t = 0;
-    for (; t + 16 <= L; t += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(sj + t));
-    const __mmask16 tail = static_cast<__mmask16>((1u << (L - t)) - 1);
-    if (t < L) mv = _mm512_mask_max_ps(mv, tail, mv, _mm512_maskz_loadu_ps(tail, sj + t));
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
-    __m512 total = _mm512_setzero_ps();
-    for (t = 0; t + 16 <= L; t += 16) {  // the sum over the float32 weights; the product takes them in bf16
-      const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sj + t), m));
-      total = _mm512_add_ps(total, e);
-      _mm512_storeu_ps(sj + t, round_bf16(e));
-    }
-    if (t < L) {
-      const __m512 e = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, sj + t), m));
-      total = _mm512_add_ps(total, _mm512_maskz_mov_ps(tail, e));
-      _mm512_mask_storeu_ps(sj + t, tail, round_bf16(e));
-    }
-    inv[j] = 1.0f / _mm512_reduce_add_ps(total);
+    inv[j] = exp_weights(sj, L, [sj](int64_t t, __m512 e, __mmask16 lanes) {
+      _mm512_mask_storeu_ps(sj + t, lanes, round_bf16(e));
+    });
   }
   __m512 o[fixed ? R : 16][fixed ? DV : 16];  // Σ_u w_u v_u, the weights rounded to bf16 above
   for (int64_t j = 0; j < r; ++j)
@@ -431,44 +441,22 @@ at::Tensor attend_pass(const at::Tensor& q_in, const at::Tensor& keys, const at:
         dot(qa, dp, nq, dp, kpp + bg * Tb * dp * 2 * kBlock, dp * 2 * kBlock, te / kBlock, s.data() + j * nq * te, te,
             sc);
       }
-      for (int64_t m = 0; m < M; ++m) {  // mask, max, e^{s − m}, the sum; the weights in bf16 for the product
+      for (int64_t m = 0; m < M; ++m) {  // the past's mask, the weights in bf16 for the product, 1 / their sum
         const int64_t i = i0 + m % nq, last = past + i;  // the last key this query sees
         float* sm = s.data() + m * te;
-        __m512 mx16 = _mm512_set1_ps(-INFINITY);
-        int64_t u = 0;
-        for (; u + 16 <= last + 1; u += 16) {  // the past's mask added (0 / −∞), the maximum over the keys seen
-          __m512 v = _mm512_loadu_ps(sm + u);
-          if (hidden && u < past) {
-            const __mmask16 in = u + 16 <= past ? static_cast<__mmask16>(0xFFFF)
-                                                : static_cast<__mmask16>((1u << (past - u)) - 1);
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(in, hidden + b * past + u));
-            _mm512_storeu_ps(sm + u, v);
-          }
-          mx16 = _mm512_max_ps(mx16, v);
+        for (int64_t u = 0; hidden && u < past; u += 16) {  // the past's mask added (0 / −∞)
+          const __mmask16 in = u + 16 <= past ? static_cast<__mmask16>(0xFFFF)
+                                              : static_cast<__mmask16>((1u << (past - u)) - 1);
+          const __m512 add = _mm512_maskz_loadu_ps(in, hidden + b * past + u);
+          _mm512_storeu_ps(sm + u, _mm512_add_ps(_mm512_loadu_ps(sm + u), add));
         }
-        for (; u <= last; ++u) {
-          if (hidden && u < past) sm[u] += hidden[b * past + u];
-          mx16 = _mm512_max_ps(mx16, _mm512_set1_ps(sm[u]));
-        }
-        const float mx = _mm512_reduce_max_ps(mx16);
         uint16_t* wm = w.data() + m * te;
-        const __m512 mv = _mm512_set1_ps(mx);
-        __m512 acc = _mm512_setzero_ps();
-        int64_t t = 0;
-        for (; t + 16 <= last + 1; t += 16) {
-          const __m512 e = exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sm + t), mv));
-          acc = _mm512_add_ps(acc, e);
+        const float inv = exp_weights(sm, last + 1, [wm](int64_t t, __m512 e, __mmask16) {  // (zeros past last)
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(wm + t), (__m256i)_mm512_cvtneps_pbh(e));
-        }
-        const __mmask16 tail = static_cast<__mmask16>((1u << (last + 1 - t)) - 1);
-        if (t <= last) {
-          const __m512 e = _mm512_maskz_mov_ps(tail, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, sm + t), mv)));
-          acc = _mm512_add_ps(acc, e);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(wm + t), (__m256i)_mm512_cvtneps_pbh(e));  // zeros past last
-          t += 16;
-        }
-        for (; t < te; t += 16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(wm + t), _mm256_setzero_si256());
-        sm[0] = 1.0f / _mm512_reduce_add_ps(acc);  // (the scores are spent: keep 1 / Σ in the row's first slot)
+        });
+        for (int64_t t = (last + 16) / 16 * 16; t < te; t += 16)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(wm + t), _mm256_setzero_si256());
+        sm[0] = inv;  // (the scores are spent: keep 1 / Σ in the row's first slot)
       }
       // o (M, d) = w (M, te) · values[:te]: the values packed in pairs of keys
       dot(reinterpret_cast<const uint32_t*>(w.data()), te / 2, M, te / 2, vpp + bg * db * (Tp / 2) * 2 * kBlock,
