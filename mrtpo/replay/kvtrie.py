@@ -176,7 +176,7 @@ def shared_hidden(
         if key is None:
             _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own)
         else:
-            _forward_kept(store, key, (decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own))
+            _forward_kept(store, key, decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own)
             alone.add(batch[0])
         if progress is not None:
             progress(stats.forward_tokens + stats.reused_tokens, total)
@@ -207,17 +207,16 @@ def _alone_key(segs: list[Segment], batch: list[int], own, alone: set[int]) -> t
     return ("segment", own is not None, torch.get_num_threads(), tuple(reversed(path)))
 
 
-def _forward_kept(store, key: tuple, args: tuple) -> None:
-    """A pass of one segment alone (``args``: :func:`_forward`'s): its keys, values and hidden states taken from
-    ``store`` under ``key`` where it holds them (its tokens counted as reused), else run and kept there."""
-    segs, batch, hidden, kv, stats = args[3], args[4], args[5], args[6], args[8]
+def _forward_kept(store, key: tuple, decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own) -> None:
+    """:func:`_forward` of a pass of one segment alone: its keys, values and hidden states taken from ``store`` under
+    ``key`` where it holds them (its tokens counted as reused), else run and kept there."""
     i = batch[0]
     hit = store.get(key)
     if hit is not None:
         hidden[i], kv[i] = hit
         stats.reused_tokens += len(segs[i].tokens)
         return
-    _forward(*args)
+    _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer, stats, own)
     store.put(key, (hidden[i].clone(), kv[i]))
 
 

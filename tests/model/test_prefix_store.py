@@ -1,9 +1,6 @@
 """A model whose weights do not change keeps the prefixes it ran alone (mrtpo.model.kvcache.PrefixStore): the
 sampler's prompt pass and the replay's passes of one shared segment. A reuse gives the same tensors, so the same
 tokens and the same JS to the bit; a model a trainer updates keeps nothing past its weights_fixed block."""
-import copy
-import dataclasses
-
 import numpy as np
 import torch
 
@@ -11,13 +8,11 @@ from mrtpo.model import decoder as D
 from mrtpo.model import sample
 from mrtpo.model.kvcache import PrefixStore
 from mrtpo.replay import replay_group
+from tests.model.test_kept_casts import fresh
 
 PROMPT = "SELECT the names"
 INFO = {"a": "Rule A: name the table.", "b": "Rule B: end with a semicolon."}
 
-
-def fresh(tiny, frozen):
-    return dataclasses.replace(tiny, model=copy.deepcopy(tiny.model), frozen=frozen)
 
 
 def test_store_keeps_the_most_recently_used_within_its_bytes():
