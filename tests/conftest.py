@@ -49,14 +49,35 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def rows_kernel_loaded(tmp_path_factory):
     """The few-row kernel's operators registered in this process (mrtpo.model.rows_kernel; built into a temporary
-    cache where ``make setup`` built none); skips where the CPU lacks AVX512-BF16."""
+    cache where ``make setup`` built none): this CPU's variant (bf16 on AVX512-BF16, float32 on AVX2); skips where
+    neither runs."""
     from mrtpo.model import rows_kernel as R
 
     if not R.supported():
-        pytest.skip("the few-row kernel needs AVX512-BF16")
+        pytest.skip("the few-row kernel needs AVX512-BF16 or AVX2")
     if not R.load():
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("MRTPO_CACHE", str(tmp_path_factory.mktemp("kernel-cache")))
             R.build()
             assert R.load()
     return R
+
+
+@pytest.fixture(scope="session")
+def bf16_kernel(rows_kernel_loaded):
+    """:func:`rows_kernel_loaded` where it is the bf16 kernel (AVX512-BF16); skips on an AVX2 CPU (float32 kernel)."""
+    import torch
+
+    if rows_kernel_loaded.dtype() != torch.bfloat16:
+        pytest.skip("the bf16 few-row kernel needs AVX512-BF16 (this CPU builds the float32 one)")
+    return rows_kernel_loaded
+
+
+@pytest.fixture(scope="session")
+def f32_kernel(rows_kernel_loaded):
+    """:func:`rows_kernel_loaded` where it is the float32 kernel (AVX2 without AVX512-BF16); skips elsewhere."""
+    import torch
+
+    if rows_kernel_loaded.dtype() != torch.float32:
+        pytest.skip("the float32 few-row kernel is built on AVX2 CPUs without AVX512-BF16")
+    return rows_kernel_loaded

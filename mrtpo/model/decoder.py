@@ -89,10 +89,15 @@ PACK_ROWS = 16  # oneDNN's row-count hint when packing: measured not to matter f
 
 
 def packable(weight: torch.Tensor) -> bool:
-    """Whether :func:`pack` serves ``weight``: a bf16 CPU tensor on a CPU with AMX / AVX512-BF16 (where packed
-    products were measured faster) and torch built with oneDNN."""
-    return (weight.device.type == "cpu" and weight.dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
-            and fast_bf16_cpu())
+    """Whether :func:`pack` serves ``weight``, torch built with oneDNN: a bf16 CPU tensor on a CPU with AMX /
+    AVX512-BF16, or a float32 one on a CPU without (AVX2): where packed products were measured faster than plain
+    ones for a decoding step's few rows."""
+    if weight.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    fast = fast_bf16_cpu()
+    if weight.dtype == torch.bfloat16:  # (and oneDNN's bf16 kernels run here: not on an AVX2 CPU told it is fast)
+        return fast and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return weight.dtype == torch.float32 and not fast
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

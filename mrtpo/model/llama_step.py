@@ -62,11 +62,14 @@ def supports(backbone: torch.nn.Module, params: dict[str, torch.Tensor]) -> bool
 
 
 def llama_step(dec: Decoder) -> LlamaStep | None:
-    """The own step for ``dec``'s decoding steps and passes, or None (the model's layers then run them): where ``dec``
-    holds cast weight copies (bf16 on a CPU with AMX / AVX512-BF16, where it was measured) of a stack :func:`supports`
-    takes.
-    Elsewhere — float32 on AVX2 CPUs (the few-rows stack), CUDA — it was not measured, so it is not used."""
+    """The own step for ``dec``'s decoding steps and passes, or None (the model's layers then run them): on a CPU,
+    for a stack :func:`supports` takes, over ``dec``'s cast weight copies (bf16 on a CPU with AMX / AVX512-BF16) or,
+    for float32 on a CPU without fast bf16 (AVX2: the few-rows stack), over the model's own weights (q/k/v and
+    gate/up fused into copies of their own: the model is not re-laid). On CUDA it was not measured, so it is not
+    used."""
     params = dec.params
+    if params is None and dec.few_rows:  # float32 on AVX2: the model's own tensors (LlamaStep fuses copies)
+        params = {n: p.detach() for n, p in dec.module.named_parameters()}
     if params is None or next(iter(params.values())).device.type != "cpu" or not supports(dec.module, params):
         return None
     return dec.memo("llama_step", lambda: LlamaStep(dec.module, params))
@@ -227,8 +230,9 @@ class _Attention:
     def __init__(self, dtype, device, b: int, L: int, past: int, past_seen: torch.Tensor | None,
                  kernel: bool = False):
         self.past = past
-        # the few-row kernel's attention (bf16 on the CPU, where it is built): every case in one call, no mask made
-        self.kernel = kernel and dtype == torch.bfloat16 and device.type == "cpu"
+        # the few-row kernel's attention (bf16 on the CPU, where the bf16 kernel is built): every case in one call, no
+        # mask made (the float32 kernel has none: float32 passes run SDPA)
+        self.kernel = kernel and dtype == torch.bfloat16 == rows_kernel.dtype() and device.type == "cpu"
         if self.kernel:
             self.seen = past_seen.contiguous() if past_seen is not None and past > 0 else None
             self.split, self.mask = False, None

@@ -1,5 +1,8 @@
-"""A decoding step's few-row bf16 products and its attention, in C++ (``rows_kernel.cpp`` beside this module), built
-ahead of time into a shared library (``make setup`` / ``mrtpo compile-step``), never while a user waits.
+"""A decoding step's few-row products and its attention, in C++, built ahead of time into a shared library (``make
+setup`` / ``mrtpo compile-step``), never while a user waits: bf16 on a CPU with AVX512-BF16 (``rows_kernel.cpp``
+beside this module: the app's model samples on bf16 copies there), float32 on a CPU with AVX2 and FMA only
+(``rows_kernel_avx2.cpp``: it samples in float32 there). One library per CPU kind, the same operators
+(:func:`variant`); below, "bf16" reads "float32" for the second.
 
 Why: a decoding step's products have a handful of rows, so they are bound by reading the weights; oneDNN's
 kernels read them well below the bandwidth a plain stream gets, this one close to it for a few rows
@@ -13,7 +16,9 @@ The eager step keeps torch's kernels: it is the reference a trainer's policy dec
 depend on whether a library was built (summed in another order, a product can move a greedy pick at a tie).
 
 The library belongs to the kernel's source, the compiler flags and torch's version (:func:`library_path`'s key);
-where it is not built, or the CPU lacks AVX512-BF16, :func:`load` is False and oneDNN's kernels run.
+where it is not built, or the CPU has neither AVX512-BF16 nor AVX2 with FMA, :func:`load` is False and oneDNN's
+kernels run. The float32 kernel's products sum each output over k in order (one FMA per term); its attention is
+the plain float32 softmax (no bf16 rounding of the weights); it has no pass attention (float32 passes run SDPA).
 """
 from __future__ import annotations
 
@@ -24,35 +29,70 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from mrtpo.model.decoder import cpu_flags
 
-__all__ = ["SOURCE", "attend", "attend_pass", "build", "library_path", "linear", "load", "pack", "serves", "supported"]
+__all__ = ["VARIANTS", "Variant", "attend", "attend_pass", "build", "dtype", "library_path", "linear", "load", "pack",
+           "serves", "supported", "variant"]
 
-SOURCE = Path(__file__).with_name("rows_kernel.cpp")
-FLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-std=c++20", "-fopenmp", "-shared",
-         "-fPIC"]  # -fopenmp: at::parallel_for is inlined here, over the libgomp torch loaded
-BLOCK = 16  # output columns per packed block (the kernel's kBlock)
+_COMMON = ["-O3", "-mfma", "-std=c++20", "-fopenmp", "-shared", "-fPIC"]  # -fopenmp: at::parallel_for is inlined
+# here, over the libgomp torch loaded
+
+
+class Variant(NamedTuple):
+    """One CPU kind's kernel: its source beside this module, compiler flags, the dtype its operators take, and the
+    output columns per packed block (the source's kBlock)."""
+    source: Path
+    flags: list[str]
+    dtype: torch.dtype
+    block: int
+
+
+VARIANTS = {
+    "avx512_bf16": Variant(Path(__file__).with_name("rows_kernel.cpp"),
+                           ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", *_COMMON], torch.bfloat16, 16),
+    "avx2": Variant(Path(__file__).with_name("rows_kernel_avx2.cpp"), ["-mavx2", *_COMMON], torch.float32, 8),
+}
 KEY_CHARS = 20
 
 _loaded: bool | None = None  # None: not tried in this process
 _lock = threading.Lock()
 
 
+def variant() -> Variant | None:
+    """The kernel this CPU runs: bf16 where it has AVX512-BF16 (which AMX-BF16 CPUs have too), else float32 where it
+    has AVX2 and FMA (the dtype the app samples in there: :func:`mrtpo.model.decoder.compute_dtype`); None
+    elsewhere."""
+    flags = cpu_flags()
+    if " avx512_bf16" in flags:
+        return VARIANTS["avx512_bf16"]
+    if " avx2" in flags and " fma" in flags:
+        return VARIANTS["avx2"]
+    return None
+
+
 def supported() -> bool:
-    """Whether this CPU runs the kernel: AVX512-BF16 (which AMX-BF16 CPUs have too)."""
-    return " avx512_bf16" in cpu_flags()
+    """Whether this CPU runs a kernel (:func:`variant`)."""
+    return variant() is not None
+
+
+def dtype() -> torch.dtype | None:
+    """The dtype this CPU's kernel takes (None: no kernel here)."""
+    v = variant()
+    return v.dtype if v is not None else None
 
 
 def library_path() -> Path:
     """Where the built library lives: ``compiled/kernels/rows_kernel-<key>.so`` in the models' cache, the key hashing
-    the source, the flags, torch's version and its C++ ABI."""
+    this CPU's variant's source, its flags, torch's version and its C++ ABI."""
     from mrtpo.model.load import cache_dir
 
-    h = hashlib.sha256(SOURCE.read_bytes())
-    h.update(f"{FLAGS}|{torch.__version__}|{torch._C._GLIBCXX_USE_CXX11_ABI}".encode())
+    v = variant() or VARIANTS["avx512_bf16"]  # (no kernel here: a path no load ever finds)
+    h = hashlib.sha256(v.source.read_bytes())
+    h.update(f"{v.flags}|{torch.__version__}|{torch._C._GLIBCXX_USE_CXX11_ABI}".encode())
     return cache_dir() / "compiled" / "kernels" / f"rows_kernel-{h.hexdigest()[:KEY_CHARS]}.so"
 
 
@@ -61,8 +101,9 @@ def build(force: bool = False) -> tuple[str, Path | None]:
     (``force``: again); written beside it and renamed into place; the other keys' libraries are removed.
     → (what happened, in words; the path, None where nothing was built: a CPU that cannot run it, no compiler, a
     compiler that fails — then torch's kernels run, and the words say why)."""
-    if not supported():
-        return "the few-row kernel needs AVX512-BF16, which this CPU lacks: nothing to build", None
+    v = variant()
+    if v is None:
+        return "the few-row kernel needs AVX512-BF16 or AVX2 with FMA, which this CPU lacks: nothing to build", None
     path = library_path()
     if path.is_file() and not force:
         return f"up to date: {path}", path
@@ -71,15 +112,15 @@ def build(force: bool = False) -> tuple[str, Path | None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(f".part-{os.getpid()}-{path.name}")
     lib = cpp_extension.library_paths()[0]
-    cmd = ["g++", *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-           *[f"-I{p}" for p in cpp_extension.include_paths()], str(SOURCE), "-o", str(part),
+    cmd = ["g++", *v.flags, f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+           *[f"-I{p}" for p in cpp_extension.include_paths()], str(v.source), "-o", str(part),
            f"-L{lib}", "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{lib}"]
     t0 = time.perf_counter()
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             last = done.stderr.strip().splitlines()[-1:] or ["no message"]
-            return (f"g++ could not build {SOURCE.name} ({last[0][:300]}): the kernel is not built, torch's kernels "
+            return (f"g++ could not build {v.source.name} ({last[0][:300]}): the kernel is not built, torch's kernels "
                     f"run"), None
         os.replace(part, path)
     except OSError as e:  # no g++ here
@@ -123,7 +164,7 @@ def load() -> bool:
 
 def _linear_shape(x, packed, bias=None):
     """The output the operator makes, for tracing (``torch.export``)."""
-    return x.new_empty((*x.shape[:-1], packed.shape[0] * BLOCK))
+    return x.new_empty((*x.shape[:-1], packed.shape[0] * variant().block))
 
 
 def _attend_shape(q, K, V, k_new, v_new, pos, scale):
@@ -135,20 +176,23 @@ def _pass_shape(q, keys, values, seen, past, scale):
 
 
 def serves(weight: torch.Tensor) -> bool:
-    """Whether :func:`pack` takes ``weight``: a 2-D bf16 CPU tensor, N a multiple of 16, K even, the kernel loaded."""
-    return (weight.dim() == 2 and weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
-            and weight.shape[0] % BLOCK == 0 and weight.shape[1] % 2 == 0 and weight.shape[0] > 0 and load())
+    """Whether :func:`pack` takes ``weight``: a 2-D CPU tensor of the kernel's dtype, N a multiple of its block (16
+    bf16, 8 float32), K even (bf16: pairs), the kernel loaded."""
+    v = variant()
+    return (v is not None and weight.dim() == 2 and weight.dtype == v.dtype and weight.device.type == "cpu"
+            and weight.shape[0] % v.block == 0 and weight.shape[1] % 2 == 0 and weight.shape[0] > 0 and load())
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` (N, K) bf16 copied into the kernel's layout (N/16, K/2, 32): block b, k-pair p holds
-    W[16b + j, 2p + i] at [b, p, 2j + i] (each block one contiguous stream)."""
+    """``weight`` (N, K) copied into the kernel's layout, each block one contiguous stream: bf16 (N/16, K/2, 32),
+    block b, k-pair p holding W[16b + j, 2p + i] at [b, p, 2j + i]; float32 (N/8, K, 8), block b holding
+    W[8b + j, k] at [b, k, j]."""
     return torch.ops.mrtpo_rows.pack(weight)
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x (..., K) bf16 @ Wᵀ + bias → (..., N) bf16, W as :func:`pack` laid it out: float32 sums, the bias added in
-    float32, one rounding."""
+    """x (..., K) @ Wᵀ + bias → (..., N) in the kernel's dtype, W as :func:`pack` laid it out: float32 sums, the bias
+    added in float32 (bf16: then one rounding)."""
     return torch.ops.mrtpo_rows.linear(x, packed, bias)
 
 

@@ -174,7 +174,7 @@ def test_the_own_pass_gives_the_replay_what_the_layers_give(tiny, dtype, split, 
     from mrtpo.replay.kvtrie import shared_hidden
 
     if split == "kernel":
-        request.getfixturevalue("rows_kernel_loaded")
+        request.getfixturevalue("bf16_kernel")
     else:
         monkeypatch.setattr(L.rows_kernel, "load", lambda: False)
     monkeypatch.setattr(L, "SPLIT_MIN", 1 if split is True else 10**9)

@@ -1,6 +1,7 @@
-"""The few-row kernel (mrtpo.model.rows_kernel): its packed layout by hand, its products against a float64
-reference rounded to bf16 once and against oneDNN's, and its library's life (built ahead of time, found, stale ones
-removed, a broken one refused) in fresh processes."""
+"""The few-row kernel (mrtpo.model.rows_kernel), each CPU kind's variant where it runs: the bf16 one's packed layout
+by hand, its products against a float64 reference rounded to bf16 once and against oneDNN's, its attentions; the
+float32 one's (AVX2) layout, products and attention against float64; and the library's life (built ahead of time,
+found, stale ones removed, a broken one refused) in fresh processes, for whichever variant this CPU builds."""
 import os
 import subprocess
 import sys
@@ -11,12 +12,18 @@ import torch
 
 from mrtpo.model import rows_kernel as R
 
-pytestmark = pytest.mark.skipif(not R.supported(), reason="the few-row kernel needs AVX512-BF16")
+pytestmark = pytest.mark.skipif(not R.supported(), reason="the few-row kernel needs AVX512-BF16 or AVX2")
 
 
 @pytest.fixture(scope="module")
-def kernel(rows_kernel_loaded):
-    return rows_kernel_loaded
+def kernel(bf16_kernel):
+    """The bf16 variant (the tests below it through test_a_pass_attends…: AVX512-BF16 only)."""
+    return bf16_kernel
+
+
+def own_dtype():
+    """The dtype this CPU's variant takes (bf16 or float32)."""
+    return R.dtype() or torch.bfloat16
 
 
 def ulp(t: torch.Tensor) -> torch.Tensor:
@@ -83,13 +90,14 @@ def test_the_library_is_built_ahead_found_and_its_stale_keys_removed(tmp_path):
     done = in_fresh_process(tmp_path, """
         import torch
         from mrtpo.model import rows_kernel as R
-        assert not R.load() and not R.serves(torch.zeros(32, 8, dtype=torch.bfloat16))  # none built
+        w = torch.zeros(32, 8, dtype=R.dtype())  # (the dtype this CPU's variant takes)
+        assert not R.load() and not R.serves(w)  # none built
         stale = R.library_path().with_name("rows_kernel-00000000000000000000.so")
         stale.parent.mkdir(parents=True); stale.write_bytes(b"old")
         said, path = R.build()
         assert said.startswith(f"built {path} in ") and said.endswith("; removed 1 stale"), said
         assert not stale.exists() and sorted(p.name for p in path.parent.iterdir()) == [path.name]
-        assert R.load() and R.serves(torch.zeros(32, 8, dtype=torch.bfloat16))  # found once built
+        assert R.load() and R.serves(w)  # found once built
         assert R.build() == (f"up to date: {path}", path)
         print("ok")
     """)
@@ -102,7 +110,7 @@ def test_a_broken_library_is_refused_once_with_a_note(tmp_path):
         from mrtpo.model import rows_kernel as R
         R.library_path().parent.mkdir(parents=True)
         R.library_path().write_bytes(b"not a library")
-        assert not R.load() and not R.load() and not R.serves(torch.zeros(32, 8, dtype=torch.bfloat16))
+        assert not R.load() and not R.load() and not R.serves(torch.zeros(32, 8, dtype=R.dtype()))
         print("ok")
     """)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
@@ -196,6 +204,110 @@ def test_no_compiler_or_a_failing_one_builds_nothing_and_says_why(tmp_path, monk
     (fake / "g++").chmod(0o755)
     monkeypatch.setenv("PATH", str(fake))
     said, path = R.build(force=True)
-    assert path is None and said == ("g++ could not build rows_kernel.cpp (error: this compiler knows no avx512bf16): "
+    source = "rows_kernel.cpp" if R.dtype() == torch.bfloat16 else "rows_kernel_avx2.cpp"
+    assert path is None and said == (f"g++ could not build {source} (error: this compiler knows no avx512bf16): "
                                      "the kernel is not built, torch's kernels run")
     assert not any((tmp_path / "compiled" / "kernels").iterdir())  # no part file left
+
+
+def test_each_cpu_kind_builds_its_own_variant(monkeypatch):
+    """AVX512-BF16 (AMX CPUs have it too): the bf16 source; AVX2 with FMA: the float32 one; neither: none, and
+    build says why. The library's name follows the variant (its key hashes the source and flags)."""
+    names = {}
+    for flags, want in ((" avx2 fma avx512_bf16 amx_bf16", torch.bfloat16), (" avx2 fma avx512_bf16", torch.bfloat16),
+                        (" avx2 fma", torch.float32), (" avx2", None), (" sse4_2", None)):
+        monkeypatch.setattr(R, "cpu_flags", lambda f=flags: f + " ")
+        assert R.dtype() == want and R.supported() == (want is not None)
+        if want is not None:
+            assert R.variant().source.name == ("rows_kernel.cpp" if want == torch.bfloat16 else "rows_kernel_avx2.cpp")
+            names[want] = R.library_path().name
+    assert len(set(names.values())) == 2
+    said, path = R.build()
+    assert path is None and said == ("the few-row kernel needs AVX512-BF16 or AVX2 with FMA, which this CPU lacks: "
+                                     "nothing to build")
+
+
+@pytest.fixture(scope="module")
+def f32(f32_kernel):
+    """The float32 variant (AVX2 CPUs)."""
+    return f32_kernel
+
+
+def test_f32_pack_lays_each_block_of_8_columns_out_by_k(f32):
+    N, K = 24, 5
+    w = torch.arange(N * K, dtype=torch.float32).reshape(N, K)
+    p = R.pack(w)
+    assert p.shape == (3, 5, 8) and p.dtype == torch.float32
+    for b, k, j in [(0, 0, 0), (0, 4, 7), (1, 2, 3), (2, 0, 5), (2, 4, 7)]:
+        assert p[b, k, j] == w[8 * b + j, k]  # W[8b + j, k] at [b, k, j]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 9, 13, 16])
+@pytest.mark.parametrize("N,K", [(8, 1), (16, 3), (24, 40), (1040, 576), (40, 1536)])
+def test_f32_products_are_float32_sums_in_order(f32, rows, N, K):
+    """Against float64: each output a float32 sum over k (one fused multiply-add per term), the bias added last:
+    within K + 1 float32 roundings of the partial sums; every tile shape (1–3 blocks, 1–4 rows, more rows in passes)."""
+    g = torch.Generator().manual_seed(rows * 1000 + N + K)
+    w, b, x = torch.randn(N, K, generator=g), torch.randn(N, generator=g), torch.randn(rows, K, generator=g)
+    p = R.pack(w)
+    for bias in (None, b):
+        got = R.linear(x, p, bias)
+        exact = x.double() @ w.double().T + (0 if bias is None else bias.double())
+        scale = x.double().abs() @ w.double().abs().T + (0 if bias is None else bias.double().abs())
+        assert got.shape == (rows, N) and got.dtype == torch.float32
+        assert ((got.double() - exact).abs() <= (K + 1) * 2 ** -24 * scale + 1e-30).all()  # (+ 1: the bias's)
+        if K == 1 and bias is None:  # one product: exactly float32's
+            assert torch.equal(got, (x * w.T)[:, :N])
+
+
+def test_f32_products_agree_with_torch_and_keep_the_shape(f32):
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(960, 576, generator=g) * 0.05
+    x = torch.randn(2, 4, 1152, generator=g)[..., ::2]  # (2, 4, 576), not contiguous
+    got = R.linear(x, R.pack(w))
+    assert got.shape == (2, 4, 960)
+    torch.testing.assert_close(got, torch.nn.functional.linear(x, w), atol=1e-5, rtol=1e-5)
+
+
+def test_f32_what_the_kernel_serves_and_refuses(f32):
+    assert R.serves(torch.zeros(24, 8)) and R.serves(torch.zeros(8, 2))
+    assert not R.serves(torch.zeros(20, 8))  # N not a multiple of 8
+    assert not R.serves(torch.zeros(24, 8, dtype=torch.bfloat16))  # bf16: the other variant's
+    with pytest.raises(RuntimeError, match="x has 10 columns, the weight 8"):
+        R.linear(torch.zeros(3, 10), R.pack(torch.zeros(24, 8)))
+    with pytest.raises(RuntimeError, match="float32 CPU rows"):
+        R.linear(torch.zeros(3, 8, dtype=torch.bfloat16), R.pack(torch.zeros(24, 8)))
+    assert R.linear(torch.zeros(0, 8), R.pack(torch.ones(24, 8))).shape == (0, 24)
+    with pytest.raises(RuntimeError, match="not in the float32"):  # no pass attention: float32 passes run SDPA
+        R.attend_pass(torch.zeros(1, 1, 2, 8), torch.zeros(1, 1, 2, 8), torch.zeros(1, 1, 2, 8), None, 0, 0.3)
+
+
+@pytest.mark.parametrize("n,kv,r,d,T,valid", [(4, 3, 3, 64, 512, 400), (2, 2, 2, 8, 40, 0), (3, 1, 5, 32, 70, 33),
+                                              (1, 2, 9, 48, 20, 20), (2, 1, 1, 128, 33, 17), (1, 1, 16, 256, 9, 3)])
+def test_f32_attention_is_the_softmax_over_the_valid_keys_and_the_own_one(f32, n, kv, r, d, T, valid):
+    """Against float64: out = softmax(scale · q [K[:valid]; k_new]ᵀ) [V[:valid]; v_new] within float32 rounding;
+    the positions past ``valid`` are never read (NaN there changes nothing); tails of fewer than 8 keys."""
+    g = torch.Generator().manual_seed(T + valid)
+    q = torch.randn(n, kv, r, d, generator=g)
+    K, V = torch.randn(n, kv, T, d, generator=g) * 2, torch.randn(n, kv, T, d, generator=g)
+    k_new, v_new = (torch.randn(n, kv, d, generator=g) for _ in range(2))
+    K[:, :, valid:], V[:, :, valid:] = float("nan"), float("nan")
+    got = R.attend(q, K, V, k_new, v_new, torch.tensor(float(valid)), d ** -0.5).double()
+    keys = torch.cat([K[:, :, :valid], k_new[:, :, None]], 2).double()
+    values = torch.cat([V[:, :, :valid], v_new[:, :, None]], 2).double()
+    want = torch.softmax(q.double() @ keys.transpose(-1, -2) * d ** -0.5, -1) @ values  # (n, kv, r, d)
+    assert got.shape == (n, kv, r, d) and torch.isfinite(got).all()
+    assert ((got - want).abs() <= 1e-5 * values.abs().amax()).all()
+    if valid == 0:  # the own key alone: its value, exactly
+        assert torch.equal(got, v_new[:, :, None].expand(n, kv, r, d).double())
+
+
+def test_f32_attention_refuses_what_it_does_not_serve(f32):
+    q, K, new = torch.zeros(1, 1, 2, 12), torch.zeros(1, 1, 8, 12), torch.zeros(1, 1, 12)
+    with pytest.raises(RuntimeError, match="rows_kernel.attend: shapes"):  # d = 12: not a multiple of 8
+        R.attend(q, K, K, new, new, torch.tensor(3.0), 0.2)
+    q, K, new = q[..., :8].contiguous(), K[..., :8].contiguous(), new[..., :8].contiguous()
+    with pytest.raises(RuntimeError, match="rows_kernel.attend: shapes"):  # 9 valid positions in a buffer of 8
+        R.attend(q, K, K, new, new, torch.tensor(9.0), 0.25)
+    with pytest.raises(RuntimeError, match="contiguous K, V"):
+        R.attend(q, K.to(torch.bfloat16), K, new, new, torch.tensor(3.0), 0.25)
