@@ -23,12 +23,12 @@ $(STAMP): pyproject.toml requirements.txt
 	touch $(STAMP)
 
 # the decoding step compiled ahead of time for the default model (mrtpo.model.compiled, its products through the
-# few-row kernel mrtpo/model/rows_kernel.cpp; about a minute, once per weights × torch × CPU kind, cached under
-# $MRTPO_CACHE): the app and the CLI never compile on a click. Where it does not apply (a CPU without fast bf16) it
-# says so and builds nothing
+# few-row kernel: mrtpo/model/rows_kernel.cpp in bf16 on AMX / AVX512-BF16, rows_kernel_avx2.cpp in float32 on
+# AVX2; one to two minutes, once per weights × torch × CPU kind, cached under $MRTPO_CACHE): the app and the CLI
+# never compile on a click. Where it does not apply (another architecture) it says so and builds nothing
 COMPILED := $(VENV)/.compiled-step
 $(COMPILED): $(STAMP) mrtpo/model/compiled.py mrtpo/model/llama_step.py mrtpo/model/rows_kernel.py \
-		mrtpo/model/rows_kernel.cpp
+		mrtpo/model/rows_kernel.cpp mrtpo/model/rows_kernel_avx2.cpp
 	$(BIN)/mrtpo compile-step
 	touch $(COMPILED)
 

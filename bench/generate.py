@@ -88,10 +88,11 @@ def has_package(lm) -> bool:
             warm_up(lm)
     finally:
         lm.frozen = False
-    from mrtpo.model.decoder import fast_bf16_cpu
+    from mrtpo.model.decoder import compute_dtype
+    from mrtpo.model.llama_step import sampling_decoder
 
-    return lm.device.type == "cpu" and fast_bf16_cpu() and not any(
-        issubclass(w.category, CompiledStepWarning) for w in said)
+    applies = lm.device.type == "cpu" and sampling_decoder(lm, compute_dtype(lm, "auto"))[1] is not None  # own step
+    return applies and not any(issubclass(w.category, CompiledStepWarning) for w in said)
 
 
 def rss_bytes() -> int:

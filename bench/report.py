@@ -66,13 +66,13 @@ def stamp(threads: int | None = None, today: datetime.date | None = None, cpu: s
 def machine(threads: int | None = None) -> str:
     """What a benchmark's figures hold for, printed first by every script: :func:`stamp` (the CPU's kind, the torch
     threads) and the precision ``"auto"`` picks on this CPU (bf16 weight copies where bf16 matrix products are fast,
-    decoding through the project's own step there (:func:`mrtpo.model.llama_step.llama_step`); float32 elsewhere,
-    where the sampler's decoding steps multiply as (W xᵀ)ᵀ; :func:`mrtpo.model.decoder.compute_dtype`,
-    :func:`mrtpo.model.decoder.few_rows_fast`)."""
+    float32 elsewhere; the sampler decodes a Llama-family model through the project's own step in either
+    (:func:`mrtpo.model.llama_step.llama_step`), other models' products multiplying as (W xᵀ)ᵀ on float32 CPUs;
+    :func:`mrtpo.model.decoder.compute_dtype`, :func:`mrtpo.model.decoder.few_rows_fast`)."""
     from mrtpo.model.decoder import fast_bf16_cpu
 
     chosen = ("bfloat16 weight copies (sampling: the own decoding step)" if fast_bf16_cpu()
-              else "float32 (sampling: few-rows products)")
+              else "float32 (sampling: the own decoding step; other models few-rows products)")
     return f"machine: {stamp(threads)}; precision auto → {chosen} on the CPU"
 
 

@@ -6,7 +6,8 @@ Why: a decoding step of a few rows is a few hundred small kernels around product
 bandwidth the CPU streams; inductor fuses each layer's small operations and lays the frozen weights out for its own
 products. What it computes: :class:`FunctionalStep`, the own step with the KV buffer read-only (the sampler writes
 the step's new keys and values), so that one graph serves every position; its hidden states agree with the own
-step's within bf16 rounding, not to the bit (``tests/model/test_compiled_step.py``).
+step's within the dtype's rounding (bf16 copies on AMX / AVX512-BF16, float32 on AVX2), not to the bit
+(``tests/model/test_compiled_step.py``).
 
 The package holds the weights, so it belongs to one model's weights, this module's code, torch's version and the CPU
 kind: :func:`package_key` hashes them, and a package is used only under its key's name. Where none is there (not
@@ -273,17 +274,18 @@ def compiled_step(step: LlamaStep, name: str) -> CompiledStep | None:
 
 def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
     """Build the few-row kernel (:func:`mrtpo.model.rows_kernel.build`) and the package ``lm``'s sampling would load
-    (the own step over its bf16 copies, its products through that kernel where it is built), unless they are there
-    (``force``: build both again); the model's other packages under the same name (stale) are removed once it is.
-    → (what happened, in words; the package's path, None where no compiled step applies: a CPU without fast bf16,
-    another architecture, a GPU)."""
+    (the own step in the dtype sampling uses: bf16 copies on AMX / AVX512-BF16, float32 on AVX2; its products
+    through that kernel where it is built), unless they are there (``force``: build both again); the model's other
+    packages under the same name (stale) are removed once it is.
+    → (what happened, in words; the package's path, None where no compiled step applies: another architecture, a
+    GPU)."""
     from mrtpo.model.decoder import compute_dtype
     from mrtpo.model.llama_step import sampling_decoder
 
     _, step = sampling_decoder(lm, compute_dtype(lm, "auto"))  # the Decoder and own step sampling will use
     if step is None:
         return (f"no compiled step applies to '{lm.name}' here (the own decoding step runs only for Llama-family "
-                f"models on bf16 weight copies, on a CPU with AMX / AVX512-BF16): nothing to build"), None
+                f"models, on a CPU): nothing to build"), None
     kernel, _ = rows_kernel.build(force)
     path = package_path(step, lm.name)
     if path.is_file() and not force:

@@ -122,16 +122,16 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     numbers per step). A
     row that produced a ``stop`` token gets padding from then on; the loop ends when every row has stopped or after
     max_new_tokens tokens. Models whose cache is not per-layer keys and values sample with ``generate`` instead.
-    ``few_rows`` (what ``precision="auto"`` asks for): the decoding steps run where they measured fastest — on bf16
-    weight copies of a Llama-family stack on a CPU with AMX / AVX512-BF16, through the project's own step
-    (:func:`mrtpo.model.llama_step.llama_step`: the layers' operations without their plumbing: their hidden states
-    within bf16 rounding); float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`), through the model's
-    layers with each product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the same products,
-    summed in another order), the LM head too; the own step's products and the head read weights packed once for
-    oneDNN (:func:`mrtpo.model.decoder.pack`). For a model whose weights never change (the app's), the own step
-    compiled ahead of time runs instead where its package is built (:mod:`mrtpo.model.compiled`; 2–64 rows; its
-    hidden states within bf16 rounding of the own step's), over a KV buffer of its own layout (:class:`_KVGrowing`),
-    its head through the few-row kernel too (:mod:`mrtpo.model.rows_kernel`).
+    ``few_rows`` (what ``precision="auto"`` asks for): the decoding steps of a Llama-family stack run through the
+    project's own step (:func:`mrtpo.model.llama_step.llama_step`: the layers' operations without their plumbing:
+    their hidden states within the dtype's rounding) — on bf16 weight copies on a CPU with AMX / AVX512-BF16, in
+    float32 on AVX2 CPUs (:func:`mrtpo.model.decoder.few_rows_fast`); other architectures run the model's layers,
+    in float32 on AVX2 with each product over the n rows as (W xᵀ)ᵀ (:func:`mrtpo.model.decoder.rows_linear`: the
+    same products, summed in another order), the LM head too; the own step's products and the head read weights
+    packed once for oneDNN (:func:`mrtpo.model.decoder.pack`). For a model whose weights never change (the app's),
+    the own step compiled ahead of time runs instead where its package is built (:mod:`mrtpo.model.compiled`; 2–64
+    rows; its hidden states within the dtype's rounding of the own step's), over a KV buffer of its own layout
+    (:class:`_KVGrowing`), its head through the few-row kernel too (:mod:`mrtpo.model.rows_kernel`).
     ``progress``: as :func:`sample` says.
 
     Long: the decoding loop is the sampler's hot kernel (``bench/generate.py`` times it against ``generate``); its
