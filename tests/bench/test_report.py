@@ -132,7 +132,8 @@ def test_stamp_table_and_section():
 
 
 @pytest.mark.parametrize("fast, chosen", [(True, "bfloat16 weight copies (sampling: the own decoding step)"),
-                                          (False, "float32 (sampling: few-rows products)")])
+                                          (False, "float32 (sampling: the own decoding step; other models few-rows "
+                                                   "products)")])
 def test_machine_says_the_cpu_threads_and_the_precision_auto_picks(monkeypatch, fast, chosen):
     from mrtpo.model import decoder
 
