@@ -232,8 +232,8 @@ def main() -> None:
     if not a.skip_memory:
         mem = {w: peak_memory(a, w) for w in ("old", "new-model", "new")}
         print(f"  peak memory above the loaded model: generate {mem['old']:.0f} MiB, new sampler {mem['new']:.0f} MiB "
-              f"(precision=model {mem['new-model']:.0f} MiB; the difference is mostly the bf16 weight copies: plain "
-              "and packed)")
+              f"(precision=model {mem['new-model']:.0f} MiB; the difference is mostly the own step's weight copies: "
+              "bf16 casts or float32 fusions, and their packed layouts)")
     if not a.no_doc:
         setting = (f"Model {a.model} on {lm.device} ({lm.dtype}; the new sampler computes in "
                    f"{compute_dtype(lm, 'auto')}); the longest text-to-SQL prompt ({n_prompt} tokens), "
