@@ -72,25 +72,26 @@ def overhead(a) -> dict:
 
 
 def repack_seconds(lm, repeats: int = 3) -> float:
-    """What each update costs the next step's sampling for packed weights: seconds to lay a policy version's bf16
-    copies out for oneDNN (:meth:`mrtpo.model.llama_step.LlamaStep.packed`, the stack's products, and the vocabulary
-    head: :func:`mrtpo.model.decoder.pack`), best of ``repeats``; 0 where the decoding step packs nothing. A trainer
-    packs once per step (its sampling shares one set of copies) and counts it in its sampling time."""
+    """What each update costs the next step's sampling for re-laid weights: seconds to lay a policy version out for
+    the decoding step — the float32 step's fused q/k/v and gate/up copies (:func:`mrtpo.model.llama_step.llama_step`,
+    where the step runs on the model's own tensors), the products packed for oneDNN
+    (:meth:`mrtpo.model.llama_step.LlamaStep.packed`) and the vocabulary head (:func:`mrtpo.model.decoder.pack`) —,
+    best of ``repeats``; 0 where the decoding step re-lays nothing. The bf16 cast copies are not counted: sampling
+    without the own step pays them too. A trainer re-lays once per step (its sampling shares one set of copies) and
+    counts it in its sampling time."""
     from mrtpo.model import compute_dtype
     from mrtpo.model.decoder import Decoder, decoder_stack, pack, packable
     from mrtpo.model.llama_step import llama_step
 
-    dec = Decoder(decoder_stack(lm.model), compute_dtype(lm, "auto"), few_rows=True)
-    step = llama_step(dec)
-    if step is None or not packable(step.embed):
-        return 0.0
-    head = dec.weight(lm.model.get_output_embeddings().weight)
     best = float("inf")
     for _ in range(repeats):
-        step._packed = None
+        dec = Decoder(decoder_stack(lm.model), compute_dtype(lm, "auto"), few_rows=True)  # (its casts: not counted)
         t0 = time.perf_counter()
+        step = llama_step(dec)
+        if step is None or not packable(step.embed):
+            return 0.0
         step.packed()
-        pack(head)
+        pack(dec.weight(lm.model.get_output_embeddings().weight))
         best = min(best, time.perf_counter() - t0)
     return best
 
@@ -182,7 +183,8 @@ def doc_text(a, mean: dict | None, ends: dict | None) -> str:
                 + [[f"{m.upper()} step ÷ its floor (sampling at its memory floor, replay and update at the GEMM peak)",
                     f"{mean[m]['time/step'] / mean[m]['floor']['step']:.2f} (floor {mean[m]['floor']['step']:.2f} s)",
                     ""] for m in ("gdpo", "mrtpo") if "floor" in mean[m]]
-                + ([["re-laying each update's weights for the decoding step (packed for oneDNN; inside sampling)",
+                + ([["re-laying each update's weights for the decoding step (fused, packed for oneDNN; "
+                      "inside sampling)",
                      f"{r['repack']:.3f} s ({r['repack'] / r['time/step']:.1%} of the MRTPO step)", ""]]
                    if "repack" in r else [])))
     if ends:

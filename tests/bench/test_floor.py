@@ -125,9 +125,18 @@ def test_repack_seconds_is_zero_where_nothing_packs(monkeypatch):
     assert train.repack_seconds(load_model("tiny-random")) == 0.0
 
 
-@pytest.mark.skipif(not fast_bf16_cpu(), reason="the decoding step packs bf16 copies on AMX / AVX512-BF16 only")
+def _step_packs() -> bool:
+    """Whether the decoding step packs its weights on this CPU: bf16 copies on AMX / AVX512-BF16, the float32
+    weights on AVX2 (:func:`mrtpo.model.decoder.packable` of the dtype precision ``auto`` computes in)."""
+    from mrtpo.model.decoder import packable
+
+    return packable(torch.empty(8, 8, dtype=torch.bfloat16 if fast_bf16_cpu() else torch.float32))
+
+
+@pytest.mark.skipif(not _step_packs(), reason="torch without oneDNN: the decoding step packs nothing")
 def test_repack_seconds_times_the_steps_packing(monkeypatch):
-    """Where the step packs, bench/train times its packing once per repeat (the stack's weights and the head)."""
+    """Where the step packs, bench/train times its re-laying once per repeat: q/k/v and gate/up fused (per layer),
+    the stack's weights packed and the head packed."""
     from bench import train
     from mrtpo.model import decoder, load_model
     from mrtpo.model import llama_step as LS
@@ -136,7 +145,10 @@ def test_repack_seconds_times_the_steps_packing(monkeypatch):
     monkeypatch.setattr(LS.LlamaStep, "packed", lambda self: packed.append(1) or real(self))
     heads, real_pack = [], decoder.pack
     monkeypatch.setattr(decoder, "pack", lambda w: heads.append(tuple(w.shape)) or real_pack(w))
+    fused, real_fuse = [], LS._fuse
+    monkeypatch.setattr(LS, "_fuse", lambda params, names: fused.append(len(names)) or real_fuse(params, names))
     lm = load_model("tiny-random")
     assert train.repack_seconds(lm, repeats=2) > 0.0
     vocab = tuple(lm.model.get_output_embeddings().weight.shape)
     assert packed == [1, 1] and heads.count(vocab) == 2
+    assert fused == [3, 2] * lm.model.config.num_hidden_layers * 2  # q/k/v, gate/up: each layer, each repeat

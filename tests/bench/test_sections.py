@@ -100,8 +100,8 @@ def test_train_section():
     assert "| step time MRTPO / GDPO | 0.969 | ≤ 1.10 |" in text
     assert "| (GDPO step + MRTPO replay) / GDPO step | 1.112 | ≤ 1.10 |" in text and "re-laying" not in text
     mean["mrtpo"]["repack"] = 0.0957
-    assert ("| re-laying each update's weights for the decoding step (packed for oneDNN; inside sampling) | 0.096 s "
-            "(1.0% of the MRTPO step) |  |") in train.doc_text(a, mean, None)
+    assert ("| re-laying each update's weights for the decoding step (fused, packed for oneDNN; inside sampling) "
+            "| 0.096 s (1.0% of the MRTPO step) |  |") in train.doc_text(a, mean, None)
     ends = {"reward/mean": {"gdpo": (0.41, 0.56), "mrtpo": (0.41, 0.51)}, "reward/keywords": {"gdpo": (0.1, 0.2)}}
     text = train.doc_text(a, None, ends)
     assert text.startswith("Learning: 20 steps × 2 seeds")
