@@ -30,15 +30,19 @@ from mrtpo.cli import app, compile_step, credit, experiment, explain, faithfulne
 from mrtpo.cli.common import error_text
 from mrtpo.errors import MrtpoError
 
-# each module's register(subparsers) adds its commands
+# each module's register(subparsers) adds the commands its COMMANDS names
 COMMAND_GROUPS = (credit, explain, faithfulness, tasks, train, experiment, rollouts, tune, app, compile_step)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command's, or, where ``command`` is one of them, only the commands of its
+    group (what :func:`main` runs a command with). Some commands' flags and help list names from modules that import
+    torch; a command that needs none of it (``mrtpo app``: it hands over to the server at once) must not wait for
+    that import."""
     ap = argparse.ArgumentParser(prog="mrtpo", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for group in COMMAND_GROUPS:
+    for group in [g for g in COMMAND_GROUPS if command in g.COMMANDS] or COMMAND_GROUPS:
         group.register(sub)
     ap.commands = sub.choices  # {command: its parser}: a flag it does not know is reported by it (main)
     return ap
@@ -52,7 +56,8 @@ def main(argv=None) -> int:
     one line as an internal error (``MRTPO_DEBUG=1`` re-raises it).
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the CLI's own process: no fork warning
-    ap = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = build_parser(argv[0] if argv else None)
     try:
         a, extra = ap.parse_known_args(argv)
         if extra:  # said by the subcommand's own parser: "mrtpo explain: error: unrecognized arguments: --foo"

@@ -88,6 +88,9 @@ def _port(text: str) -> int:
     return port
 
 
+COMMANDS = ("app",)  # what register() adds
+
+
 def register(sub) -> None:
     p = sub.add_parser("app", help="start the Streamlit workbench (needs the extra: pip install 'mrtpo[app]')")
     p.add_argument("--port", type=_port, default=8501, help="port to serve on (default 8501)")

@@ -18,6 +18,9 @@ def cmd_compile_step(a) -> int:
     return 0
 
 
+COMMANDS = ("compile-step",)  # what register() adds
+
+
 def register(sub) -> None:
     p = sub.add_parser("compile-step", help="build the decoding step's compiled package for a model (ahead of time)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

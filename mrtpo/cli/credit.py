@@ -343,6 +343,9 @@ def cmd_advantages(a) -> int:
     return 0
 
 
+COMMANDS = ("relevance", "advantages")  # what register() adds
+
+
 def register(sub) -> None:
     from mrtpo.core.advantages import method_names
     from mrtpo.core.credit import MEASURE

@@ -25,6 +25,9 @@ PER_RUN = ("method", "seed", "schedule_seed")
 NOT_SHARED = PER_RUN + LOG_FIELDS  # flags an experiment does not take (its runs would share one credit log)
 
 
+COMMANDS = ("experiment",)  # what register() adds
+
+
 def register(sub) -> None:
     from mrtpo.experiment import MAX_SEEDS
     from mrtpo.train import MAX_STEPS

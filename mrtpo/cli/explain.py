@@ -298,6 +298,9 @@ def cmd_explain(a) -> int:
     return 0
 
 
+COMMANDS = ("explain",)  # what register() adds
+
+
 def register(sub) -> None:
     p = sub.add_parser("explain", help="self-contained HTML heatmaps for one prompt and its responses")
     task_arg(p, required=False)

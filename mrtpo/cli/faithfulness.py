@@ -86,6 +86,9 @@ def cmd_faithfulness(a) -> int:
     return 0
 
 
+COMMANDS = ("faithfulness",)  # what register() adds
+
+
 def register(sub) -> None:
     from mrtpo.core.info import INFO_LABELS, INFO_REGIMES
     from mrtpo.core.measures import measure_names

@@ -126,6 +126,9 @@ def _estimate(lm, groups, vt, template):
     return sum(ests[1:], ests[0]) if ests else None
 
 
+COMMANDS = ("rollouts",)  # what register() adds
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollouts", help="heatmaps for your own rollouts (TRL completions parquet, verl JSONL)")
     p.add_argument("--input", required=True, help="TRL completions .parquet (or a folder of them) or verl-style .jsonl")

@@ -93,6 +93,9 @@ EXAMPLES_HELP = ("examples: a JSONL file in the family's format (default: built-
                  "IFEval-format file (instructions)")
 
 
+COMMANDS = ("sample", "score")  # what register() adds
+
+
 def register(sub) -> None:
     p = sub.add_parser("sample", help="sample a group for a task example; print responses with rewards")
     task_arg(p)

@@ -52,6 +52,9 @@ def config_from_args(a, exclude: tuple[str, ...] = ()):
     return TrainConfig.from_dict(given), given
 
 
+COMMANDS = ("train", "runs", "compare")  # what register() adds
+
+
 def register(sub) -> None:
     from mrtpo.train import MAX_STEPS
 

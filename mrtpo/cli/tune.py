@@ -107,6 +107,9 @@ def cmd_tune(a) -> int:
     return 0
 
 
+COMMANDS = ("tune",)  # what register() adds
+
+
 def register(sub) -> None:
     from mrtpo.tune.space import DEFAULT_MEASURES, LAYOUTS, WORDINGS
 

@@ -435,7 +435,7 @@ def test_main_never_shows_a_traceback(monkeypatch, capsys):
         raise RuntimeError("boom\nsecond line")
 
     ap = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: ap)
+    monkeypatch.setattr(cli, "build_parser", lambda command=None: ap)
     ap._subparsers._group_actions[0].choices["score"].set_defaults(fn=boom)
     argv = ["score", "--task", "tools", "--responses", "x"]
     assert main(argv) == 2

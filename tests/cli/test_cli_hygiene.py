@@ -101,3 +101,43 @@ def test_train_config_takes_sampling_config_but_its_seed():
     flat = cfg.to_dict()
     assert flat["seed"] == 5 and flat["group_size"] == 3 and "group" not in flat
     assert TrainConfig.from_dict(flat).to_dict() == flat
+
+
+def test_each_group_names_the_commands_it_registers():
+    """build_parser(command) registers only the group whose COMMANDS holds ``command``: each group's COMMANDS is
+    exactly what its register() adds, and a command's own parser is the one the whole parser has."""
+    import argparse
+
+    from mrtpo.cli import COMMAND_GROUPS
+
+    seen = []
+    for group in COMMAND_GROUPS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        group.register(sub)
+        assert tuple(sub.choices) == group.COMMANDS, group.__name__
+        seen += group.COMMANDS
+    full = build_parser().commands
+    assert sorted(seen) == sorted(full)  # no command twice, none left out
+    for name in seen:
+        only = build_parser(name).commands
+        assert name in only and len(only) < len(full)
+        assert only[name].format_help() == full[name].format_help()
+    assert build_parser("no-such-command").commands.keys() == full.keys()  # argparse then lists every choice
+
+
+def test_mrtpo_app_hands_over_without_importing_torch():
+    """``mrtpo app`` parses its flags and starts the server without importing torch (the server imports it, in the
+    background, while Streamlit starts): the CLI's own process would pay for it for nothing before the hand-over."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from mrtpo.cli import app, main\n"
+            "app.cmd_app = lambda a: print(a.port) or 0\n"  # the hand-over (os.execve) itself left out
+            "assert main(['app', '--port', '8610']) == 0\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            # a command whose help lists the estimators still imports them
+            "assert main(['advantages', '--help']) == 0 and 'torch' in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "8610"
