@@ -118,6 +118,14 @@ def test_a_broken_library_is_refused_once_with_a_note(tmp_path):
     assert str(tmp_path) in done.stderr
 
 
+def _attend_reference(q, K, V, k_new, v_new, valid: int, scale: float):
+    """The decoding step's attention in float64: softmax(scale · q [K[:valid]; k_new]ᵀ) [V[:valid]; v_new]
+    (n, kv, r, d), and the values it weighs (n, kv, valid + 1, d)."""
+    keys = torch.cat([K[:, :, :valid], k_new[:, :, None]], 2).double()
+    values = torch.cat([V[:, :, :valid], v_new[:, :, None]], 2).double()
+    return torch.softmax(q.double() @ keys.transpose(-1, -2) * scale, -1) @ values, values
+
+
 @pytest.mark.parametrize("n,kv,r,d,T,valid", [(4, 3, 3, 64, 512, 400), (2, 2, 2, 16, 40, 0), (3, 1, 5, 32, 70, 33),
                                               (1, 2, 9, 48, 20, 20), (2, 1, 1, 128, 33, 17)])
 def test_attention_is_the_softmax_over_the_valid_keys_and_the_own_one(kernel, n, kv, r, d, T, valid):
@@ -132,9 +140,7 @@ def test_attention_is_the_softmax_over_the_valid_keys_and_the_own_one(kernel, n,
     k_new, v_new = (torch.randn(n, kv, d, generator=g).to(torch.bfloat16) for _ in range(2))
     K[:, :, valid:], V[:, :, valid:] = float("nan"), float("nan")
     got = R.attend(q, K, V, k_new, v_new, torch.tensor(float(valid)), d ** -0.5).double()
-    keys = torch.cat([K[:, :, :valid], k_new[:, :, None]], 2).double()
-    values = torch.cat([V[:, :, :valid], v_new[:, :, None]], 2).double()
-    want = torch.softmax(q.double() @ keys.transpose(-1, -2) * d ** -0.5, -1) @ values  # (n, kv, r, d)
+    want, values = _attend_reference(q, K, V, k_new, v_new, valid, d ** -0.5)
     assert got.shape == (n, kv, r, d) and torch.isfinite(got).all()
     bound = ulp(want.float()).double() + 2 ** -8 * values.abs().amax()
     assert ((got - want).abs() <= bound).all()
@@ -293,9 +299,7 @@ def test_f32_attention_is_the_softmax_over_the_valid_keys_and_the_own_one(f32, n
     k_new, v_new = (torch.randn(n, kv, d, generator=g) for _ in range(2))
     K[:, :, valid:], V[:, :, valid:] = float("nan"), float("nan")
     got = R.attend(q, K, V, k_new, v_new, torch.tensor(float(valid)), d ** -0.5).double()
-    keys = torch.cat([K[:, :, :valid], k_new[:, :, None]], 2).double()
-    values = torch.cat([V[:, :, :valid], v_new[:, :, None]], 2).double()
-    want = torch.softmax(q.double() @ keys.transpose(-1, -2) * d ** -0.5, -1) @ values  # (n, kv, r, d)
+    want, values = _attend_reference(q, K, V, k_new, v_new, valid, d ** -0.5)
     assert got.shape == (n, kv, r, d) and torch.isfinite(got).all()
     assert ((got - want).abs() <= 1e-5 * values.abs().amax()).all()
     if valid == 0:  # the own key alone: its value, exactly
