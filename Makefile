@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml requirements.txt
 # never compile on a click. Where it does not apply (another architecture) it says so and builds nothing
 COMPILED := $(VENV)/.compiled-step
 $(COMPILED): $(STAMP) mrtpo/model/compiled.py mrtpo/model/llama_step.py mrtpo/model/rows_kernel.py \
-		mrtpo/model/rows_kernel.cpp mrtpo/model/rows_kernel_avx2.cpp
+		mrtpo/model/rows_kernel.cpp mrtpo/model/rows_kernel_avx2.cpp mrtpo/model/vocab_chain.h
 	$(BIN)/mrtpo compile-step
 	touch $(COMPILED)
 

@@ -77,7 +77,8 @@ def test_wheel_contents(wheel):
     for f in ("mrtpo/sample_data/sql/shop.sql", "mrtpo/sample_data/sql/questions.jsonl",
               "mrtpo/sample_data/instructions/prompts.jsonl", "mrtpo/sample_data/tools/examples.jsonl",
               "mrtpo/sample_data/tools/NOTICE", "mrtpo_app/app.py", "mrtpo_app/pages/training.py", "mrtpo_app/state.py",
-              "mrtpo/model/rows_kernel.cpp", "mrtpo/model/rows_kernel_avx2.cpp",  # the few-row kernels' sources
+              # the kernels' sources
+              "mrtpo/model/rows_kernel.cpp", "mrtpo/model/rows_kernel_avx2.cpp", "mrtpo/model/vocab_chain.h",
               "mrtpo_app/.streamlit/config.toml", "mrtpo/creditlog/files.py", "mrtpo/creditlog/access.py",
               # the rooms renamed by issue 35: the package list names them
               "mrtpo/display/render.py", "mrtpo/train/credit_writer.py", "mrtpo/creditlog/trl_writer.py",

@@ -36,7 +36,7 @@ import torch
 from mrtpo.model.decoder import cpu_flags
 
 __all__ = ["VARIANTS", "Variant", "attend", "attend_pass", "build", "dtype", "library_path", "linear", "load", "pack",
-           "serves", "supported", "variant"]
+           "serves", "supported", "variant", "vocab_chain"]
 
 _COMMON = ["-O3", "-mfma", "-std=c++20", "-fopenmp", "-shared", "-fPIC"]  # -fopenmp: at::parallel_for is inlined
 # here, over the libgomp torch loaded
@@ -56,6 +56,7 @@ VARIANTS = {
                            ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", *_COMMON], torch.bfloat16, 16),
     "avx2": Variant(Path(__file__).with_name("rows_kernel_avx2.cpp"), ["-mavx2", *_COMMON], torch.float32, 8),
 }
+SHARED = Path(__file__).with_name("vocab_chain.h")  # included by both sources (the replay's vocabulary chain)
 KEY_CHARS = 20
 
 _loaded: bool | None = None  # None: not tried in this process
@@ -87,11 +88,11 @@ def dtype() -> torch.dtype | None:
 
 def library_path() -> Path:
     """Where the built library lives: ``compiled/kernels/rows_kernel-<key>.so`` in the models' cache, the key hashing
-    this CPU's variant's source, its flags, torch's version and its C++ ABI."""
+    this CPU's variant's source and the shared vocab_chain.h, its flags, torch's version and its C++ ABI."""
     from mrtpo.model.load import cache_dir
 
     v = variant() or VARIANTS["avx512_bf16"]  # (no kernel here: a path no load ever finds)
-    h = hashlib.sha256(v.source.read_bytes())
+    h = hashlib.sha256(v.source.read_bytes() + SHARED.read_bytes())
     h.update(f"{v.flags}|{torch.__version__}|{torch._C._GLIBCXX_USE_CXX11_ABI}".encode())
     return cache_dir() / "compiled" / "kernels" / f"rows_kernel-{h.hexdigest()[:KEY_CHARS]}.so"
 
@@ -219,3 +220,17 @@ def attend_pass(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, seen:
 
     with float32 scores and sums (the CPU flash kernel's bf16 arithmetic, in one block of keys)."""
     return torch.ops.mrtpo_rows.attend_pass(q, keys, values, seen, past, scale)
+
+
+def vocab_chain(z: torch.Tensor, y: torch.Tensor, exact: bool,
+                bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The replay's vocabulary chain for one chunk (:func:`mrtpo.replay.vocab.chain` without a soft-cap): z
+    (1 + k, n, V) float32 or bf16 on the CPU — P_all's logits, then k variants' logits (``exact``) or their differences
+    from P_all's — y (n, 1) long, bias (V,) or None → (log p(y_t) (n,), d (k, n), log q_k(y_t) (k, n)) float32:
+
+        log p = log_softmax(z_all + b),  log q_k = log_softmax(z_k + b),  d_kt = JS(p_t, q_kt)
+
+    each row's sums in double, the JS terms as max(p, q) · g(|log q − log p|) with g a polynomial for close
+    distributions (``vocab_chain.h``), so that they keep their relative accuracy where p ≈ q; identical rows give
+    exactly 0."""
+    return torch.ops.mrtpo_rows.vocab_chain(z, y, exact, bias)

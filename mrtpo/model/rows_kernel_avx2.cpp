@@ -8,11 +8,14 @@
 // blocks, keeping one accumulator per row and block in registers (4 rows × 3 blocks: 12 of the 16 ymm registers),
 // so W is read once for up to 4 rows; more rows read the tile again, then in L2, per 4. Sums are float32 over k in
 // order, one fused multiply-add per term, the bias added last.
-// Needs AVX2 and FMA; built ahead of time by mrtpo.model.rows_kernel.
+// Needs AVX2 and FMA; built ahead of time by mrtpo.model.rows_kernel. Also the replay's vocabulary chain
+// (vocab_chain.h, shared by both kernels).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/library.h>
+
+#include "vocab_chain.h"
 
 #include <algorithm>
 #include <cmath>
@@ -120,34 +123,8 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, const std::o
   return y;
 }
 
-// e^x for float32 lanes (x ≤ 0 here: scores minus their maximum): 2^n · p(r), x = n ln 2 + r, |r| ≤ ln 2 / 2, p a
-// degree-6 polynomial (Cephes' expf coefficients, as rows_kernel.cpp's); within about an ulp of expf, exactly 0
-// below −87 (−∞: a key masked out).
-inline __m256 exp_ps(__m256 x_in) {
-  const __m256 live = _mm256_cmp_ps(x_in, _mm256_set1_ps(-87.3f), _CMP_GE_OQ);
-  const __m256 x = _mm256_max_ps(x_in, _mm256_set1_ps(-87.3f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  // 2^n from its exponent bits (n ≥ −126 here: x ≥ −87.3)
-  const __m256 two_n = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-  return _mm256_and_ps(live, _mm256_mul_ps(p, two_n));
-}
-
-inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
+using mrtpo_avx2::exp_ps;  // (vocab_chain.h: e^x within about an ulp, exactly 0 below −87, −∞ included)
+using mrtpo_avx2::hsum;
 
 // One (row, kv head): its r queries over the `valid` cached keys and the own one (d a multiple of 8):
 //   out = Σ_t e^{s_t − m} v_t / Σ_t e^{s_t − m},  s_t = scale · q·k_t,  m = max_t s_t, all in float32.
@@ -237,6 +214,7 @@ TORCH_LIBRARY(mrtpo_rows, m) {
   m.def("linear(Tensor x, Tensor packed, Tensor? bias=None) -> Tensor");
   m.def("attend(Tensor q, Tensor K, Tensor V, Tensor k_new, Tensor v_new, Tensor pos, float scale) -> Tensor");
   m.def("attend_pass(Tensor q, Tensor keys, Tensor values, Tensor? seen, int past, float scale) -> Tensor");
+  m.def("vocab_chain(Tensor z, Tensor y, bool exact, Tensor? bias=None) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(mrtpo_rows, CPU, m) {
@@ -244,4 +222,5 @@ TORCH_LIBRARY_IMPL(mrtpo_rows, CPU, m) {
   m.impl("linear", &linear);
   m.impl("attend", &attend);
   m.impl("attend_pass", &attend_pass);
+  m.impl("vocab_chain", &mrtpo_avx2::vocab_chain);
 }

@@ -66,9 +66,10 @@ class ReplayConfig:
                             lo=1)
     kv_budget: int = opt(4096, "replay: max batch × padded (cached + new) tokens per forward pass (bounds the KV "
                                "copies)", lo=1)
-    # the log-softmax and JS then run over JS_LOGITS of them at a time (eager) or the whole chunk (fused). Each
-    # projection reads the whole head, so a larger budget projects more rows per read of it (bench/vocab.py). A chunk
-    # above glibc's 32 MiB ceiling needs mrtpo.model.heap's thresholds, or the chain's temporaries fault in fresh pages
+    # the log-softmax and JS then run over JS_LOGITS of them at a time (eager) or the whole chunk (kernel, compiled).
+    # Each projection reads the whole head, so a larger budget projects more rows per read of it (bench/vocab.py). A
+    # chunk above glibc's 32 MiB ceiling needs mrtpo.model.heap's thresholds, or the chain's temporaries fault in
+    # fresh pages
     logits_budget: int = opt(1 << 25, "replay: max (1 + K) × tokens × vocabulary logits per projection onto the "
                                       "vocabulary", lo=1)
     # every shared prefix (the task prompt; the items before the one left out; verifier text that is the same for
@@ -82,9 +83,10 @@ class ReplayConfig:
                                  "on any device)", choices=PRECISIONS)
     temperature: float = opt(TEMPERATURE, "the sampling temperature at which the entropy measure reads the policy "
                                           "where the sampler did not record it (<= 0: 1)")
-    fused: str = opt("auto", "replay: the element-wise vocabulary chain compiled into one kernel (the same numbers "
-                             "within float32 rounding): auto (on a CPU when the replay is large enough to pay for "
-                             "compiling it, or it is compiled already) | on | off", choices=FUSED)
+    fused: str = opt("auto", "replay: the element-wise vocabulary chain in one kernel (the same numbers within float32 "
+                             "rounding): auto (on a CPU the built C++ kernel, else compiled when the replay is large "
+                             "enough to pay for compiling it, or it is compiled already) | on (compiled) | off (eager)",
+                     choices=FUSED)
 
     def __post_init__(self):
         check_fields(self, "replay config")
@@ -219,7 +221,7 @@ def _replayed(lm: LoadedModel, groups: Sequence[GroupInput], template: Template 
         plans = [plan_group(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards, need.rewording)
                  for g in groups]
         V = lm.model.get_output_embeddings().weight.shape[0]
-        fused = use_fused(cfg.fused, lm.device, V * sum(len(r) * len(p.variants) for p in plans for r in p.resp_ids))
+        kind = use_fused(cfg.fused, lm.device, V * sum(len(r) * len(p.variants) for p in plans for r in p.resp_ids))
         keys, seqs, want = sequences(plans)
         pad = lm.tokenizer.pad_token_id
         dec = Decoder(decoder_stack(lm.model), dtype, keep=lm.frozen)
@@ -237,7 +239,7 @@ def _replayed(lm: LoadedModel, groups: Sequence[GroupInput], template: Template 
         for g, plan in enumerate(plans):
             paths = [trie.paths[n] for n, key in enumerate(keys) if key[0] == g]
             responses = vocabulary_side(lm, plan, lambda i, v, g=g: hidden[(g, i, v)], dtype, cfg.logits_budget,
-                                        attn[g], dec, tick, fused)
+                                        attn[g], dec, tick, kind)
             out.append(ReplayResult(responses, plan.prompt_texts, plan.rewards, plan.skipped,
                                     prefix_tokens=_common_prefix(trie, paths), forward_tokens=passes.forward_tokens,
                                     forward_passes=passes.forward_passes + extra, seconds=time.perf_counter() - run.t0,

@@ -17,12 +17,18 @@ plain forward of each sequence and its full logits, ``mrtpo/method.py``; ``tests
   h_k − h_all (taken in float32), and z_k = z_all + W (h_k − h_all), which is W h_k in exact arithmetic; both
   distributions then share the rounding of z_all, and their difference is as exact as the hidden states allow (in
   float32 it multiplies h_k itself);
+- **the chain's kernel** (:func:`kernel_chain`): on a CPU where the few-row kernel's library is built
+  (:mod:`mrtpo.model.rows_kernel`, ahead of time, with ``make setup``), the whole chain is one C++ kernel
+  (``vocab_chain.h``): each row's log-softmax constants (sums in double), then per token and variant the JS terms as
+  max(p, q) · g(|log q − log p|), g a polynomial where the distributions are close, reading each row of logits from
+  cache instead of making about fifteen passes over memory; no soft-cap (Gemma 2's heads run the chain below). It
+  agrees with the float64 definition at least as closely as the eager chain (tests/replay/test_vocab.py);
 - **the fused chain** (:func:`fused_chain`): eager, each step of the element-wise chain is one pass over
   (1 + K) × n × V floats (about fifteen of them); compiled (``torch.compile``, inductor's C++ backend on a CPU) it is a
   few loops per row that read the logits once from memory and keep the rest in cache: the same formula, equal to the
   eager one within float32 rounding (the reductions' order and the vectorized exp / log differ in the last bits).
   Compiling costs once per process (less from inductor's disk cache); :func:`use_fused` weighs that against the
-  chain's size.
+  chain's size, where the kernel does not serve.
 """
 from __future__ import annotations
 
@@ -86,17 +92,36 @@ _compiled: Step | None = None
 _state = {"warm": False, "broken": False}
 
 
-def use_fused(mode: str, device: torch.device, logits: int) -> bool:
-    """Whether a replay with ``logits`` (rows × vocabulary) logits on ``device`` runs the compiled chain:
-    ``"on"`` always (while compiling works here), ``"off"`` never, ``"auto"`` on a CPU once it is compiled in this
-    process or when the replay is large enough to pay for compiling it (:data:`FUSE_MIN_LOGITS`)."""
+def use_fused(mode: str, device: torch.device, logits: int) -> str:
+    """Which chain a replay with ``logits`` (rows × vocabulary) logits on ``device`` runs: ``"eager"``
+    (:func:`chain`), ``"kernel"`` (:func:`kernel_chain`) or ``"compiled"`` (:func:`fused_chain`). Mode ``"on"``:
+    compiled (while compiling works here); ``"off"``: eager, the reference; ``"auto"``: on a CPU the kernel where its
+    library is loaded, else compiled once it is compiled in this process or when the replay is large enough to pay
+    for compiling it (:data:`FUSE_MIN_LOGITS`), else eager."""
     if mode not in FUSED:
         raise MrtpoError(f"fused must be one of {', '.join(FUSED)}, not {mode!r}")
-    if mode == "off" or _state["broken"]:
-        return False
+    if mode == "off":
+        return "eager"
     if mode == "on":
-        return True
-    return device.type == "cpu" and (_state["warm"] or logits >= FUSE_MIN_LOGITS)
+        return "eager" if _state["broken"] else "compiled"
+    if device.type != "cpu":
+        return "eager"
+    from mrtpo.model import rows_kernel
+
+    if rows_kernel.load():
+        return "kernel"
+    return "compiled" if not _state["broken"] and (_state["warm"] or logits >= FUSE_MIN_LOGITS) else "eager"
+
+
+def kernel_chain(z: torch.Tensor, y: torch.Tensor, exact: bool, bias: torch.Tensor | None = None,
+                 cap: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`chain` in the kernel's one pass per row (:func:`mrtpo.model.rows_kernel.vocab_chain`) where it serves:
+    float32 or bf16 logits on the CPU, no soft-cap; else :func:`chain` itself."""
+    if cap or z.device.type != "cpu" or z.dtype not in (torch.float32, torch.bfloat16):
+        return chain(z, y, exact, bias, cap)
+    from mrtpo.model import rows_kernel
+
+    return rows_kernel.vocab_chain(z, y, exact, bias)
 
 
 def fused_chain(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -117,6 +142,9 @@ def fused_chain(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
                           f"{str(e).splitlines()[0] if str(e) else ''}); it runs eagerly", RuntimeWarning,
                           stacklevel=2)
     return chain(*args, **kwargs)
+
+
+CHAINS: dict[str, Step] = {"eager": chain, "kernel": kernel_chain, "compiled": fused_chain}  # by use_fused's answer
 
 
 @dataclass
@@ -143,14 +171,14 @@ def model_head(lm: LoadedModel, dtype: torch.dtype, dec: Decoder | None = None) 
                 None if bias is None else bias.detach().float(), final_softcap(lm.model.config))
 
 
-def chunk_sizes(budget: int, V: int, variants: int, fused: bool) -> tuple[int, int]:
+def chunk_sizes(budget: int, V: int, variants: int, kind: str) -> tuple[int, int]:
     """(tokens per projection, tokens per call of the element-wise chain): a projection of P_all and ``variants``
-    variants holds at most ``budget`` logits; the eager chain runs a few tokens at a time (:data:`JS_LOGITS` logits:
-    its temporaries stay in the CPU's cache; over a whole chunk they would stream through memory), the compiled one
-    the whole chunk (it has no temporaries)."""
+    variants holds at most ``budget`` logits; the eager chain (``kind`` "eager") runs a few tokens at a time
+    (:data:`JS_LOGITS` logits: its temporaries stay in the CPU's cache; over a whole chunk they would stream through
+    memory), the kernel and the compiled one the whole chunk (they have no temporaries)."""
     rows = V * (1 + variants)
     chunk = max(1, budget // rows)
-    return chunk, chunk if fused else max(1, JS_LOGITS // rows)
+    return chunk, chunk if kind != "eager" else max(1, JS_LOGITS // rows)
 
 
 def project(head: Head, h_all: torch.Tensor, h_variants: list[torch.Tensor], dtype: torch.dtype,
@@ -165,14 +193,14 @@ def project(head: Head, h_all: torch.Tensor, h_variants: list[torch.Tensor], dty
 
 
 def response_distances(head: Head, states: dict[str, torch.Tensor], variants: list[str], ids: torch.Tensor,
-                       sizes: tuple[int, int], dtype: torch.dtype, buffer: torch.Tensor, fused: bool,
+                       sizes: tuple[int, int], dtype: torch.dtype, buffer: torch.Tensor, kind: str,
                        tick: Callable[[int], None] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One response's (log p(y_t) (T,), d (k, T), log q_k(y_t) (k, T)) from its hidden states ``states`` {variant:
     (T, H)} (P_all's under :data:`mrtpo.templates.ALL`), chunk by chunk (:func:`chunk_sizes`); ``ids``: (T, 1) the
     sampled tokens. ``tick(rows)`` after each chunk: its (1 + k) · n rows are done (progress)."""
     chunk, per_call = sizes
     exact = dtype == torch.float32
-    step = fused_chain if fused else chain
+    step = CHAINS[kind]
     T = ids.shape[0]
     d_variants, logq_variants, logp_all = torch.zeros(len(variants), T), torch.zeros(len(variants), T), torch.zeros(T)
     for s in range(0, T, chunk):
@@ -213,15 +241,17 @@ def response_result(plan: Plan, i: int, logp_all: torch.Tensor, d_variants: torc
 
 def vocabulary_side(lm: LoadedModel, plan: Plan, hidden_of: Callable[[int, str], torch.Tensor], dtype: torch.dtype,
                     budget: int, attn: list[dict[str, np.ndarray]] | None = None, dec: Decoder | None = None,
-                    tick: Callable[[int], None] | None = None, fused: bool = False) -> list[ResponseRelevance]:
+                    tick: Callable[[int], None] | None = None, kind: str = "eager") -> list[ResponseRelevance]:
     """Every response of ``plan`` from its final hidden states ``hidden_of(i, variant) -> (T, H)``: the projection
-    (:func:`model_head`, :func:`project`) and the element-wise chain (:func:`chain`, ``fused``: :func:`fused_chain`)
+    (:func:`model_head`, :func:`project`) and the element-wise chain (``kind``, :func:`use_fused`: :data:`CHAINS`)
     chunk by chunk under ``budget`` logits (:func:`chunk_sizes`), one reused logits buffer, then each response's
     result (:func:`response_result`). ``attn``: per response P_all's attention to each v_k, where read."""
     head = model_head(lm, dtype, dec)
     variants = plan.variants[1:]  # every P_\\k, then every P_k′
     V = head.weight_t.shape[1]
-    sizes = chunk_sizes(budget, V, len(variants), fused)
+    if kind == "kernel" and head.cap:  # (no soft-cap in the kernel: the eager chain, the compiled one's small-replay
+        kind = "eager"               # choice)
+    sizes = chunk_sizes(budget, V, len(variants), kind)
     longest = max((len(r) for r in plan.resp_ids), default=1)
     buffer = torch.empty((min(sizes[0], longest) * (1 + len(variants)), V), dtype=dtype, device=head.weight_t.device)
     out = []
@@ -229,5 +259,5 @@ def vocabulary_side(lm: LoadedModel, plan: Plan, hidden_of: Callable[[int, str],
         ids = torch.tensor(rid, dtype=torch.long, device=head.weight_t.device).unsqueeze(1)  # (T, 1) the sampled tokens
         states = {v: hidden_of(i, v) for v in plan.variants}
         out.append(response_result(plan, i, *response_distances(head, states, variants, ids, sizes, dtype, buffer,
-                                                                 fused, tick), attn[i] if attn is not None else None))
+                                                                 kind, tick), attn[i] if attn is not None else None))
     return out
