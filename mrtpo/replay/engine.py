@@ -294,7 +294,10 @@ def naive_replay_group(lm: LoadedModel, prompt: str, verifier_info: dict[str, st
             stats["forward_tokens"] += ids.shape[1]
             stats["forward_passes"] += 1
     attn = [_info_attention(lm, plan, Decoder(backbone, lm.dtype))] if need.attention else [None]
-    responses = vocabulary_side(lm, plan, lambda i, v: hidden[(i, v)], lm.dtype, 1 << 62, attn[0])
+    V = lm.model.get_output_embeddings().weight.shape[0]
+    longest = max((len(r) for r in plan.resp_ids), default=1)  # a response's logits at once, as before chunking
+    responses = vocabulary_side(lm, plan, lambda i, v: hidden[(i, v)], lm.dtype, V * len(plan.variants) * longest,
+                                attn[0])
     res = ReplayResult(responses, plan.prompt_texts, plan.rewards, plan.skipped, seconds=time.perf_counter() - t0,
                        **stats)
     group = _Group.of(GroupInput(prompt, verifier_info, responses, rewards), True)

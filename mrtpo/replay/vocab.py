@@ -160,11 +160,14 @@ class Head:
 def model_head(lm: LoadedModel, dtype: torch.dtype, dec: Decoder | None = None) -> Head:
     """``lm``'s head for the projection in ``dtype``; ``dec``: the replay's Decoder, which keeps the head's cast,
     transposed copy where it keeps its weights (a frozen model's; a head tied to the embeddings transposes the
-    decoder's cast copy)."""
+    decoder's cast copy). A head already in ``dtype`` (float32 on a CPU without fast bf16) is read transposed where
+    it lies, not copied: the product runs as fast over the view, and a model that is not frozen would pay the copy
+    (the whole head) in every replay."""
     head = lm.model.get_output_embeddings()
 
     def head_t() -> torch.Tensor:  # (H, V)
-        return (dec.weight(head.weight) if dec is not None else head.weight.detach().to(dtype)).t().contiguous()
+        w = dec.weight(head.weight) if dec is not None else head.weight.detach().to(dtype)
+        return w.t() if w.data_ptr() == head.weight.data_ptr() else w.t().contiguous()
 
     bias = getattr(head, "bias", None)
     return Head(dec.memo("head_t", head_t) if dec is not None else head_t(),
@@ -195,9 +198,10 @@ def project(head: Head, h_all: torch.Tensor, h_variants: list[torch.Tensor], dty
 def response_distances(head: Head, states: dict[str, torch.Tensor], variants: list[str], ids: torch.Tensor,
                        sizes: tuple[int, int], dtype: torch.dtype, buffer: torch.Tensor, kind: str,
                        tick: Callable[[int], None] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One response's (log p(y_t) (T,), d (k, T), log q_k(y_t) (k, T)) from its hidden states ``states`` {variant:
-    (T, H)} (P_all's under :data:`mrtpo.templates.ALL`), chunk by chunk (:func:`chunk_sizes`); ``ids``: (T, 1) the
-    sampled tokens. ``tick(rows)`` after each chunk: its (1 + k) · n rows are done (progress)."""
+    """The tokens' (log p(y_t) (T,), d (k, T), log q_k(y_t) (k, T)) from their hidden states ``states`` {variant:
+    (T, H)} (P_all's under :data:`mrtpo.templates.ALL`; one response's tokens, or a group's one after another),
+    chunk by chunk (:func:`chunk_sizes`); ``ids``: (T, 1) the sampled tokens. ``tick(rows)`` after each chunk: its
+    (1 + k) · n rows are done (progress)."""
     chunk, per_call = sizes
     exact = dtype == torch.float32
     step = CHAINS[kind]
@@ -244,20 +248,25 @@ def vocabulary_side(lm: LoadedModel, plan: Plan, hidden_of: Callable[[int, str],
                     tick: Callable[[int], None] | None = None, kind: str = "eager") -> list[ResponseRelevance]:
     """Every response of ``plan`` from its final hidden states ``hidden_of(i, variant) -> (T, H)``: the projection
     (:func:`model_head`, :func:`project`) and the element-wise chain (``kind``, :func:`use_fused`: :data:`CHAINS`)
-    chunk by chunk under ``budget`` logits (:func:`chunk_sizes`), one reused logits buffer, then each response's
-    result (:func:`response_result`). ``attn``: per response P_all's attention to each v_k, where read."""
+    over the group's response tokens one after another, chunk by chunk under ``budget`` logits (:func:`chunk_sizes`:
+    a chunk may span responses, so that a projection has as many rows as the budget allows, not one response's),
+    one reused logits buffer, then each response's result (:func:`response_result`). ``attn``: per response P_all's
+    attention to each v_k, where read."""
     head = model_head(lm, dtype, dec)
     variants = plan.variants[1:]  # every P_\\k, then every P_k′
     V = head.weight_t.shape[1]
     if kind == "kernel" and head.cap:  # (no soft-cap in the kernel: the eager chain, the compiled one's small-replay
         kind = "eager"               # choice)
     sizes = chunk_sizes(budget, V, len(variants), kind)
-    longest = max((len(r) for r in plan.resp_ids), default=1)
-    buffer = torch.empty((min(sizes[0], longest) * (1 + len(variants)), V), dtype=dtype, device=head.weight_t.device)
-    out = []
-    for i, rid in enumerate(plan.resp_ids):
-        ids = torch.tensor(rid, dtype=torch.long, device=head.weight_t.device).unsqueeze(1)  # (T, 1) the sampled tokens
-        states = {v: hidden_of(i, v) for v in plan.variants}
-        out.append(response_result(plan, i, *response_distances(head, states, variants, ids, sizes, dtype, buffer,
-                                                                 kind, tick), attn[i] if attn is not None else None))
-    return out
+    lengths = [len(r) for r in plan.resp_ids]
+    if not lengths:
+        return []
+    device = head.weight_t.device
+    buffer = torch.empty((min(sizes[0], max(sum(lengths), 1)) * (1 + len(variants)), V), dtype=dtype, device=device)
+    ids = torch.tensor([t for r in plan.resp_ids for t in r], dtype=torch.long, device=device).unsqueeze(1)  # (ΣT, 1)
+    states = {v: torch.cat([hidden_of(i, v) for i in range(len(lengths))]) for v in plan.variants}  # {v: (ΣT, H)}
+    logp_all, d_variants, logq_variants = response_distances(head, states, variants, ids, sizes, dtype, buffer, kind,
+                                                             tick)
+    ends = np.cumsum([0, *lengths])
+    return [response_result(plan, i, logp_all[a:b], d_variants[:, a:b], logq_variants[:, a:b],
+                            attn[i] if attn is not None else None) for i, (a, b) in enumerate(zip(ends, ends[1:]))]

@@ -298,10 +298,11 @@ def test_a_callback_that_raises_stops_the_replay_mid_way_and_leaves_the_model_cl
     for a, b in zip(before.responses, after.responses):
         for k in a.js:
             assert np.array_equal(a.js[k], b.js[k])
-    # stopped in the vocabulary side too (after every pass)
+    # stopped in the vocabulary side too (after every pass), a token per chunk of it (a tick per chunk)
     calls = []
     with pytest.raises(Stop):
-        replay_group(tiny, PROMPT, INFO, group, rewards=R, config=cfg,
+        replay_group(tiny, PROMPT, INFO, group, rewards=R, config=ReplayConfig(token_budget=64, kv_budget=256,
+                                                                               logits_budget=1),
                      progress=raise_after(before.forward_passes + 1, calls))
     assert calls[-1][0] < calls[-1][1]
 
