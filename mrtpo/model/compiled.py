@@ -104,8 +104,19 @@ PRODUCTS = (1, 2, 4, 5)  # which of a layer's six weights (LlamaStep.layers) are
 def kernel_serves(step: LlamaStep) -> bool:
     """Whether the few-row kernel is built here and serves every product and the attention of ``step``."""
     return (rows_kernel.load() and step.head_dim % 16 == 0 and step.head_dim <= 256
-            and step.heads // step.kv_heads <= 16
-            and all(rows_kernel.serves(layer[j]) for layer in step.layers for j in PRODUCTS))
+            and step.heads // step.kv_heads <= 16 and all(rows_kernel.serves(w) for w in _products(step)))
+
+
+def _products(step: LlamaStep) -> list[torch.Tensor]:
+    """Stand-ins of the products' weights as :attr:`LlamaStep.layers` fuses them (q/k/v, o, gate/up, down: their
+    shape, dtype and device, no memory), so that asking whether the kernel serves them fuses nothing."""
+    w = step.weights()  # per layer: input norm, q, k, v, o, post norm, gate, up, down (each product's (N, K))
+    out = []
+    for i in range(0, len(w), 9):
+        _, q, k, v, o, _, g, u, down = w[i:i + 9]
+        for parts in ((q, k, v), (o,), (g, u), (down,)):
+            out.append(parts[0].new_empty(1).expand(sum(p.shape[0] for p in parts), parts[0].shape[1]))
+    return out
 
 
 class CompiledStep:
@@ -116,7 +127,7 @@ class CompiledStep:
 
     def __init__(self, runner, step: LlamaStep, path: Path):
         self.runner, self.path = runner, path
-        self.layers, self.kv_heads, self.head_dim = len(step.layers), step.kv_heads, step.head_dim
+        self.layers, self.kv_heads, self.head_dim = step.n_layers, step.kv_heads, step.head_dim
         self.dtype = step.embed.dtype
         self._turn = threading.Lock()
 
@@ -161,7 +172,7 @@ def package_key(step: LlamaStep) -> str:
              f"{step.head_dim}|{step.eps}|{step.rope_scale}".encode())
     h.update(inspect.getsource(inspect.getmodule(package_key)).encode())
     h.update((rows_kernel.library_path().name if kernel_serves(step) else "oneDNN").encode())  # its products' kernel
-    for t in [step.embed, step.norm, step.inv_freq, *(w for layer in step.layers for w in layer)]:
+    for t in [step.embed, step.norm, step.inv_freq, *step.weights()]:  # (q/k/v, gate/up apart: nothing fused)
         flat = t.detach().reshape(-1)
         h.update(f"{tuple(t.shape)}{t.dtype}".encode())
         h.update(flat[::61].float().numpy().tobytes())  # (bf16 → float32: exact)

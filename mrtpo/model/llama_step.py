@@ -19,6 +19,8 @@ docs/benchmarks.md, "Figures behind the code's choices").
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.nn.functional as F
 
@@ -95,7 +97,9 @@ class LlamaStep:
 
     def __init__(self, backbone: torch.nn.Module, params: dict[str, torch.Tensor]):
         """``params``: the stack's weights by name (the Decoder's cast copies), re-laid in place so that q/k/v and
-        gate/up are row-slices of one matrix each (the module's forward reads the same values through them)."""
+        gate/up are row-slices of one matrix each (the module's forward reads the same values through them) when
+        :attr:`layers` is first read: a frozen model that decodes with its compiled step (which holds its own
+        weights) never needs them, nor the copies float32 fuses into."""
         cfg = backbone.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
@@ -103,15 +107,32 @@ class LlamaStep:
         self.inv_freq = backbone.rotary_emb.inv_freq.float()  # (d/2,)
         self.rope_scale = float(backbone.rotary_emb.attention_scaling)
         self.embed, self.norm = params["embed_tokens.weight"], params["norm.weight"]
-        self.layers = []
-        for i in range(len(backbone.layers)):
-            qkv = _fuse(params, [f"layers.{i}.self_attn.{m}_proj.weight" for m in "qkv"])
-            gu = _fuse(params, [f"layers.{i}.mlp.{m}_proj.weight" for m in ("gate", "up")])
-            self.layers.append((params[f"layers.{i}.input_layernorm.weight"], qkv,
-                                params[f"layers.{i}.self_attn.o_proj.weight"],
-                                params[f"layers.{i}.post_attention_layernorm.weight"], gu,
-                                params[f"layers.{i}.mlp.down_proj.weight"]))
+        self.n_layers = len(backbone.layers)
+        self._params = params
+        self._fused: list[tuple[torch.Tensor, ...]] | None = None  # :attr:`layers`, once read
+        self._lock = threading.Lock()
         self._packed: list[tuple[torch.Tensor, ...]] | None = None  # the decoding step's products' weights, packed
+
+    def weights(self) -> list[torch.Tensor]:
+        """Every weight of the stack as the model names them, layer by layer (q, k, v, gate and up apart), without
+        fusing anything: what a compiled package's key hashes (:func:`mrtpo.model.compiled.package_key`)."""
+        return [self._params[f"layers.{i}.{name}"] for i in range(self.n_layers) for name in _LAYER_PARAMS]
+
+    @property
+    def layers(self) -> list[tuple[torch.Tensor, ...]]:
+        """Per layer (input norm, q/k/v fused, o, post-attention norm, gate/up fused, down), fused on first use."""
+        if self._fused is None:
+            with self._lock:
+                if self._fused is None:
+                    self._fused = [self._fused_layer(i) for i in range(self.n_layers)]
+        return self._fused
+
+    def _fused_layer(self, i: int) -> tuple[torch.Tensor, ...]:
+        params = self._params
+        qkv = _fuse(params, [f"layers.{i}.self_attn.{m}_proj.weight" for m in "qkv"])
+        gu = _fuse(params, [f"layers.{i}.mlp.{m}_proj.weight" for m in ("gate", "up")])
+        return (params[f"layers.{i}.input_layernorm.weight"], qkv, params[f"layers.{i}.self_attn.o_proj.weight"],
+                params[f"layers.{i}.post_attention_layernorm.weight"], gu, params[f"layers.{i}.mlp.down_proj.weight"])
 
     def packed(self) -> list[tuple[torch.Tensor, ...]] | None:
         """Per layer, (q/k/v, o, gate/up, down) as :func:`mrtpo.model.decoder.pack` lays them out, made on the first

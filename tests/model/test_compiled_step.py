@@ -267,9 +267,15 @@ def test_warm_up_loads_the_package_before_the_first_sample(built, cache, monkeyp
     monkeypatch.setattr(C, "compiled_step", lambda *a: loads.append(1) or real(*a))
     S.warm_up(lm)
     assert loads == [1]
+    dec, step = L.sampling_decoder(lm, DT)
+    assert step._fused is None  # the package holds its own weights: the own step's fused copies are not made
+    key = C.package_key(step)
     calls = counting(monkeypatch)
     sample(lm, "hello there", n=4, max_new_tokens=6, temperature=0)
     assert loads == [1] and len(calls) == 5  # the first sample found it loaded
+    assert step._fused is None
+    assert step.layers and step._fused is not None  # fused on first read (the eager step's, the package's build)
+    assert C.package_key(step) == key  # the key reads the weights unfused: the same before and after
     S.warm_up(fresh(built[0], frozen=False))  # a model that is not frozen: nothing made
     assert loads == [1]
 

@@ -327,6 +327,8 @@ def test_the_few_rows_stack_shares_the_models_parameters(tiny):
     assert [id(p) for p in few.parameters()] == [id(p) for p in stack.parameters()]  # the same tensors
     assert sum(isinstance(m, D.RowsLinear) for m in few.modules()) == 14  # 2 layers x 7 projections
     assert not any(isinstance(m, D.RowsLinear) for m in stack.modules())  # the model keeps its own layers
+    assert few.layers[0] is not stack.layers[0] and few.layers[0]._forward_hooks is not stack.layers[0]._forward_hooks
+    assert [name for name, _ in few.named_modules()] == [name for name, _ in stack.named_modules()]
     x = torch.tensor([[5, 6, 7]])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model(input_ids=x).logits.sum().backward()
