@@ -39,12 +39,13 @@ STATES = {"before": {"logits_budget": 1 << 23, "fused": "off"}, "budget": {"fuse
 
 def stage_timers():
     """Seconds inside the engine's vocabulary step (``vocabulary_side``), its projections (``torch.matmul``, called
-    there only) and its element-wise chain (``chain`` / ``fused_chain``): :func:`bench.scaling_point.timers`."""
+    there only) and its element-wise chain (``chain`` / ``kernel_chain`` / ``fused_chain``):
+    :func:`bench.scaling_point.timers`."""
     from bench.scaling_point import timers
     from mrtpo.replay import engine, vocab
 
     return timers({"vocabulary": [(engine, "vocabulary_side")], "projection": [(torch, "matmul")],
-                   "chain": [(vocab, "chain"), (vocab, "fused_chain")]})
+                   "chain": [(vocab, "chain"), (vocab, "kernel_chain"), (vocab, "fused_chain")]})
 
 
 def head_flop_share(lm) -> float:

@@ -144,9 +144,6 @@ def fused_chain(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     return chain(*args, **kwargs)
 
 
-CHAINS: dict[str, Step] = {"eager": chain, "kernel": kernel_chain, "compiled": fused_chain}  # by use_fused's answer
-
-
 @dataclass
 class Head:
     """The vocabulary projection as the model's own logits: the head transposed (H, V) in the projection's dtype, its
@@ -204,7 +201,7 @@ def response_distances(head: Head, states: dict[str, torch.Tensor], variants: li
     (1 + k) · n rows are done (progress)."""
     chunk, per_call = sizes
     exact = dtype == torch.float32
-    step = CHAINS[kind]
+    step = {"eager": chain, "kernel": kernel_chain, "compiled": fused_chain}[kind]  # (looked up per call)
     T = ids.shape[0]
     d_variants, logq_variants, logp_all = torch.zeros(len(variants), T), torch.zeros(len(variants), T), torch.zeros(T)
     for s in range(0, T, chunk):
@@ -247,7 +244,7 @@ def vocabulary_side(lm: LoadedModel, plan: Plan, hidden_of: Callable[[int, str],
                     budget: int, attn: list[dict[str, np.ndarray]] | None = None, dec: Decoder | None = None,
                     tick: Callable[[int], None] | None = None, kind: str = "eager") -> list[ResponseRelevance]:
     """Every response of ``plan`` from its final hidden states ``hidden_of(i, variant) -> (T, H)``: the projection
-    (:func:`model_head`, :func:`project`) and the element-wise chain (``kind``, :func:`use_fused`: :data:`CHAINS`)
+    (:func:`model_head`, :func:`project`) and the element-wise chain (``kind``: :func:`use_fused`'s answer)
     over the group's response tokens one after another, chunk by chunk under ``budget`` logits (:func:`chunk_sizes`:
     a chunk may span responses, so that a projection has as many rows as the budget allows, not one response's),
     one reused logits buffer, then each response's result (:func:`response_result`). ``attn``: per response P_all's

@@ -1,5 +1,6 @@
 """bench/vocab.py from hand-made figures and a tiny model (the benchmark itself is not run here): its table, the
 head's FLOP share, the stage timers (they count the engine's calls and put the library back)."""
+import pytest
 import torch
 
 from bench import vocab as B
@@ -31,11 +32,12 @@ def test_head_flop_share_by_hand(tiny):
     assert abs(B.head_flop_share(tiny) - V * H / (V * H + body)) < 1e-12
 
 
-def test_stage_timers_count_and_restore(tiny):
-    saved = (engine.vocabulary_side, vocab.chain, vocab.fused_chain, torch.matmul)
+@pytest.mark.parametrize("fused", ["off", "auto"])  # the eager chain; where the kernel library is loaded, its chain
+def test_stage_timers_count_and_restore(tiny, fused):
+    saved = (engine.vocabulary_side, vocab.chain, vocab.kernel_chain, vocab.fused_chain, torch.matmul)
     with B.stage_timers() as spent:
         replay_group(tiny, "List users.", {"a": "check a", "b": "check b"}, ["SELECT 1;"],
-                     config=ReplayConfig(fused="off"))
+                     config=ReplayConfig(fused=fused))
     assert spent["vocabulary"] > 0 and spent["projection"] > 0 and spent["chain"] > 0
     assert spent["vocabulary"] >= spent["projection"] + spent["chain"]
-    assert (engine.vocabulary_side, vocab.chain, vocab.fused_chain, torch.matmul) == saved
+    assert (engine.vocabulary_side, vocab.chain, vocab.kernel_chain, vocab.fused_chain, torch.matmul) == saved
