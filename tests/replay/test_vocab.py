@@ -64,13 +64,19 @@ def test_replay_fused_equals_eager(tiny):
     for precision in ("model", "bfloat16"):
         off = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision=precision, fused="off"))
         on = replay_group(tiny, PROMPT, INFO, RESPONSES, config=ReplayConfig(precision=precision, fused="on"))
-        for a, b in zip(off.responses, on.responses):
-            for k in INFO:
-                np.testing.assert_allclose(b.js[k], a.js[k], atol=1e-5)
-                np.testing.assert_allclose(b.logp_without[k], a.logp_without[k], atol=1e-4)
-                np.testing.assert_allclose(b.relevance[k], a.relevance[k], atol=1e-3)
-            np.testing.assert_allclose(b.logp_all, a.logp_all, atol=1e-4)
-            assert a.js["correct"].max() > 1e-3
+        assert_same_replay(off, on)
+
+
+def assert_same_replay(off, on) -> None:
+    """Two replays of the same group (``off`` the eager chain's) agree within float32 rounding, response by
+    response: d, log q, ρ and log p; and the replay is not degenerate (some d of 'correct' is well above 0)."""
+    for a, b in zip(off.responses, on.responses, strict=True):
+        for k in INFO:
+            np.testing.assert_allclose(b.js[k], a.js[k], atol=1e-5)
+            np.testing.assert_allclose(b.logp_without[k], a.logp_without[k], atol=1e-4)
+            np.testing.assert_allclose(b.relevance[k], a.relevance[k], atol=1e-3)
+        np.testing.assert_allclose(b.logp_all, a.logp_all, atol=1e-4)
+        assert a.js["correct"].max() > 1e-3
 
 
 def test_compile_failure_falls_back_to_eager(monkeypatch):
@@ -227,10 +233,4 @@ def test_replay_with_the_kernel_equals_eager(tiny, rows_kernel_loaded):
                                                                                       config=c)))
         t.start()
         t.join(timeout=300)
-        for a, b in zip(off.responses, got[0].responses):
-            for k in INFO:
-                np.testing.assert_allclose(b.js[k], a.js[k], atol=1e-5)
-                np.testing.assert_allclose(b.logp_without[k], a.logp_without[k], atol=1e-4)
-                np.testing.assert_allclose(b.relevance[k], a.relevance[k], atol=1e-3)
-            np.testing.assert_allclose(b.logp_all, a.logp_all, atol=1e-4)
-            assert a.js["correct"].max() > 1e-3
+        assert_same_replay(off, got[0])
