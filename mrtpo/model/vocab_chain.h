@@ -158,6 +158,11 @@ struct Rows {
 
   // logits of row (j, t) at v..v+7 (j = 0: P_all); past V: −∞
   __m256 at(int64_t j, int64_t t, int64_t v) const {
+    if (kExact && j > 0) {  // the variant's own logits: P_all's row is not read
+      const int64_t left = V - v;
+      const __m256 u = load8(z + (j * n + t) * V + v, left, -INFINITY);
+      return kBias ? _mm256_add_ps(u, load8(b + v, left, 0.0f)) : u;
+    }
     __m256 zp, zq, dz;
     pair(j, t, v, zp, zq, dz);
     return j == 0 ? zp : zq;
@@ -282,7 +287,8 @@ void vocab_chain_of(const E* z, const float* b, bool exact, int64_t k, int64_t n
     vocab_chain_typed<E, false>(z, b, k, n, V, y, lp_y, d, lq_y);
 }
 
-inline std::tuple<at::Tensor, at::Tensor, at::Tensor> vocab_chain(const at::Tensor& z_in, const at::Tensor& y_in, bool exact,
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> vocab_chain(const at::Tensor& z_in, const at::Tensor& y_in,
+                                                                  bool exact,
                                                                   const std::optional<at::Tensor>& bias_in) {
   TORCH_CHECK(z_in.dim() == 3 && z_in.size(0) >= 2 && z_in.device().is_cpu() &&
                   (z_in.scalar_type() == at::kFloat || z_in.scalar_type() == at::kBFloat16),
