@@ -42,16 +42,18 @@ MIN_POSITIONS, MAX_POSITIONS = 32, 8192  # the KV buffer's lengths it serves
 
 class FunctionalStep(torch.nn.Module):
     """:class:`LlamaStep`'s decoding step with the KV buffer read-only: ids (n,), ``pos`` () float32, ``mask`` (Tmax,)
-    float32 (0 where a position is cached, −∞ elsewhere), K, V (layers, n, kv_heads, Tmax, d) → (final hidden states
-    (n, H), new keys and values (layers, n, kv_heads, d) each). Per layer, with s = scale · q Kᵀ + mask over the
-    buffer and s₀ = scale · q · k_new for the step's own key:
+    float32 (0 where a position is cached, −∞ elsewhere), K, V (layers, n, kv_heads, Tmax, d), ``shared`` () int64:
+    how many first positions every row's buffer holds alike (a group's prompt) → (final hidden states (n, H), new
+    keys and values (layers, n, kv_heads, d) each). Per layer, with s = scale · q Kᵀ + mask over the buffer and
+    s₀ = scale · q · k_new for the step's own key:
 
         attention = (Σ_t e^{s_t − m} V_t + e^{s₀ − m} v_new) / (Σ_t e^{s_t − m} + e^{s₀ − m}),  m = max(s, s₀)
 
     — the softmax over the cached keys and the new one, as the own step computes after writing the new key. Where
     the few-row kernel is built (:func:`kernel_serves`), its operators compute the products and the attention, which
     reads the first ``pos`` positions as the cached ones (the sampler's buffer holds them there, as its mask says)
-    and only those."""
+    and only those, the first ``shared`` of them from the first row's buffer for every row (read once, not n times;
+    the same values: the rows hold them alike). Torch's products ignore ``shared`` (they read every row's copy)."""
 
     def __init__(self, step: LlamaStep):
         super().__init__()
@@ -65,7 +67,7 @@ class FunctionalStep(torch.nn.Module):
         self.embed = torch.nn.Parameter(step.embed, requires_grad=False)
         self.norm = torch.nn.Parameter(step.norm, requires_grad=False)
 
-    def forward(self, ids, pos, mask, K, V):
+    def forward(self, ids, pos, mask, K, V, shared):
         s, d = self.step, self.step.head_dim
         heads, kv = s.heads, s.kv_heads
         n, r = ids.shape[0], heads // kv
@@ -84,7 +86,7 @@ class FunctionalStep(torch.nn.Module):
             new_k.append(k)
             new_v.append(v)
             if self.kernel:  # the first pos positions are the cached ones (the sampler's buffer: the mask's zeros)
-                a = rows_kernel.attend(q, K[i], V[i], k, v, pos, d ** -0.5).reshape(n, heads * d)
+                a = rows_kernel.attend(q, K[i], V[i], k, v, pos, d ** -0.5, shared).reshape(n, heads * d)
             else:
                 scores = torch.matmul(q, K[i].transpose(-1, -2)).float() * d ** -0.5 + mask  # (n, kv, r, Tmax)
                 own = (q.float() * k.float()[:, :, None]).sum(-1, keepdim=True) * d ** -0.5  # (n, kv, r, 1)
@@ -135,12 +137,13 @@ class CompiledStep:
         """Whether the package serves ``rows`` rows over a KV buffer of ``positions`` positions."""
         return MIN_ROWS <= rows <= MAX_ROWS and MIN_POSITIONS <= positions <= MAX_POSITIONS
 
-    def __call__(self, ids: torch.Tensor, pos: int, mask: torch.Tensor, kv: torch.Tensor
+    def __call__(self, ids: torch.Tensor, pos: int, mask: torch.Tensor, kv: torch.Tensor, shared: int = 0
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """ids (n,) int64 at position ``pos``; ``mask`` (Tmax,) float32 (0: cached); ``kv`` (2, layers, n, kv_heads,
         Tmax, d) contiguous, finite everywhere (a masked position's values are multiplied by 0: zeros, not empty
-        memory) → (hidden states (n, H), new keys, new values (layers, n, kv_heads, d)). A ValueError names an input
-        the package does not take."""
+        memory); ``shared`` ≤ pos: the first positions every row of ``kv`` holds alike (the caller's promise: the
+        kernel reads them from row 0 only) → (hidden states (n, H), new keys, new values (layers, n, kv_heads, d)).
+        A ValueError names an input the package does not take."""
         n, T = ids.shape[0], kv.shape[-2]
         want = (2, self.layers, n, self.kv_heads, T, self.head_dim)
         if ids.dtype != torch.int64 or ids.dim() != 1 or not ids.is_contiguous():
@@ -151,8 +154,10 @@ class CompiledStep:
             raise ValueError(f"mask must be a contiguous ({T},) float32 tensor")
         if not self.fits(n, T) or not 0 <= pos < T or ids.device.type != "cpu":
             raise ValueError(f"{n} rows at position {pos} of {T}: outside what the package serves")
+        if not 0 <= shared <= pos:
+            raise ValueError(f"shared must be within 0 … {pos} (the cached positions), not {shared}")
         with self._turn:
-            return tuple(self.runner.run([ids, torch.tensor(float(pos)), mask, kv[0], kv[1]]))
+            return tuple(self.runner.run([ids, torch.tensor(float(pos)), mask, kv[0], kv[1], torch.tensor(shared)]))
 
 
 def cache_dir() -> Path:
@@ -217,11 +222,11 @@ def build_package(step: LlamaStep, path: Path) -> float:
     kv = torch.zeros((2, len(step.layers), n, step.kv_heads, T, step.head_dim), dtype=step.embed.dtype)
     mask = torch.zeros(T)
     mask[T // 2:] = float("-inf")
-    args = (torch.zeros(n, dtype=torch.int64), torch.tensor(float(T // 2)), mask, kv[0], kv[1])
+    args = (torch.zeros(n, dtype=torch.int64), torch.tensor(float(T // 2)), mask, kv[0], kv[1], torch.tensor(T // 4))
     rows, length = Dim("rows", min=MIN_ROWS, max=MAX_ROWS), Dim("tmax", min=MIN_POSITIONS, max=MAX_POSITIONS)
     with torch.no_grad():
         exported = torch.export.export(fn, args, dynamic_shapes=({0: rows}, None, {0: length}, {1: rows, 3: length},
-                                                                 {1: rows, 3: length}))
+                                                                 {1: rows, 3: length}, None))
         path.parent.mkdir(parents=True, exist_ok=True)
         archive = path.with_name(f".part-{os.getpid()}-{path.stem}.pt2")  # (the compiler wants a .pt2 name)
         part = path.with_name(f".part-{os.getpid()}-{path.name}")

@@ -197,6 +197,7 @@ struct AttendArgs {
   at::BFloat16* out;
   int64_t T, valid, d, r;
   float scale;
+  int64_t kv, shared;  // positions [0, shared): alike in every row, read from the first row's buffer (head task % kv)
 };
 
 // One (row, kv head): its r queries over the valid cached keys and the own one. DV = d / 16 and R = r fixed at
@@ -208,6 +209,8 @@ void attend_task(const AttendArgs& a, int64_t task, float* s) {
   const at::BFloat16* qp = a.q + task * r * d;
   const at::BFloat16* kp = a.K + task * a.T * d;
   const at::BFloat16* vp = a.V + task * a.T * d;
+  const at::BFloat16* kpre = a.K + (task % a.kv) * a.T * d;  // the common prefix: row 0, the same head
+  const at::BFloat16* vpre = a.V + (task % a.kv) * a.T * d;
   const at::BFloat16* knp = a.k_new + task * d;
   const at::BFloat16* vnp = a.v_new + task * d;
   const int64_t L = valid + 1;  // the cached keys, then the own one
@@ -215,7 +218,7 @@ void attend_task(const AttendArgs& a, int64_t task, float* s) {
   for (int64_t j = 0; j < r; ++j)
     for (int64_t c = 0; c < dv; ++c) qv[j][c] = bf16_to_ps(qp + j * d + c * 16);
   for (int64_t t = 0; t < L; ++t) {  // s (r, L): the scores
-    const at::BFloat16* key = t < valid ? kp + t * d : knp;
+    const at::BFloat16* key = t < a.shared ? kpre + t * d : t < valid ? kp + t * d : knp;
     __m512 kc[fixed ? DV : 16];
     for (int64_t c = 0; c < dv; ++c) kc[c] = bf16_to_ps(key + c * 16);
     for (int64_t j = 0; j < r; ++j) {
@@ -235,7 +238,7 @@ void attend_task(const AttendArgs& a, int64_t task, float* s) {
   for (int64_t j = 0; j < r; ++j)
     for (int64_t c = 0; c < dv; ++c) o[j][c] = _mm512_setzero_ps();
   for (int64_t u = 0; u < L; ++u) {  // Σ_u bf16(w_u) v_u for every query at once
-    const at::BFloat16* val = u < valid ? vp + u * d : vnp;
+    const at::BFloat16* val = u < a.shared ? vpre + u * d : u < valid ? vp + u * d : vnp;
     __m512 vc[fixed ? DV : 16];
     for (int64_t c = 0; c < dv; ++c) vc[c] = bf16_to_ps(val + c * 16);
     for (int64_t j = 0; j < r; ++j) {
@@ -274,9 +277,12 @@ AttendTask attend_for(int64_t r) {
 // — the CPU flash kernel's arithmetic for bf16 (float32 scores and sums, the weights rounded to bf16 for the
 // product with V) in one block. q (n, kv, r, d); K, V (n, kv, T, d); k_new, v_new (n, kv, d); bf16, d a multiple
 // of 16 up to 256, r up to 16; `pos` the number of valid positions (a float32 scalar, as the step's rotary angle
-// takes it).
+// takes it). `shared` (an int64 scalar, absent: 0): the first positions every row holds alike (a group's prompt),
+// read from the first row's buffer for all rows; the (row, kv head) pairs run head by head, so a head's common keys
+// are read from memory once and from cache for the other rows.
 at::Tensor attend(const at::Tensor& q_in, const at::Tensor& K, const at::Tensor& V, const at::Tensor& k_in,
-                  const at::Tensor& v_in, const at::Tensor& pos, double scale) {
+                  const at::Tensor& v_in, const at::Tensor& pos, double scale,
+                  const std::optional<at::Tensor>& shared_in) {
   TORCH_CHECK(q_in.dim() == 4 && K.dim() == 4 && V.sizes() == K.sizes() && q_in.scalar_type() == at::kBFloat16 &&
                   K.scalar_type() == at::kBFloat16 && V.scalar_type() == at::kBFloat16 &&
                   k_in.scalar_type() == at::kBFloat16 && v_in.scalar_type() == at::kBFloat16 && K.is_contiguous() &&
@@ -284,13 +290,16 @@ at::Tensor attend(const at::Tensor& q_in, const at::Tensor& K, const at::Tensor&
   const at::Tensor q = q_in.contiguous(), kn = k_in.contiguous(), vn = v_in.contiguous();
   const int64_t n = q.size(0), kv = q.size(1), r = q.size(2), d = q.size(3), T = K.size(2);
   const int64_t valid = static_cast<int64_t>(pos.item<float>());
+  const int64_t shared = shared_in.has_value() && shared_in->defined() ? shared_in->item<int64_t>() : 0;
   TORCH_CHECK(K.size(0) == n && K.size(1) == kv && K.size(3) == d && d % 16 == 0 && d <= 256 && r <= 16 &&
                   kn.numel() == n * kv * d && vn.numel() == n * kv * d && 0 <= valid && valid <= T,
               "rows_kernel.attend: shapes");
+  TORCH_CHECK(0 <= shared && shared <= valid, "rows_kernel.attend: shared (", shared, ") outside 0 … pos (", valid,
+              ")");
   at::Tensor out = at::empty_like(q);
   const AttendArgs args{q.data_ptr<at::BFloat16>(), K.data_ptr<at::BFloat16>(), V.data_ptr<at::BFloat16>(),
                         kn.data_ptr<at::BFloat16>(), vn.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(),
-                        T, valid, d, r, static_cast<float>(scale)};
+                        T, valid, d, r, static_cast<float>(scale), kv, shared};
   AttendTask task = &attend_task<0, 0>;
   switch (d / 16) {
     case 1: task = attend_for<1>(r); break;
@@ -301,7 +310,7 @@ at::Tensor attend(const at::Tensor& q_in, const at::Tensor& K, const at::Tensor&
   }
   at::parallel_for(0, n * kv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(static_cast<size_t>(r * (valid + 1)));  // scores, then weights: (r, valid + 1)
-    for (int64_t t = begin; t < end; ++t) task(args, t, s.data());
+    for (int64_t u = begin; u < end; ++u) task(args, (u % n) * kv + u / n, s.data());  // head by head
   });
   return out;
 }
@@ -482,7 +491,8 @@ at::Tensor attend_pass(const at::Tensor& q_in, const at::Tensor& keys, const at:
 TORCH_LIBRARY(mrtpo_rows, m) {
   m.def("pack(Tensor weight) -> Tensor");
   m.def("linear(Tensor x, Tensor packed, Tensor? bias=None) -> Tensor");
-  m.def("attend(Tensor q, Tensor K, Tensor V, Tensor k_new, Tensor v_new, Tensor pos, float scale) -> Tensor");
+  m.def("attend(Tensor q, Tensor K, Tensor V, Tensor k_new, Tensor v_new, Tensor pos, float scale, "
+        "Tensor? shared=None) -> Tensor");
   m.def("attend_pass(Tensor q, Tensor keys, Tensor values, Tensor? seen, int past, float scale) -> Tensor");
   m.def("vocab_chain(Tensor z, Tensor y, bool exact, Tensor? bias=None) -> (Tensor, Tensor, Tensor)");
 }

@@ -168,7 +168,7 @@ def _linear_shape(x, packed, bias=None):
     return x.new_empty((*x.shape[:-1], packed.shape[0] * variant().block))
 
 
-def _attend_shape(q, K, V, k_new, v_new, pos, scale):
+def _attend_shape(q, K, V, k_new, v_new, pos, scale, shared=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 
@@ -198,7 +198,7 @@ def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
-           pos: torch.Tensor, scale: float) -> torch.Tensor:
+           pos: torch.Tensor, scale: float, shared: torch.Tensor | None = None) -> torch.Tensor:
     """A decoding step's attention over the first ``pos`` cached keys and the step's own: q (n, kv_heads, r, d)
     (the r query heads of each kv head), keys, values (n, kv_heads, T ≥ pos, d) contiguous, k_new, v_new
     (n, kv_heads, d), bf16, d a multiple of 16; ``pos`` a float32 scalar tensor → (n, kv_heads, r, d) bf16:
@@ -206,8 +206,10 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, k_new: tor
         out = Σ_t bf16(e^{s_t − m}) v_t / Σ_t e^{s_t − m},  s_t = scale · q·k_t,  m = max_t s_t
 
     over t < pos and the own key, with float32 scores and sums: the CPU flash kernel's arithmetic for bf16 in one
-    block of keys."""
-    return torch.ops.mrtpo_rows.attend(q, keys, values, k_new, v_new, pos, scale)
+    block of keys (float32 on AVX2: its weights are not rounded). ``shared`` (an int64 scalar tensor; None: 0): the
+    first ``shared`` positions hold the same keys and values in every row (a group's prompt): they are read from row
+    0's buffer for every row, from memory once per kv head (the other rows' copies of them are not read)."""
+    return torch.ops.mrtpo_rows.attend(q, keys, values, k_new, v_new, pos, scale, shared)
 
 
 def attend_pass(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, seen: torch.Tensor | None, past: int,

@@ -168,7 +168,7 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     if fast is None:  # (layers, 2, n, kv_heads, P + max_new_tokens − 1, d): the last token is never fed back
         buf = layers[0][0].new_empty((len(layers), 2, n, kv_heads, P + max_new_tokens - 1, head_dim))
     else:
-        kv = _KVGrowing(layers[0][0], (len(layers), n, kv_heads, head_dim), P, P + max_new_tokens - 1)
+        kv = _KVGrowing(layers[0][0], (len(layers), n, kv_heads, head_dim), P, P + max_new_tokens - 1)  # rows: P alike
         buf = kv.buf.transpose(0, 1)  # the same (layers, 2, ...) view
     for i, (K, V) in enumerate(layers):
         buf[i, 0, :, :, :P] = K[0]
@@ -274,13 +274,14 @@ class _KVGrowing:
     """The compiled step's KV buffer: (2, layers, n, kv_heads, capacity, d), contiguous, with a mask (capacity,) of
     the positions written (0) and not (−∞). Its capacity grows by ``CHUNK`` positions (one copy each time) up to
     ``end``: the package attends every position of the buffer it is handed, so an unwritten tail costs as much as a
-    written one."""
+    written one. Its first ``written`` positions (the prompt's, copied into every row) are alike in every row: the
+    step reads them from the first row only (:class:`mrtpo.model.compiled.CompiledStep`'s ``shared``)."""
 
     CHUNK = 256
 
     def __init__(self, like: torch.Tensor, shape: tuple[int, int, int, int], written: int, end: int):
         layers, n, kv_heads, d = shape
-        self.end = end
+        self.end, self.shared = end, written
         cap = min(end, max(written + self.CHUNK, 32))
         # zeros, not empty: the package multiplies the masked positions' values by 0, and 0 · NaN is NaN
         self.buf = like.new_zeros((2, layers, n, kv_heads, cap, d))  # (2, layers, n, kv_heads, cap, d)
@@ -294,7 +295,7 @@ class _KVGrowing:
             grown = self.buf.new_zeros((*self.buf.shape[:4], cap, self.buf.shape[-1]))
             grown[..., :pos, :] = self.buf[..., :pos, :]
             self.buf, self.mask = grown, torch.cat((self.mask[:pos], torch.full((cap - pos,), float("-inf"))))
-        h, k, v = fast(ids, pos, self.mask, self.buf)
+        h, k, v = fast(ids, pos, self.mask, self.buf, self.shared)
         self.buf[0, :, :, :, pos], self.buf[1, :, :, :, pos] = k, v
         self.mask[pos] = 0.0
         return h

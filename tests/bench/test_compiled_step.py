@@ -22,7 +22,7 @@ def test_the_functional_step_is_the_own_step():
     ids = torch.randint(0, lm.model.config.vocab_size, (n,), generator=g)
     before = buf.clone()
     h, new_k, new_v = FunctionalStep(step)(ids, torch.tensor(float(pos)), seen_mask(pos, tmax), before[:, 0],
-                                           before[:, 1])
+                                           before[:, 1], torch.tensor(0))
     want = step(ids, pos, buf)  # writes its keys and values at pos
     assert torch.equal(before[:, :, :, :, :pos], buf[:, :, :, :, :pos])  # the functional step wrote nothing
     # the first layer's new key and value come before any attention: the same to the bit; later ones within rounding

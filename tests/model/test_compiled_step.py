@@ -87,7 +87,8 @@ def deviation(built):
     n, P, steps = 4, 12, 30
     g = torch.Generator().manual_seed(0)
     kv = S._KVGrowing(step.embed, (len(step.layers), n, step.kv_heads, step.head_dim), P, P + steps)
-    kv.buf[..., :P, :] = torch.randn(kv.buf[..., :P, :].shape, generator=g).to(DT)
+    # a random prompt cache, alike in every row as the sampler's (the step reads the first P positions from row 0)
+    kv.buf[..., :P, :] = torch.randn(kv.buf[..., :1, :, :P, :].shape, generator=g).to(DT)
     buf16 = kv.buf.transpose(0, 1).clone()
     buf32 = buf16.float()
     toks = torch.randint(0, lm.model.config.vocab_size, (n, steps), generator=g)

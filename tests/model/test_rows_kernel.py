@@ -252,7 +252,9 @@ def test_f32_pack_lays_each_block_of_8_columns_out_by_k(f32):
 @pytest.mark.parametrize("N,K", [(8, 1), (16, 3), (24, 40), (1040, 576), (40, 1536)])
 def test_f32_products_are_float32_sums_in_order(f32, rows, N, K):
     """Against float64: each output a float32 sum over k (one fused multiply-add per term), the bias added last:
-    within K + 1 float32 roundings of the partial sums; every tile shape (1–3 blocks, 1–4 rows, more rows in passes)."""
+    within K + 1 float32 roundings of the partial sums; every tile shape (1–3 blocks, 1–4 rows, more rows in passes).
+    More than 4 rows walk W in chunks of columns, each group of 4 rows in turn: the same sums, to the bit, as each
+    group's rows multiplied alone in one pass."""
     g = torch.Generator().manual_seed(rows * 1000 + N + K)
     w, b, x = torch.randn(N, K, generator=g), torch.randn(N, generator=g), torch.randn(rows, K, generator=g)
     p = R.pack(w)
@@ -262,6 +264,8 @@ def test_f32_products_are_float32_sums_in_order(f32, rows, N, K):
         scale = x.double().abs() @ w.double().abs().T + (0 if bias is None else bias.double().abs())
         assert got.shape == (rows, N) and got.dtype == torch.float32
         assert ((got.double() - exact).abs() <= (K + 1) * 2 ** -24 * scale + 1e-30).all()  # (+ 1: the bias's)
+        if rows > 4:  # (the chunks: partial sums kept in float32 between them, the order over k unchanged)
+            assert torch.equal(got, torch.cat([R.linear(x[i:i + 4], p, bias) for i in range(0, rows, 4)]))
         if K == 1 and bias is None:  # one product: exactly float32's
             assert torch.equal(got, (x * w.T)[:, :N])
 
@@ -304,6 +308,29 @@ def test_f32_attention_is_the_softmax_over_the_valid_keys_and_the_own_one(f32, n
     assert ((got - want).abs() <= 1e-5 * values.abs().amax()).all()
     if valid == 0:  # the own key alone: its value, exactly
         assert torch.equal(got, v_new[:, :, None].expand(n, kv, r, d).double())
+
+
+@pytest.mark.parametrize("n,kv,r,d,T,valid", [(8, 3, 3, 64, 420, 362), (3, 2, 5, 32, 40, 33), (2, 1, 1, 16, 9, 5)])
+def test_attention_reads_the_rows_common_prefix_from_the_first_row(rows_kernel_loaded, n, kv, r, d, T, valid):
+    """``shared`` = s: positions [0, s) are alike in every row (a group's prompt) and are read from row 0 for all
+    rows: the same output to the bit as without ``shared`` over the same buffer, whatever the other rows hold there
+    (NaN: never read); s = 0 and s = valid (every cached key shared); s outside 0 … valid refused. Either variant."""
+    dt = R.dtype()
+    g = torch.Generator().manual_seed(valid)
+    q = torch.randn(n, kv, r, d, generator=g).to(dt)
+    K, V = (torch.randn(n, kv, T, d, generator=g).to(dt) for _ in range(2))
+    k_new, v_new = (torch.randn(n, kv, d, generator=g).to(dt) for _ in range(2))
+    for s in (0, 1, valid // 2, valid):
+        K[:, :, :s], V[:, :, :s] = K[:1, :, :s].clone(), V[:1, :, :s].clone()  # alike in every row
+        want = R.attend(q, K, V, k_new, v_new, torch.tensor(float(valid)), d ** -0.5)
+        Kn, Vn = K.clone(), V.clone()
+        Kn[1:, :, :s], Vn[1:, :, :s] = float("nan"), float("nan")
+        got = R.attend(q, Kn, Vn, k_new, v_new, torch.tensor(float(valid)), d ** -0.5, torch.tensor(s))
+        assert torch.equal(got, want)
+        assert torch.isfinite(got).all()
+    for s in (-1, valid + 1):
+        with pytest.raises(RuntimeError, match=f"shared \\({s}\\) outside 0 … pos \\({valid}\\)"):
+            R.attend(q, K, V, k_new, v_new, torch.tensor(float(valid)), d ** -0.5, torch.tensor(s))
 
 
 def test_f32_attention_refuses_what_it_does_not_serve(f32):
