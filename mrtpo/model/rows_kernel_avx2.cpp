@@ -240,6 +240,8 @@ struct Keys {
   int64_t shared, valid;
 };
 
+// QJ ≤ 3 queries (rows of d at q) over one (row, kv head)'s keys as `k` places them, L = valid + 1 in all: their scores
+// into s (QJ, L), then the weights e^{s_t − m} in place, then out_j = Σ_t e_jt v_t / Σ_t e_jt.
 template <int QJ>
 void attend_queries(const float* q, const Keys& k, int64_t d, float scale, float* s, float* out) {
   const int64_t L = k.valid + 1;
@@ -283,7 +285,6 @@ void attend_queries(const float* q, const Keys& k, int64_t d, float scale, float
 // One (row, kv head): its r queries, 3 at a time, over the `valid` cached keys and the own one (d a multiple of 8):
 //   out = Σ_t e^{s_t − m} v_t / Σ_t e^{s_t − m},  s_t = scale · q·k_t,  m = max_t s_t, all in float32.
 void attend_task(const float* q, const Keys& k, float* out, int64_t d, int64_t r, float scale, float* s) {
-  const int64_t L = k.valid + 1;
   for (int64_t j = 0; j < r; j += 3) {
     switch (std::min<int64_t>(r - j, 3)) {
       case 3: attend_queries<3>(q + j * d, k, d, scale, s, out + j * d); break;
@@ -291,7 +292,6 @@ void attend_task(const float* q, const Keys& k, float* out, int64_t d, int64_t r
       default: attend_queries<1>(q + j * d, k, d, scale, s, out + j * d); break;
     }
   }
-  (void)L;
 }
 
 // A decoding step's attention, one query per row and query head, the r query heads of each kv head together, over
