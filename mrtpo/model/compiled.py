@@ -1,5 +1,5 @@
 """The decoding step compiled ahead of time: the own step (:class:`mrtpo.model.llama_step.LlamaStep`) as an
-AOTInductor package of a fixed model's weights, built once (``make setup`` / ``mrtpo compile-step``), kept on disk and
+AOTInductor package for a model's shapes, built once (``make setup`` / ``mrtpo compile-step``), kept on disk and
 loaded by the sampler; nothing compiles while a user waits.
 
 Why: a decoding step of a few rows is a few hundred small kernels around products that read the weights at half the
@@ -9,8 +9,10 @@ the step's new keys and values), so that one graph serves every position; its hi
 step's within the dtype's rounding (bf16 copies on AMX / AVX512-BF16, float32 on AVX2), not to the bit
 (``tests/model/test_compiled_step.py``).
 
-The package holds the weights, so it belongs to one model's weights, this module's code, torch's version and the CPU
-kind: :func:`package_key` hashes them, and a package is used only under its key's name. Where none is there (not
+A package belongs to one model's shapes, this module's code, torch's version and the CPU kind, and where it holds the
+weights (oneDNN's products) to those weights: :func:`package_key` hashes them, and a package is used only under its
+key's name. Where the few-row kernel computes the products, the weights are not in the package: the load hands it
+the kernel's packed copies of the model's own (:func:`external_weights`). Where none is there (not
 built, stale, unreadable) the sampler runs the eager step and says so once per process (:func:`compiled_step`).
 Only models whose weights never change look for one (``LoadedModel.frozen`` outside a trainer's
 :func:`mrtpo.model.decoder.weights_fixed` block): a policy being trained decodes eagerly.
@@ -61,22 +63,22 @@ class FunctionalStep(torch.nn.Module):
         # the products' weights in the few-row kernel's layout where it is built (mrtpo.model.rows_kernel: read at
         # the memory's bandwidth, called as its custom operators), else as they are (inductor packs them for oneDNN)
         self.kernel = kernel_serves(step)
-        self.weights = torch.nn.ParameterList([
-            torch.nn.Parameter(rows_kernel.pack(t) if self.kernel and j in PRODUCTS else t, requires_grad=False)
-            for layer in step.layers for j, t in enumerate(layer)])
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(t, requires_grad=False)
+                                               for t in _layer_weights(step, self.kernel)])
         self.embed = torch.nn.Parameter(step.embed, requires_grad=False)
         self.norm = torch.nn.Parameter(step.norm, requires_grad=False)
+        self.register_buffer("inv_freq", step.inv_freq, persistent=False)  # (named: a package's input at load)
 
     def forward(self, ids, pos, mask, K, V, shared):
         s, d = self.step, self.step.head_dim
         heads, kv = s.heads, s.kv_heads
         n, r = ids.shape[0], heads // kv
-        freqs = pos * s.inv_freq
+        freqs = pos * self.inv_freq
         cos, sin = s._cos_sin(torch.cat((freqs, freqs)))  # (d,)
         x = self.embed[ids]  # (n, H)
         linear = rows_kernel.linear if self.kernel else F.linear
         new_k, new_v = [], []
-        for i in range(len(s.layers)):
+        for i in range(s.n_layers):
             w_in, w_qkv, w_o, w_post, w_gu, w_down = (self.weights[6 * i + j] for j in range(6))
             qkv = linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
             qk = qkv[:, :(heads + kv) * d].view(n, heads + kv, d)
@@ -103,6 +105,19 @@ class FunctionalStep(torch.nn.Module):
 PRODUCTS = (1, 2, 4, 5)  # which of a layer's six weights (LlamaStep.layers) are products': q/k/v, o, gate/up, down
 
 
+def _layer_weights(step: LlamaStep, kernel: bool) -> list[torch.Tensor]:
+    """Per layer the six weights :class:`FunctionalStep` multiplies by, in :attr:`LlamaStep.layers`' order (input
+    norm, q/k/v, o, post-attention norm, gate/up, down), q/k/v and gate/up stacked here (``step`` fuses nothing: a
+    frozen model's own step never needs its fused copies), the products packed for the few-row kernel (``kernel``)."""
+    w = step.weights()  # per layer: input norm, q, k, v, o, post norm, gate, up, down
+    out = []
+    for i in range(0, len(w), 9):
+        w_in, q, k, v, o, post, g, u, down = w[i:i + 9]
+        six = (w_in, torch.cat((q, k, v)), o, post, torch.cat((g, u)), down)
+        out += [rows_kernel.pack(t) if kernel and j in PRODUCTS else t for j, t in enumerate(six)]
+    return out
+
+
 def kernel_serves(step: LlamaStep) -> bool:
     """Whether the few-row kernel is built here and serves every product and the attention of ``step``."""
     return (rows_kernel.load() and step.head_dim % 16 == 0 and step.head_dim <= 256
@@ -127,8 +142,9 @@ class CompiledStep:
     package's C++ runner ends the process, with no Python exception, on an input of another dtype or layout); calls
     take turns (one runner, shared by the app's sessions)."""
 
-    def __init__(self, runner, step: LlamaStep, path: Path):
+    def __init__(self, runner, step: LlamaStep, path: Path, weights: FunctionalStep | None = None):
         self.runner, self.path = runner, path
+        self._weights = weights  # what the runner reads its weights from, where they are not in its library
         self.layers, self.kv_heads, self.head_dim = step.n_layers, step.kv_heads, step.head_dim
         self.dtype = step.embed.dtype
         self._turn = threading.Lock()
@@ -168,19 +184,21 @@ def cache_dir() -> Path:
 
 
 def package_key(step: LlamaStep) -> str:
-    """A hex digest of what a package depends on: the step's weights (shapes, and every 61st value of each: a model
-    whose weights differ anywhere is a different model, found for a fine-tune too), its shape constants, this
-    module's source, the products' kernel (the few-row kernel's library, whose name holds its own key, or oneDNN),
-    torch's version and the CPU's capability."""
+    """A hex digest of what a package depends on: the step's weights' shapes and dtypes, and where the package holds
+    the weights (:func:`external_weights` false) every 61st value of each too (a model whose weights differ anywhere
+    is a different model, found for a fine-tune too); its shape constants, this module's source, the products' kernel
+    (the few-row kernel's library, whose name holds its own key, or oneDNN), torch's version and the CPU's
+    capability. A package that takes its weights at load serves every model of the same shapes."""
     h = hashlib.sha256()
     h.update(f"{torch.__version__}|{torch.backends.cpu.get_cpu_capability()}|{step.heads}|{step.kv_heads}|"
              f"{step.head_dim}|{step.eps}|{step.rope_scale}".encode())
     h.update(inspect.getsource(inspect.getmodule(package_key)).encode())
     h.update((rows_kernel.library_path().name if kernel_serves(step) else "oneDNN").encode())  # its products' kernel
+    inside = not external_weights(step)
     for t in [step.embed, step.norm, step.inv_freq, *step.weights()]:  # (q/k/v, gate/up apart: nothing fused)
-        flat = t.detach().reshape(-1)
         h.update(f"{tuple(t.shape)}{t.dtype}".encode())
-        h.update(flat[::61].float().numpy().tobytes())  # (bf16 → float32: exact)
+        if inside:
+            h.update(t.detach().reshape(-1)[::61].float().numpy().tobytes())  # (bf16 → float32: exact)
     return h.hexdigest()
 
 
@@ -206,11 +224,12 @@ def _stale(path: Path, name: str) -> list[Path]:
 
 def build_package(step: LlamaStep, path: Path) -> float:
     """Export :class:`FunctionalStep` of ``step`` with dynamic rows and KV length and compile it into an AOTInductor
-    package (frozen, prepacked weights inside its shared library); that library alone is kept, at ``path``, written
-    beside it and renamed into place (a reader never sees half a file): loaded directly, it skips the package
-    loader's unpacking of the archive. Where the step calls the few-row kernel's operator, the package's
-    description of those calls goes beside it as ``<path stem>.json`` (the runner reads it from there). → the
-    seconds it took."""
+    package, its weights frozen; that library alone is kept, at ``path``, written beside it and renamed into place (a
+    reader never sees half a file): loaded directly, it skips the package loader's unpacking of the archive. Where
+    the few-row kernel computes the products, the weights are not in the library: :func:`compiled_step` hands them
+    to it at load (:func:`external_weights`); elsewhere they are inside it, prepacked for oneDNN. Where the step
+    calls the few-row kernel's operator, the package's description of those calls goes beside it as ``<path
+    stem>.json`` (the runner reads it from there). → the seconds it took."""
     import zipfile
 
     import torch._inductor
@@ -219,7 +238,7 @@ def build_package(step: LlamaStep, path: Path) -> float:
     t0 = time.perf_counter()
     n, T = 5, 40  # example sizes: any in range, distinct from the model's dimensions (no specialisation)
     fn = FunctionalStep(step).eval()
-    kv = torch.zeros((2, len(step.layers), n, step.kv_heads, T, step.head_dim), dtype=step.embed.dtype)
+    kv = torch.zeros((2, step.n_layers, n, step.kv_heads, T, step.head_dim), dtype=step.embed.dtype)
     mask = torch.zeros(T)
     mask[T // 2:] = float("-inf")
     args = (torch.zeros(n, dtype=torch.int64), torch.tensor(float(T // 2)), mask, kv[0], kv[1], torch.tensor(T // 4))
@@ -232,8 +251,10 @@ def build_package(step: LlamaStep, path: Path) -> float:
         part = path.with_name(f".part-{os.getpid()}-{path.name}")
         calls = path.with_suffix(".json")  # the custom operators' calls, where the step makes them: beside the library
         try:
-            torch._inductor.aoti_compile_and_package(exported, package_path=str(archive),
-                                                     inductor_configs={"freezing": True, "cpp.weight_prepack": True})
+            torch._inductor.aoti_compile_and_package(
+                exported, package_path=str(archive),
+                inductor_configs={"freezing": True, "cpp.weight_prepack": True,
+                                  "aot_inductor.package_constants_in_so": not external_weights(step)})
             with zipfile.ZipFile(archive) as z:
                 (library,) = [n for n in z.namelist() if n.endswith(".so")]
                 described = library[:-3] + ".json"
@@ -280,12 +301,35 @@ def compiled_step(step: LlamaStep, name: str) -> CompiledStep | None:
         return None
     try:
         runner = torch._C._aoti.AOTIModelContainerRunnerCpu(str(path), 1)  # one model instance: calls take turns
-    except Exception as e:  # a truncated or foreign file: eager, and say which
+        weights = _hand_weights(runner, step) if external_weights(step) else None
+    except Exception as e:  # a truncated, foreign or mismatched file: eager, and say which
         _say_once(f"broken:{path}", f"the compiled decoding step {path} cannot be loaded ({type(e).__name__}: "
                                     f"{str(e)[:200]}): the eager step runs; delete it and run `mrtpo compile-step "
                                     f"--model {name}` to build it again")
         return None
-    return CompiledStep(runner, step, path)
+    return CompiledStep(runner, step, path, weights)
+
+
+def external_weights(step: LlamaStep) -> bool:
+    """Whether ``step``'s package is built without its weights, which :func:`compiled_step` hands it at load: where
+    the few-row kernel computes the products (their weights are the kernel's packed copies, which a load makes from
+    the model's weights in a few tenths of a second, outside the GIL; a library holding them would be as large as
+    the model, its load a copy of them holding the GIL). oneDNN's prepacked weights are inductor's own: inside."""
+    return kernel_serves(step)
+
+
+def _hand_weights(runner, step: LlamaStep) -> FunctionalStep:
+    """The package's weights made from ``step``'s (:class:`FunctionalStep`'s parameters and buffers, as the build
+    froze them) and handed to ``runner`` by name without a copy (it reads them where they are: the returned module
+    holds them as long as the runner lives). A constant the package names that the module does not hold: ValueError."""
+    fn = FunctionalStep(step)
+    held = {**dict(fn.named_parameters()), **dict(fn.named_buffers())}
+    names = runner.get_constant_names_to_original_fqns()  # the package's name → the module's (weights.0 …)
+    unknown = sorted(set(names.values()) - set(held))
+    if unknown:
+        raise ValueError(f"the package's weights {unknown[:3]} are not the own step's")
+    runner.update_constant_buffer({n: held[fqn].detach() for n, fqn in names.items()}, False, True, True)
+    return fn
 
 
 def prepare(lm, force: bool = False) -> tuple[str, Path | None]:

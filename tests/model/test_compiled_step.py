@@ -179,7 +179,10 @@ def test_an_empty_cache_runs_eager_and_warns_once(built, monkeypatch, tmp_path):
     assert [s.token_ids for s in a] == [s.token_ids for s in b] == [s.token_ids for s in want]
 
 
-def test_other_weights_or_another_torch_find_no_package(built, cache, monkeypatch):
+def test_other_weights_run_in_the_same_package_or_find_none_and_another_torch_finds_none(built, cache, monkeypatch):
+    """Where the package takes its weights at load (the few-row kernel's products), a model of the same shapes with
+    other weights loads the same package with its own weights (the eager step's tokens of those weights); where it
+    holds them, that model finds no package and decodes eagerly. Another torch's key differs either way."""
     lm = fresh(built[0])
     step = L.llama_step(D.Decoder(D.decoder_stack(lm.model), DT, few_rows=True, keep=True))
     path = C.package_path(step, "spiky")
@@ -187,17 +190,39 @@ def test_other_weights_or_another_torch_find_no_package(built, cache, monkeypatc
     other = fresh(built[0])
     with torch.no_grad():
         other.model.model.layers[1].mlp.down_proj.weight[0, 0] += 0.5  # one value (a sampled one) changed
+        other.model.model.layers[0].self_attn.q_proj.weight.mul_(1.5)  # and a whole product's weight
     step2 = L.llama_step(D.Decoder(D.decoder_stack(other.model), DT, few_rows=True, keep=True))
-    assert C.package_path(step2, "spiky") != path
+    external = C.external_weights(step2)
+    assert external == C.rows_kernel.supported()
+    assert (C.package_path(step2, "spiky") == path) == external
     monkeypatch.setattr(torch, "__version__", "2.99.0")
     assert C.package_path(step, "spiky") != path
     monkeypatch.undo()
     monkeypatch.setenv("MRTPO_CACHE", str(built[1]))
     monkeypatch.setattr(C, "_said", set())
     calls = counting(monkeypatch)
-    with pytest.warns(C.CompiledStepWarning, match="no compiled decoding step"):
-        sample(other, "hello there", n=4, max_new_tokens=6, temperature=0)
-    assert calls == []
+    if external:
+        got = sample(other, "hello there", n=4, max_new_tokens=6, temperature=0)
+        assert len(calls) == 5  # the package ran every step after the prompt's
+        want = sample(fresh(other, frozen=False), "hello there", n=4, max_new_tokens=6, temperature=0)
+        mine = sample(fresh(built[0], frozen=False), "hello there", n=4, max_new_tokens=6, temperature=0)
+        assert [s.token_ids for s in got] == [s.token_ids for s in want] != [s.token_ids for s in mine]
+    else:
+        with pytest.warns(C.CompiledStepWarning, match="no compiled decoding step"):
+            sample(other, "hello there", n=4, max_new_tokens=6, temperature=0)
+        assert calls == []
+
+
+def test_a_package_holding_weights_another_step_lacks_is_refused_by_name(built):
+    """A package naming a weight the own step does not hold (a package built for other code) is not used: the load
+    says which."""
+    class Runner:
+        def get_constant_names_to_original_fqns(self):
+            return {"weights_0": "weights.0", "w_extra": "extra.weight"}
+
+    step = L.llama_step(D.Decoder(D.decoder_stack(fresh(built[0]).model), DT, few_rows=True, keep=True))
+    with pytest.raises(ValueError, match=r"the package's weights \['extra.weight'\] are not the own step's"):
+        C._hand_weights(Runner(), step)
 
 
 def test_a_broken_package_runs_eager_and_says_which_file(built, cache, monkeypatch, tmp_path):
@@ -348,6 +373,8 @@ def test_the_default_models_package_picks_the_eager_steps_greedy_tokens_but_at_t
     step = L.llama_step(dec)
     assert C.package_path(step, lm.name).is_file(), "no package for the default model: run `make setup`"
     fast = C.compiled_step(step, lm.name)
+    if C.external_weights(step):  # the package holds the code; the weights stay the model's (packed at load)
+        assert C.package_path(step, lm.name).stat().st_size < 2 ** 26 < sum(w.nbytes for w in step.weights()) / 4
     ex = next(e for e in get_family("sql").examples() if e.id == "shop-01")
     calls = counting(monkeypatch)
     sample(lm, ex.prompt, n=2, max_new_tokens=8, temperature=0)
