@@ -98,8 +98,8 @@ class LlamaStep:
     def __init__(self, backbone: torch.nn.Module, params: dict[str, torch.Tensor]):
         """``params``: the stack's weights by name (the Decoder's cast copies), re-laid in place so that q/k/v and
         gate/up are row-slices of one matrix each (the module's forward reads the same values through them) when
-        :attr:`layers` is first read: a frozen model that decodes with its compiled step (which holds its own
-        weights) never needs them, nor the copies float32 fuses into."""
+        :attr:`layers` is first read: a frozen model that decodes with its compiled step (which holds packed
+        weights of its own) never needs them, nor the copies float32 fuses into."""
         cfg = backbone.config
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
