@@ -193,7 +193,8 @@ def click_floor(model: str, family: str) -> dict[str, float]:
     example, the default sampling settings, seed 0, G = 4 × 96) sampled at its floor (:func:`floor.sampling_floor_s`:
     as many decoding steps as its longest response, each reading the weights at this machine's bandwidth) and
     replayed at the GEMM peak (the replay's forward tokens as :func:`mrtpo.replay.estimate.estimate_scored` counts
-    them, the responses under P_all and every replayed P_\\k onto the vocabulary). Sampled here, after the browser
+    them, the responses under P_all and every replayed P_\\k onto the vocabulary, the attention over the pairs
+    :func:`mrtpo.replay.estimate.replay_pairs` counts). Sampled here, after the browser
     run (the same seed and settings give the app's group). Page, import, load, scoring and drawing are not counted."""
     import numpy as np
     import torch
@@ -201,7 +202,8 @@ def click_floor(model: str, family: str) -> dict[str, float]:
     from mrtpo.core.info import INFO
     from mrtpo.groups import score_group, template_for
     from mrtpo.model import compute_dtype, load_model, sample
-    from mrtpo.replay.estimate import estimate_scored
+    from mrtpo.replay import GroupInput
+    from mrtpo.replay.estimate import estimate_scored, replay_pairs
     from mrtpo.tasks import get_family
 
     lm = load_model(model)
@@ -210,6 +212,8 @@ def click_floor(model: str, family: str) -> dict[str, float]:
     samples = sample(lm, ex.prompt, n=4, max_new_tokens=96, seed=0)
     group = score_group(fam, ex, samples, INFO)
     fwd = estimate_scored(lm, [group], template_for(fam)).parts.get("replay", 0)
+    pairs = replay_pairs(lm, [GroupInput(group.prompt, group.verifier_info, group.samples, group.rewards)],
+                         template_for(fam))  # (as estimate_scored replays it: constant rewards skipped)
     dtype = compute_dtype(lm, "auto")
     bw, peak = floor.read_bandwidth(), floor.gemm_peak(dtype)
     steps = max(len(x.token_ids) for x in samples)
@@ -218,9 +222,9 @@ def click_floor(model: str, family: str) -> dict[str, float]:
     varied = int(np.sum(np.nan_to_num(np.nanmax(R, axis=0) - np.nanmin(R, axis=0)) > 0)) if R.size else 0
     sampling = floor.sampling_floor_s(lm, torch.empty((), dtype=dtype).element_size(),
                                       len(lm.encode(lm.chat_prompt(ex.prompt))), 4, steps, bw, peak)
-    replay = floor.model_replay_flops(lm, fwd, (1 + varied) * T) / peak
+    replay = floor.model_replay_flops(lm, fwd, (1 + varied) * T, pairs) / peak
     return {"sample": sampling, "replay": replay, "click": sampling + replay, "bandwidth": bw, "peak": peak,
-            "steps": steps, "forward_tokens": fwd}
+            "steps": steps, "forward_tokens": fwd, "attention_pairs": pairs}
 
 
 def warm_session(browser, url: str) -> tuple[float, str, str]:

@@ -4,13 +4,15 @@ the dtype the replay computes in (float32; bfloat16 on AMX / AVX512-BF16 CPUs, w
 A replay is compute bound on a CPU (issue "Fast on every machine": ~50 GFLOPS on 2 AVX2 cores, the peak of
 torch's float32 GEMM there). Its products, counted exactly from the model's shapes and the tokens the replay put
 through it, divided by the best float32 GEMM rate this machine reaches on the model's own layer shapes, give a
-lower bound on its time at full precision (attention, norms, softmax and JS come on top and are not counted):
+lower bound on its time at full precision (norms, softmax, exponentials and JS come on top and are not counted):
 
-    floor = (2 · N_lin · forward_tokens + 2 · V · H · head_rows) / peak
+    floor = (2 · N_lin · forward_tokens + 2 · V · H · head_rows + 4 · layers · heads · d · pairs) / peak
 
 N_lin: the weights of the decoder stack's linear layers (embeddings excluded); forward_tokens: tokens through the
-stack; head_rows: hidden states projected onto the vocabulary (V × H). Dividing by the sampling time of the same
-group gives the least replay / sampling ratio this machine allows in that dtype.
+stack; head_rows: hidden states projected onto the vocabulary (V × H); pairs: the (query, key) pairs the passes'
+attention sees (each a query's product with a key and its weight's with a value, d multiply-adds each, in every
+layer and query head). Dividing by the sampling time of the same group gives the least replay / sampling ratio this
+machine allows in that dtype.
 """
 from __future__ import annotations
 
@@ -63,11 +65,21 @@ def sampling_floor_s(lm, itemsize: int, prompt: int, rows: int, steps: int, band
     return prefill + steps * model_decode_floor_s(lm, itemsize, prompt + rows * steps / 2, bandwidth)
 
 
-def model_replay_flops(lm, forward_tokens: int, head_rows: int) -> float:
-    """:func:`replay_flops` for the loaded model ``lm``: its stack's linear weights and its vocabulary head."""
+def model_replay_flops(lm, forward_tokens: int, head_rows: int, pairs: int = 0) -> float:
+    """:func:`replay_flops` for the loaded model ``lm``: its stack's linear weights and its vocabulary head, and the
+    attention's products over ``pairs`` (query, key) pairs (:func:`attention_flops`)."""
     head = lm.model.get_output_embeddings().weight  # (V, H)
-    return replay_flops(model_linear_weights(lm), head.shape[0], head.shape[1], forward_tokens,
-                        head_rows)
+    return (replay_flops(model_linear_weights(lm), head.shape[0], head.shape[1], forward_tokens, head_rows)
+            + attention_flops(lm.model.config, pairs))
+
+
+def attention_flops(config, pairs: int) -> float:
+    """FLOPs of the attention's products over ``pairs`` (query, key) pairs: in every layer and query head, the
+    query's product with the key and the weight's with the value, d multiply-adds each: 4 · layers · heads · d · pairs
+    (d = ``head_dim``, else hidden / heads)."""
+    heads = config.num_attention_heads
+    d = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 4.0 * config.num_hidden_layers * heads * d * pairs
 
 
 def update_flops(lm, tokens: int, scored: int, forwards: int = 0) -> float:

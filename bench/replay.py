@@ -7,8 +7,9 @@ and K = 3 rewards (format, valid, correct; all replayed), prints:
       with the cast weight copies shared by sampling and replay (``weights_fixed``: a trainer's step, the app),
   (c) peak memory of the replay (process RSS above the level before it), beside the size the
       (variants x responses x length x vocab) logits would have taken,
-  (d) the floor: the replay's matrix products over this machine's GEMM peak in the dtype the replay computes in
-      (bench/floor.py), and replay / generation time at that floor (the least this machine allows),
+  (d) the floor: the replay's matrix products (the linear layers', the head's, the attention's over the (query, key)
+      pairs its passes see) over this machine's GEMM peak in the dtype the replay computes in (bench/floor.py), and
+      replay / generation time at that floor (the least this machine allows),
   (e) replay ÷ that floor and sampling ÷ its floor (decoding steps at the memory floor; target <= 1.5 each).
 Usage: python bench/replay.py [--model default] [--group 8] [--max-new-tokens 96] [--repeats 2] [--no-doc]
 
@@ -125,7 +126,8 @@ def main() -> None:
     T = sum(len(s.token_ids) for s in samples)
     V = lm.model.get_output_embeddings().weight.shape[0]
     full_logits = (1 + len(fast.rewards)) * T * V * 4
-    flops = floor.model_replay_flops(lm, fast.forward_tokens, (1 + len(fast.rewards)) * T)
+    flops = floor.model_replay_flops(lm, fast.forward_tokens, (1 + len(fast.rewards)) * T, fast.attention_pairs)
+    attn_flops = floor.attention_flops(lm.model.config, fast.attention_pairs)  # (of flops)
     peak = max(peak, floor.gemm_peak(floor_dtype))
     dname = str(floor_dtype).removeprefix("torch.")
     bw = floor.read_bandwidth()
@@ -152,7 +154,8 @@ def main() -> None:
           f"(model dtype) above the loaded model (weights paged in), in a fresh process (all logits at once would be "
           f"{full_logits / 2**20:.0f} MiB)")
     print(f"(d) {dname} floor:{' ' * (16 - len(dname))}{flops / 1e12:.3f} TFLOP of matrix products at this machine's "
-          f"{dname} peak {peak / 1e9:.0f} GFLOPS = {flops / peak:.2f} s; at that floor replay / generation would be "
+          f"{dname} peak {peak / 1e9:.0f} GFLOPS = {flops / peak:.2f} s (the attention's {attn_flops / 1e9:.0f} GFLOP "
+          f"over {fast.attention_pairs:,} pairs among them); at that floor replay / generation would be "
           f"{flops / peak / t_gen:.3f} (the default replay: {flops / t_fast / 1e9:.0f} GFLOPS overall)")
     print(f"(e) replay ÷ its {dname} floor = {t_fast * peak / flops:.2f}   sampling ÷ its floor = "
           f"{t_gen / sample_floor:.2f} (floor {sample_floor:.2f} s: {steps} decoding steps reading the weights at "
@@ -169,6 +172,7 @@ def main() -> None:
                  t_again=t_again,
                  bf16_err=bf16_err if bf16 else None,
                  mem_auto=mem["auto"], mem_model=mem["model"], full_logits=full_logits, flops=flops, peak=peak,
+                 attn_flops=attn_flops,
                  dtype=dname, sample_floor=sample_floor, bandwidth=bw)
         path = report.update_section("replay", report.section("bench/replay.py", doc_text(f)))
         print(f"written to {path} (section replay)")
@@ -224,7 +228,8 @@ def doc_text(f: dict) -> str:
          f"all logits at once: {f['full_logits'] / mib:.0f} MiB"],
         [f"(d) {f['dtype']} floor: the replay's matrix products at this machine's {f['dtype']} GEMM peak",
          f"{f['flops'] / f['peak']:.2f} s", f"{f['flops'] / 1e12:.3f} TFLOP at {f['peak'] / 1e9:.0f} GFLOPS "
-         f"(`bench/floor.py`); the default replay: {f['flops'] / f['t_fast'] / 1e9:.0f} GFLOPS overall"],
+         f"(`bench/floor.py`; the attention's products {f['attn_flops'] / 1e9:.0f} GFLOP of it); the default replay: "
+         f"{f['flops'] / f['t_fast'] / 1e9:.0f} GFLOPS overall"],
         ["(d) replay / generation time at that floor", f"{f['flops'] / f['peak'] / f['t_gen']:.3f}",
          f"the least this machine allows in {f['dtype']} (products alone)"],
         [f"(e) replay ÷ its {f['dtype']} floor", f"{f['t_fast'] * f['peak'] / f['flops']:.2f}", "≤ 1.5"],

@@ -178,10 +178,10 @@ def replay_groups(
         One :class:`ReplayResult` per group: per response its tokens, d (T,) for every replayed reward where the replay
         ran, ρ (T,) of the first measure, and what the other measures read. Where several groups are replayed, their
         sequences go through one trie, so the passes are fewer and larger; each result is what the group gives alone,
-        up to the rounding of other batches; its ``forward_tokens`` / ``forward_passes`` are those of the joint
-        replay, its ``seconds`` run from the joint replay's start to this group's result. The joint replay's forward
-        tokens and own seconds are recorded as a run of this machine's replay rate (:func:`mrtpo.model.rates.measuring`;
-        not when P_all's attention is read: its passes are not counted).
+        up to the rounding of other batches; its ``forward_tokens`` / ``forward_passes`` / ``attention_pairs`` are those
+        of the joint replay, its ``seconds`` run from the joint replay's start to this group's result. The joint
+        replay's forward tokens and own seconds are recorded as a run of this machine's replay rate
+        (:func:`mrtpo.model.rates.measuring`; not when P_all's attention is read: its passes are not counted).
     """
     cfg = config or ReplayConfig()
     measures = [measure] if isinstance(measure, str) else list(measure)
@@ -242,7 +242,8 @@ def _replayed(lm: LoadedModel, groups: Sequence[GroupInput], template: Template 
                                         attn[g], dec, tick, kind)
             out.append(ReplayResult(responses, plan.prompt_texts, plan.rewards, plan.skipped,
                                     prefix_tokens=_common_prefix(trie, paths), forward_tokens=passes.forward_tokens,
-                                    forward_passes=passes.forward_passes + extra, seconds=time.perf_counter() - run.t0,
+                                    forward_passes=passes.forward_passes + extra,
+                                    attention_pairs=passes.attention_pairs, seconds=time.perf_counter() - run.t0,
                                     attention_seconds=t_attn))
         if not need.attention:  # (P_all's attention passes are not counted in the forward tokens)
             run.tokens = passes.forward_tokens
@@ -282,7 +283,7 @@ def naive_replay_group(lm: LoadedModel, prompt: str, verifier_info: dict[str, st
     t0 = time.perf_counter()
     need = replay_needs(measure, reword, attention)
     plan = plan_group(lm, prompt, verifier_info, responses, template, rewards, need.rewording)
-    stats = {"forward_tokens": 0, "forward_passes": 0}
+    stats = {"forward_tokens": 0, "forward_passes": 0, "attention_pairs": 0}
     backbone = decoder_stack(lm.model)
     hidden = {}
     for i, rid in enumerate(plan.resp_ids):
@@ -293,6 +294,7 @@ def naive_replay_group(lm: LoadedModel, prompt: str, verifier_info: dict[str, st
             hidden[(i, v)] = h[len(p) - 1 : len(p) - 1 + len(rid)]
             stats["forward_tokens"] += ids.shape[1]
             stats["forward_passes"] += 1
+            stats["attention_pairs"] += ids.shape[1] * (ids.shape[1] + 1) // 2
     attn = [_info_attention(lm, plan, Decoder(backbone, lm.dtype))] if need.attention else [None]
     V = lm.model.get_output_embeddings().weight.shape[0]
     longest = max((len(r) for r in plan.resp_ids), default=1)  # a response's logits at once, as before chunking

@@ -23,7 +23,7 @@ from mrtpo.model import LoadedModel, TooLong, compute_dtype, decoder_stack
 from mrtpo.model import decoder as _decoder
 from mrtpo.model.rates import Rates, forward_rate, n_params, sample_tokens
 from mrtpo.replay.engine import GroupInput, ReplayConfig, replay_needs, scored_measures
-from mrtpo.replay.kvtrie import pass_tokens, plan_passes
+from mrtpo.replay.kvtrie import pass_pairs, pass_tokens, plan_passes
 from mrtpo.replay.plan import cuts, plan_group, sequences
 from mrtpo.templates import Template, variant_label
 
@@ -137,19 +137,36 @@ def replay_tokens(lm: LoadedModel, groups: Sequence[GroupInput], template: Templ
     """(the forward tokens :func:`mrtpo.replay.replay_groups` will report for these arguments — its
     ``forward_tokens`` —, the tokens of the passes that read P_all's attention, which it does not count), from the
     token ids and the token budgets, without a pass; (0, 0) for measures that need no replay."""
-    cfg = config or ReplayConfig()
     need = replay_needs(measure, reword, attention)
     if not groups or not need.replay:
         return 0, 0
+    plans, trie, batches = _passes(lm, groups, template, config or ReplayConfig(), need)
+    extra = 0
+    if need.attention:  # one more pass per response under P_all
+        extra = sum(len(p.prompt_ids[i][p.variants[0]]) + len(r) for p in plans for i, r in enumerate(p.resp_ids))
+    return sum(pass_tokens(trie.segments, b) for b in batches), extra
+
+
+def replay_pairs(lm: LoadedModel, groups: Sequence[GroupInput], template: Template | None = None,
+                 config: ReplayConfig | None = None, measure: str | Sequence[str] = "js") -> int:
+    """The (query, key) pairs the replay's passes will see — the ``attention_pairs`` of
+    :func:`mrtpo.replay.replay_groups` for these arguments (:func:`mrtpo.replay.kvtrie.pass_pairs`) —, without a
+    pass; 0 for measures that need no replay."""
+    need = replay_needs(measure)
+    if not groups or not need.replay:
+        return 0
+    _, trie, batches = _passes(lm, groups, template, config or ReplayConfig(), need)
+    return sum(pass_pairs(trie.segments, b) for b in batches)
+
+
+def _passes(lm: LoadedModel, groups: Sequence[GroupInput], template: Template | None, cfg: ReplayConfig, need):
+    """(the groups' plans, the trie, the passes) the replay builds for these arguments, from the token ids."""
     plans = [plan_group(lm, g.prompt, g.verifier_info, g.responses, template, g.rewards, need.rewording, offsets=False)
              for g in groups]
     _, seqs, _ = sequences(plans)
     share = cfg.share_prefix and _decoder.prefix_mode(decoder_stack(lm.model)) != "unshared"  # as the replay does
     trie, batches, _ = plan_passes(seqs, cfg.token_budget, cfg.kv_budget, share, cuts(plans))
-    extra = 0
-    if need.attention:  # one more pass per response under P_all
-        extra = sum(len(p.prompt_ids[i][p.variants[0]]) + len(r) for p in plans for i, r in enumerate(p.resp_ids))
-    return sum(pass_tokens(trie.segments, b) for b in batches), extra
+    return plans, trie, batches
 
 
 def estimate_replay(lm: LoadedModel, groups: Sequence[GroupInput], template: Template | None = None,

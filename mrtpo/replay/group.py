@@ -53,7 +53,8 @@ def replay_group(
 
     Returns:
         Per-response tokens, JS distances d (T,) and relevance ρ (T,) for every replayed reward. In parts, the
-        result's ``forward_tokens`` / ``forward_passes`` / ``seconds`` are the parts' sums and the time of all.
+        result's ``forward_tokens`` / ``forward_passes`` / ``attention_pairs`` / ``seconds`` are the parts' sums and
+        the time of all.
     """
     idx = split_parts(len(responses), parts)
     if len(idx) > 1:
@@ -89,7 +90,8 @@ def _in_parts(lm, group: GroupInput, idx: list[list[int]], template, config, mea
                         prompts=[q for rep in reps for q in rep.prompts], rewards=first.rewards,
                         skipped=first.skipped, prefix_tokens=min(rep.prefix_tokens for rep in reps),
                         forward_tokens=sum(rep.forward_tokens for rep in reps),
-                        forward_passes=sum(rep.forward_passes for rep in reps), seconds=time.perf_counter() - t0,
+                        forward_passes=sum(rep.forward_passes for rep in reps),
+                        attention_pairs=sum(rep.attention_pairs for rep in reps), seconds=time.perf_counter() - t0,
                         replayed=first.replayed, outcomes=first.outcomes)
 
 

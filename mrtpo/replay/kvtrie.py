@@ -127,6 +127,7 @@ def _merge_short(trie: Trie, min_saved: int) -> Trie:
 class PassStats:
     forward_tokens: int = 0  # padded new tokens over all passes
     forward_passes: int = 0
+    attention_pairs: int = 0  # (query, key) pairs the passes' queries see (:func:`pass_pairs`)
     reused_tokens: int = 0  # tokens of passes taken from a PrefixStore (not run)
     levels: list[int] = field(default_factory=list)  # passes per stage (shared levels, then the leaves)
 
@@ -244,6 +245,14 @@ def pass_tokens(segs: list[Segment], batch: list[int]) -> int:
     return len(batch) * max(len(segs[i].tokens) for i in batch)
 
 
+def pass_pairs(segs: list[Segment], batch: list[int]) -> int:
+    """The (query, key) pairs one pass's attention must compute at least: each row's n tokens see its ancestors'
+    ``start`` keys and their own causally, Σ_rows n · start + n (n + 1) / 2 (padding and other rows' keys not counted:
+    what masks hide costs nothing here)."""
+    return sum(len(segs[i].tokens) * segs[i].start + len(segs[i].tokens) * (len(segs[i].tokens) + 1) // 2
+               for i in batch)
+
+
 def _past_len(segs, batch) -> int:
     return max(segs[i].start for i in batch)
 
@@ -354,3 +363,4 @@ def _forward(decoder, pad_id, device, segs, batch, hidden, kv, buffer: _KVBuffer
         hidden[i] = h[j, : len(segs[i].tokens)]
     stats.forward_tokens += b * L
     stats.forward_passes += 1
+    stats.attention_pairs += pass_pairs(segs, batch)

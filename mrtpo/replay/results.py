@@ -105,6 +105,7 @@ class ReplayResult:
     prefix_tokens: int = 0
     forward_tokens: int = 0  # tokens run through the model (prefix once + every padded batch)
     forward_passes: int = 0
+    attention_pairs: int = 0  # (query, key) pairs the passes' attention saw (:func:`mrtpo.replay.kvtrie.pass_pairs`)
     seconds: float = 0.0
     replayed: bool = True
     outcomes: dict[str, np.ndarray] = field(default_factory=dict)

@@ -90,7 +90,10 @@ def test_the_clicks_floor_is_the_groups_sampling_and_replay_floors(monkeypatch):
     assert got["steps"] == steps and got["sample"] == floor.sampling_floor_s(lm, item, P, 4, steps, 1e9, 1e10)
     T = sum(len(x.token_ids) for x in samples)
     heads = 1 + len(ran.rewards)  # P_all and each replayed P_\k project the responses onto the vocabulary
-    assert np.isclose(got["replay"], floor.model_replay_flops(lm, ran.forward_tokens, heads * T) / 1e10, rtol=1e-12)
+    assert got["attention_pairs"] == ran.attention_pairs > 0  # likewise the pairs its passes' attention saw
+    want = floor.model_replay_flops(lm, ran.forward_tokens, heads * T, ran.attention_pairs) / 1e10
+    assert np.isclose(got["replay"], want, rtol=1e-12)
+    assert want > floor.model_replay_flops(lm, ran.forward_tokens, heads * T) / 1e10  # the attention counted
     assert got["click"] == got["sample"] + got["replay"]
 
 

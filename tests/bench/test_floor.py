@@ -27,6 +27,18 @@ def test_replay_flops_smollm2_135m_hand_worked():
     assert flops == pytest.approx(1.0043e12, rel=1e-4)
 
 
+def test_attention_flops_hand_worked():
+    """SmolLM2-135M: 30 layers × 9 query heads × d = 64; a pair is a query's product with a key and its weight's with
+    the value, 64 multiply-adds each: 4 · 30 · 9 · 64 = 69,120 FLOPs a pair."""
+    from types import SimpleNamespace
+
+    smol = SimpleNamespace(num_attention_heads=9, num_hidden_layers=30, hidden_size=576)
+    assert floor.attention_flops(smol, 1) == 69_120
+    assert floor.attention_flops(smol, 1_000_000) == pytest.approx(69.12e9)
+    gemma = SimpleNamespace(num_attention_heads=8, num_hidden_layers=2, hidden_size=640, head_dim=256)  # its own d
+    assert floor.attention_flops(gemma, 10) == 4 * 2 * 8 * 256 * 10
+
+
 def test_gemm_peak_is_the_fastest_product_in_its_dtype(monkeypatch):
     ticks = itertools.count()  # every clock read advances one second: each product "takes" 1 s
     peak = floor.gemm_peak(shapes=((8, 4, 2), (16, 4, 2)), repeats=2, clock=lambda: float(next(ticks)))
@@ -90,6 +102,7 @@ def test_sampling_floor_and_update_flops_from_the_models_shapes(tiny):
     assert floor.model_decode_floor_s(tiny, 2, 50, 1e9) == pytest.approx(step(50), rel=1e-12)
     fwd = 2 * n_lin * 200 + 2 * V * H * 120
     assert floor.model_replay_flops(tiny, 200, 120) == fwd
+    assert floor.model_replay_flops(tiny, 200, 120, 500) == fwd + floor.attention_flops(c, 500)
     assert floor.update_flops(tiny, 200, 120) == 3 * fwd and floor.update_flops(tiny, 200, 120, forwards=1) == 4 * fwd
 
 

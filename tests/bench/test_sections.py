@@ -39,19 +39,21 @@ def test_replay_section():
     f = dict(setting="Model default.", t_gen=4.67, t_naive=20.74, t_exact=10.39, t_fast=3.96, naive=(19271, 32),
              exact=(8395, 10), fast=(8395, 10), err=9.2e-6, bf16_err=8.1e-3, mem_auto=474 * 2**20,
              mem_model=338 * 2**20, full_logits=479 * 2**20, flops=1.0046e12, peak=62.9e9, dtype="float32",
-             t_fixed=1.79, t_gen_fixed=3.30, t_again=1.43, sample_floor=1.0, bandwidth=40e9)
+             t_fixed=1.79, t_gen_fixed=3.30, t_again=1.43, sample_floor=1.0, bandwidth=40e9, attn_flops=0.069e12)
     text = replay.doc_text(f)
     # 3.96 s × 62.9 GFLOPS / 1.0046 TFLOP = 0.248; sampling 4.67 s over its 1.0-s floor
     assert "| (e) replay ÷ its float32 floor | 0.25 | ≤ 1.5 |" in text
     assert ("| (e) sampling ÷ its floor (decoding steps at the memory floor, the prompt's pass at the peak) | 4.67 | "
             "floor 1.00 s at 40.0 GB/s |") in text
     assert ("| (d) float32 floor: the replay's matrix products at this machine's float32 GEMM peak | 15.97 s | "
-            "1.005 TFLOP at 63 GFLOPS (`bench/floor.py`); the default replay: 254 GFLOPS overall |") in text
+            "1.005 TFLOP at 63 GFLOPS (`bench/floor.py`; the attention's products 69 GFLOP of it); the default replay: "
+            "254 GFLOPS overall |") in text
     assert ("| (d) replay / generation time at that floor | 3.420 | the least this machine allows in float32 "
             "(products alone) |") in text
     bf16 = replay.doc_text({**f, "flops": 0.876e12, "peak": 3.5e12, "dtype": "bfloat16"})  # AMX: bf16 copies
     assert ("| (d) bfloat16 floor: the replay's matrix products at this machine's bfloat16 GEMM peak | 0.25 s | "
-            "0.876 TFLOP at 3500 GFLOPS (`bench/floor.py`); the default replay: 221 GFLOPS overall |") in bf16
+            "0.876 TFLOP at 3500 GFLOPS (`bench/floor.py`; the attention's products 69 GFLOP of it); the default "
+            "replay: 221 GFLOPS overall |") in bf16
     assert "| (d) replay / generation time at that floor | 0.054 |" in bf16
     assert "| naive replay (one sequence at a time, full logits) | 20.74 s | 19,271 in 32 passes |" in text
     assert ("| trie-shared + batched, default (bf16 weights, float32 JS) | 3.96 s | 8,395 in 10 passes "

@@ -22,6 +22,7 @@ from mrtpo.replay.estimate import (
     estimate_sample,
     estimate_unsampled,
     eta_text,
+    replay_pairs,
     replay_tokens,
 )
 from mrtpo.replay.group import split_parts
@@ -60,9 +61,13 @@ def test_the_estimate_counts_the_forward_tokens_the_replay_reports(tiny, group, 
         fwd, extra = replay_tokens(tiny, [GroupInput(PROMPT, vi, group, rewards)], config=cfg, measure=measure)
         got = replay_group(tiny, PROMPT, vi, group, rewards=rewards, config=cfg, measure=measure)
         assert fwd == got.forward_tokens and extra == 0 and fwd > 0
+        pairs = replay_pairs(tiny, [GroupInput(PROMPT, vi, group, rewards)], config=cfg, measure=measure)
+        assert pairs == got.attention_pairs > 0  # the (query, key) pairs its passes' attention saw, before any pass
     # several groups through one trie, as a training step replays them
     groups = [GroupInput(PROMPT, INFO, group, R), GroupInput("Another prompt.", INFO, group[:2], None)]
-    assert replay_tokens(tiny, groups, config=cfg)[0] == replay_groups(tiny, groups, config=cfg)[0].forward_tokens
+    joint = replay_groups(tiny, groups, config=cfg)[0]
+    assert replay_tokens(tiny, groups, config=cfg)[0] == joint.forward_tokens
+    assert replay_pairs(tiny, groups, config=cfg) == joint.attention_pairs
 
 
 def test_the_estimate_is_exact_where_nothing_is_shared(monkeypatch):

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mrtpo.model import Decoder, decoder_stack
-from mrtpo.replay.kvtrie import build_trie, plan_passes, shared_hidden
+from mrtpo.replay.kvtrie import build_trie, pass_pairs, plan_passes, shared_hidden
 
 SEQS = [
     [1, 2, 3, 4, 5, 6, 7],
@@ -33,6 +33,19 @@ def test_trie_segments_rebuild_every_sequence():
     assert sum(len(s.tokens) for s in trie.segments) == 14
     top = trie.segments[trie.paths[0][0]]
     assert top.tokens == [1, 2] and top.has_children and top.level == 0
+
+
+def test_pass_pairs_count_each_rows_keys_hand_worked():
+    """A pass's (query, key) pairs: n · start + n (n + 1) / 2 per row. For SEQS' trie (no folding) the nodes
+    [5 5 5 5] [1 2] [3] [8] [4] [9 9] [5 6 7] start at 0 0 2 3 3 4 4: 10 + 3 + 3 + 4 + 4 + 11 + 18 = 53, against
+    28 + 21 + 28 + 10 + 3 + 10 = 100 with every sequence alone from position 0."""
+    trie = build_trie(SEQS, min_saved=0)
+    assert [(seg.tokens, seg.start) for seg in trie.segments] == [([5, 5, 5, 5], 0), ([1, 2], 0), ([3], 2), ([8], 3),
+                                                                  ([4], 3), ([9, 9], 4), ([5, 6, 7], 4)]
+    assert [pass_pairs(trie.segments, [i]) for i in range(len(trie.segments))] == [10, 3, 3, 4, 4, 11, 18]
+    assert pass_pairs(trie.segments, list(range(len(trie.segments)))) == 53
+    flat = build_trie(SEQS, share=False)
+    assert pass_pairs(flat.segments, list(range(len(SEQS)))) == 100
 
 
 def test_fold_short_shared_segments():
@@ -69,6 +82,10 @@ def test_shared_hidden_equals_single_passes(tiny, budgets):
     seg_tokens = sum(len(seg.tokens) for seg in trie.segments)  # every trie node runs once; padding adds
     assert seg_tokens < sum(map(len, seqs)) // 2
     assert seg_tokens <= stats.forward_tokens < sum(map(len, seqs))
+    # the attention's pairs: each trie node's tokens over its ancestors' keys and their own causally, once, whatever
+    # the batching (padding is not counted), fewer than every sequence's own triangle
+    pairs = sum(len(seg.tokens) * seg.start + len(seg.tokens) * (len(seg.tokens) + 1) // 2 for seg in trie.segments)
+    assert stats.attention_pairs == pairs < sum(len(q) * (len(q) + 1) // 2 for q in seqs)
     if budgets[0] == 16:  # a tight budget: one row per pass, no padding, many passes
         assert stats.forward_tokens == seg_tokens and stats.forward_passes >= 10
     else:  # a loose one: few passes, some padding
