@@ -11,8 +11,8 @@ lower bound on its time at full precision (norms, softmax, exponentials and JS c
 N_lin: the weights of the decoder stack's linear layers (embeddings excluded); forward_tokens: tokens through the
 stack; head_rows: hidden states projected onto the vocabulary (V × H); pairs: the (query, key) pairs the passes'
 attention sees (each a query's product with a key and its weight's with a value, d multiply-adds each, in every
-layer and query head). Dividing by the sampling time of the same group gives the least replay / sampling ratio this
-machine allows in that dtype.
+query head of every layer without a sliding window). Dividing by the sampling time of the same group gives the
+least replay / sampling ratio this machine allows in that dtype.
 """
 from __future__ import annotations
 
@@ -76,10 +76,17 @@ def model_replay_flops(lm, forward_tokens: int, head_rows: int, pairs: int = 0) 
 def attention_flops(config, pairs: int) -> float:
     """FLOPs of the attention's products over ``pairs`` (query, key) pairs: in every layer and query head, the
     query's product with the key and the weight's with the value, d multiply-adds each: 4 · layers · heads · d · pairs
-    (d = ``head_dim``, else hidden / heads)."""
+    (d = ``head_dim``, else hidden / heads). Only layers without a sliding window count (a windowed layer's query sees
+    at most W of the pairs: left out, the floor stays a lower bound; a layer of another kind likewise)."""
+    from mrtpo.model.windows import layer_windows
+
+    try:
+        layers = sum(w is None for w in layer_windows(config))
+    except ValueError:  # layers of a kind it does not know (chunked, linear attention): none counted
+        layers = 0
     heads = config.num_attention_heads
     d = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return 4.0 * config.num_hidden_layers * heads * d * pairs
+    return 4.0 * layers * heads * d * pairs
 
 
 def update_flops(lm, tokens: int, scored: int, forwards: int = 0) -> float:

@@ -248,7 +248,7 @@ def pass_tokens(segs: list[Segment], batch: list[int]) -> int:
 def pass_pairs(segs: list[Segment], batch: list[int]) -> int:
     """The (query, key) pairs one pass's attention must compute at least: each row's n tokens see its ancestors'
     ``start`` keys and their own causally, Σ_rows n · start + n (n + 1) / 2 (padding and other rows' keys not counted:
-    what masks hide costs nothing here)."""
+    what masks hide costs nothing here; a sliding-window layer's queries see fewer)."""
     return sum(len(segs[i].tokens) * segs[i].start + len(segs[i].tokens) * (len(segs[i].tokens) + 1) // 2
                for i in batch)
 

@@ -37,6 +37,12 @@ def test_attention_flops_hand_worked():
     assert floor.attention_flops(smol, 1_000_000) == pytest.approx(69.12e9)
     gemma = SimpleNamespace(num_attention_heads=8, num_hidden_layers=2, hidden_size=640, head_dim=256)  # its own d
     assert floor.attention_flops(gemma, 10) == 4 * 2 * 8 * 256 * 10
+    # sliding windows: only the global layer counts (a windowed one sees fewer pairs: a lower bound stays one)
+    gemma.num_hidden_layers, gemma.sliding_window = 3, 512
+    gemma.layer_types = ["sliding_attention", "sliding_attention", "full_attention"]
+    assert floor.attention_flops(gemma, 10) == 4 * 1 * 8 * 256 * 10
+    gemma.layer_types = ["sliding_attention", "chunked_attention", "full_attention"]
+    assert floor.attention_flops(gemma, 10) == 0.0  # a kind it does not know: none counted
 
 
 def test_gemm_peak_is_the_fastest_product_in_its_dtype(monkeypatch):
