@@ -313,8 +313,8 @@ def compiled_step(step: LlamaStep, name: str) -> CompiledStep | None:
 def external_weights(step: LlamaStep) -> bool:
     """Whether ``step``'s package is built without its weights, which :func:`compiled_step` hands it at load: where
     the few-row kernel computes the products (their weights are the kernel's packed copies, which a load makes from
-    the model's weights in a few tenths of a second, outside the GIL; a library holding them would be as large as
-    the model, its load a copy of them holding the GIL). oneDNN's prepacked weights are inductor's own: inside."""
+    the model's weights in torch's operators, outside the GIL; a library holding them would be as large as the
+    model, its load a copy of them holding the GIL). oneDNN's prepacked weights are inductor's own: inside."""
     return kernel_serves(step)
 
 
