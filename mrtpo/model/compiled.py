@@ -6,8 +6,8 @@ Why: a decoding step of a few rows is a few hundred small kernels around product
 bandwidth the CPU streams; inductor fuses each layer's small operations and lays the frozen weights out for its own
 products. What it computes: :class:`FunctionalStep`, the own step with the KV buffer read-only (the sampler writes
 the step's new keys and values), so that one graph serves every position; its hidden states agree with the own
-step's within the dtype's rounding (bf16 copies on AMX / AVX512-BF16, float32 on AVX2), not to the bit
-(``tests/model/test_compiled_step.py``).
+step's within the dtype's rounding (bf16 copies on AMX / AVX512-BF16; on AVX2 float32 sums over float16 copies of
+the products' weights, within that rounding of the weights), not to the bit (``tests/model/test_compiled_step.py``).
 
 A package belongs to one model's shapes, this module's code, torch's version and the CPU kind, and where it holds the
 weights (oneDNN's products) to those weights: :func:`package_key` hashes them, and a package is used only under its
@@ -108,13 +108,14 @@ PRODUCTS = (1, 2, 4, 5)  # which of a layer's six weights (LlamaStep.layers) are
 def _layer_weights(step: LlamaStep, kernel: bool) -> list[torch.Tensor]:
     """Per layer the six weights :class:`FunctionalStep` multiplies by, in :attr:`LlamaStep.layers`' order (input
     norm, q/k/v, o, post-attention norm, gate/up, down), q/k/v and gate/up stacked here (``step`` fuses nothing: a
-    frozen model's own step never needs its fused copies), the products packed for the few-row kernel (``kernel``)."""
+    frozen model's own step never needs its fused copies), the products packed for the few-row kernel (``kernel``;
+    float32 weights as float16 copies: :func:`mrtpo.model.rows_kernel.pack`'s ``half``)."""
     w = step.weights()  # per layer: input norm, q, k, v, o, post norm, gate, up, down
     out = []
     for i in range(0, len(w), 9):
         w_in, q, k, v, o, post, g, u, down = w[i:i + 9]
         six = (w_in, torch.cat((q, k, v)), o, post, torch.cat((g, u)), down)
-        out += [rows_kernel.pack(t) if kernel and j in PRODUCTS else t for j, t in enumerate(six)]
+        out += [rows_kernel.pack(t, half=True) if kernel and j in PRODUCTS else t for j, t in enumerate(six)]
     return out
 
 
@@ -147,6 +148,8 @@ class CompiledStep:
         self._weights = weights  # what the runner reads its weights from, where they are not in its library
         self.layers, self.kv_heads, self.head_dim = step.n_layers, step.kv_heads, step.head_dim
         self.dtype = step.embed.dtype
+        # the dtype its products read their weights in (the float32 kernel's float16 copies; else the step's)
+        self.weight_dtype = weights.weights[PRODUCTS[0]].dtype if weights is not None else self.dtype
         self._turn = threading.Lock()
 
     def fits(self, rows: int, positions: int) -> bool:
@@ -318,6 +321,9 @@ def external_weights(step: LlamaStep) -> bool:
     return kernel_serves(step)
 
 
+_SCALAR_TYPES = {torch.float16: 5, torch.float32: 6, torch.bfloat16: 15}  # c10's codes for the weights' dtypes
+
+
 def _hand_weights(runner, step: LlamaStep) -> FunctionalStep:
     """The package's weights made from ``step``'s (:class:`FunctionalStep`'s parameters and buffers, as the build
     froze them) and handed to ``runner`` by name without a copy (it reads them where they are: the returned module
@@ -328,6 +334,12 @@ def _hand_weights(runner, step: LlamaStep) -> FunctionalStep:
     unknown = sorted(set(names.values()) - set(held))
     if unknown:
         raise ValueError(f"the package's weights {unknown[:3]} are not the own step's")
+    # the runner reads a handed weight as the dtype it was built with (a product's copy stays float32 where a value
+    # lies beyond float16's range: rows_kernel.pack)
+    wanted = runner.get_constant_names_to_dtypes()  # name → c10 ScalarType code
+    other = sorted(fqn for n, fqn in names.items() if _SCALAR_TYPES.get(held[fqn].dtype) != wanted.get(n))
+    if other:
+        raise ValueError(f"the package's weights {other[:3]} were built in another dtype than the own step's copies")
     runner.update_constant_buffer({n: held[fqn].detach() for n, fqn in names.items()}, False, True, True)
     return fn
 

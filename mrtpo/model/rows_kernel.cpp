@@ -9,8 +9,8 @@
 // more rows read the tile, then in L2, again per 8. Sums are float32 over k in order, each k-pair's two
 // products fused as VDPBF16PS does, then rounded to bf16 once (nearest even) after the bias is added in
 // float32: oneDNN's arithmetic, up to the order of the sums.
-// Needs AVX512-BF16; built ahead of time by mrtpo.model.rows_kernel. Also the replay's vocabulary chain
-// (vocab_chain.h, shared by both kernels).
+// Needs AVX512-BF16; built ahead of time by mrtpo.model.rows_kernel. Also the vocabulary side: the replay's chain
+// and the decoding step's draw (vocab_chain.h, shared by both kernels).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -495,6 +495,7 @@ TORCH_LIBRARY(mrtpo_rows, m) {
         "Tensor? shared=None) -> Tensor");
   m.def("attend_pass(Tensor q, Tensor keys, Tensor values, Tensor? seen, int past, float scale) -> Tensor");
   m.def("vocab_chain(Tensor z, Tensor y, bool exact, Tensor? bias=None) -> (Tensor, Tensor, Tensor)");
+  m.def("draw(Tensor z, Tensor u, float temperature) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(mrtpo_rows, CPU, m) {
@@ -503,4 +504,5 @@ TORCH_LIBRARY_IMPL(mrtpo_rows, CPU, m) {
   m.impl("attend", &attend);
   m.impl("attend_pass", &attend_pass);
   m.impl("vocab_chain", &mrtpo_avx2::vocab_chain);
+  m.impl("draw", &mrtpo_avx2::draw);
 }

@@ -16,9 +16,11 @@ The eager step keeps torch's kernels: it is the reference a trainer's policy dec
 depend on whether a library was built (summed in another order, a product can move a greedy pick at a tie).
 
 The library belongs to the kernel's source, the compiler flags and torch's version (:func:`library_path`'s key);
-where it is not built, or the CPU has neither AVX512-BF16 nor AVX2 with FMA, :func:`load` is False and oneDNN's
-kernels run. The float32 kernel's products sum each output over k in order (one FMA per term); its attention is
-the plain float32 softmax (no bf16 rounding of the weights); it has no pass attention (float32 passes run SDPA).
+where it is not built, or the CPU has neither AVX512-BF16 nor AVX2 with FMA and F16C, :func:`load` is False and oneDNN's
+kernels run. The float32 kernel's products sum each output over k in order (one FMA per term); the decoding step
+hands them float16 copies of its weights (:func:`pack`'s ``half``: half the bytes to read, finer than the bf16 copies
+the other kind samples with); its attention is the plain float32 softmax (no bf16 rounding of the weights); it has
+no pass attention (float32 passes run SDPA).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ import torch
 from mrtpo.model.decoder import cpu_flags
 
 __all__ = ["VARIANTS", "Variant", "attend", "attend_pass", "build", "dtype", "library_path", "linear", "load", "pack",
-           "serves", "supported", "variant", "vocab_chain"]
+           "draw", "serves", "supported", "variant", "vocab_chain"]
 
 _COMMON = ["-O3", "-mfma", "-std=c++20", "-fopenmp", "-shared", "-fPIC"]  # -fopenmp: at::parallel_for is inlined
 # here, over the libgomp torch loaded
@@ -54,9 +56,11 @@ class Variant(NamedTuple):
 VARIANTS = {
     "avx512_bf16": Variant(Path(__file__).with_name("rows_kernel.cpp"),
                            ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", *_COMMON], torch.bfloat16, 16),
-    "avx2": Variant(Path(__file__).with_name("rows_kernel_avx2.cpp"), ["-mavx2", *_COMMON], torch.float32, 8),
+    "avx2": Variant(Path(__file__).with_name("rows_kernel_avx2.cpp"), ["-mavx2", "-mf16c", *_COMMON], torch.float32,
+                    8),
 }
-SHARED = Path(__file__).with_name("vocab_chain.h")  # included by both sources (the replay's vocabulary chain)
+SHARED = Path(__file__).with_name("vocab_chain.h")  # included by both sources (the vocabulary side: the
+# replay's chain, the decoding step's draw)
 KEY_CHARS = 20
 
 _loaded: bool | None = None  # None: not tried in this process
@@ -65,12 +69,12 @@ _lock = threading.Lock()
 
 def variant() -> Variant | None:
     """The kernel this CPU runs: bf16 where it has AVX512-BF16 (which AMX-BF16 CPUs have too), else float32 where it
-    has AVX2 and FMA (the dtype the app samples in there: :func:`mrtpo.model.decoder.compute_dtype`); None
+    has AVX2, FMA and F16C (the dtype the app samples in there: :func:`mrtpo.model.decoder.compute_dtype`); None
     elsewhere."""
     flags = cpu_flags()
     if " avx512_bf16" in flags:
         return VARIANTS["avx512_bf16"]
-    if " avx2" in flags and " fma" in flags:
+    if " avx2" in flags and " fma" in flags and " f16c" in flags:
         return VARIANTS["avx2"]
     return None
 
@@ -104,7 +108,8 @@ def build(force: bool = False) -> tuple[str, Path | None]:
     compiler that fails — then torch's kernels run, and the words say why)."""
     v = variant()
     if v is None:
-        return "the few-row kernel needs AVX512-BF16 or AVX2 with FMA, which this CPU lacks: nothing to build", None
+        return ("the few-row kernel needs AVX512-BF16 or AVX2 with FMA and F16C, which this CPU lacks: nothing to "
+                "build"), None
     path = library_path()
     if path.is_file() and not force:
         return f"up to date: {path}", path
@@ -184,16 +189,26 @@ def serves(weight: torch.Tensor) -> bool:
             and weight.shape[0] % v.block == 0 and weight.shape[1] % 2 == 0 and weight.shape[0] > 0 and load())
 
 
-def pack(weight: torch.Tensor) -> torch.Tensor:
+HALF_MAX = torch.finfo(torch.float16).max
+
+
+def pack(weight: torch.Tensor, half: bool = False) -> torch.Tensor:
     """``weight`` (N, K) copied into the kernel's layout, each block one contiguous stream: bf16 (N/16, K/2, 32),
     block b, k-pair p holding W[16b + j, 2p + i] at [b, p, 2j + i]; float32 (N/8, K, 8), block b holding
-    W[8b + j, k] at [b, k, j]."""
+    W[8b + j, k] at [b, k, j]. ``half`` (the decoding step's copies): a float32 weight's packed copy rounded to
+    float16 — half the bytes a step reads, the same float32 sums over the rounded values (:func:`linear` widens them
+    exactly as it loads) —, where every value is finite and within float16's range (else it stays float32); a bf16
+    weight as it is."""
+    if half and weight.dtype == torch.float32 and variant() is VARIANTS["avx2"]:
+        low, high = torch.aminmax(weight)  # (NaN where any value is)
+        if bool(-HALF_MAX <= low) and bool(high <= HALF_MAX):
+            return torch.ops.mrtpo_rows.pack(weight.half())
     return torch.ops.mrtpo_rows.pack(weight)
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x (..., K) @ Wᵀ + bias → (..., N) in the kernel's dtype, W as :func:`pack` laid it out: float32 sums, the bias
-    added in float32 (bf16: then one rounding)."""
+    """x (..., K) @ Wᵀ + bias → (..., N) in the kernel's dtype, W as :func:`pack` laid it out (the float32 kernel: a
+    float32 or float16 copy): float32 sums, the bias added in float32 (bf16: then one rounding)."""
     return torch.ops.mrtpo_rows.linear(x, packed, bias)
 
 
@@ -236,3 +251,16 @@ def vocab_chain(z: torch.Tensor, y: torch.Tensor, exact: bool,
     distributions (``vocab_chain.h``), so that they keep their relative accuracy where p ≈ q; identical rows give
     exactly 0."""
     return torch.ops.mrtpo_rows.vocab_chain(z, y, exact, bias)
+
+
+def draw(logits: torch.Tensor, u: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoding step's tokens and entropies from its logits (n, V) float32 or bf16 on the CPU (each row contiguous;
+    rows may be one row expanded) at ``temperature`` > 0, with uniform numbers u (n,) in [0, 1) → (tokens (n,) long,
+    H (n,) float32), for s = logits / τ, p = softmax(s):
+
+        token = the first i with Σ_{v ≤ i} p_v > u,    H = −Σ_v p_v log p_v
+
+    :func:`mrtpo.model.sampler.draw` and the sampler's entropy in one kernel (``vocab_chain.h``: the row read from
+    cache three times, sums in double over float32 spans): the same distribution, the cumulative sums rounded in
+    another order, so a u within rounding of a boundary may take the neighbouring token."""
+    return torch.ops.mrtpo_rows.draw(logits, u, temperature)

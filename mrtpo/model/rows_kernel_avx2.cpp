@@ -9,9 +9,11 @@
 // so W is read once for up to 4 rows. More rows walk the tile in chunks of kChunk columns: each group of 4 rows
 // runs over the chunk in turn (the partial sums stored in y between chunks), so the chunk comes from memory once and
 // the later groups read it from L1 while the next chunk streams in. Sums are float32 over k in order, one fused
-// multiply-add per term, the bias added last: the chunks change no result.
-// Needs AVX2 and FMA; built ahead of time by mrtpo.model.rows_kernel. Also the replay's vocabulary chain
-// (vocab_chain.h, shared by both kernels).
+// multiply-add per term, the bias added last: the chunks change no result. The packed weight may be float16 instead
+// (pack's float32 layout, each value rounded to half): each 8 columns are widened to float32 as they load (F16C), so
+// the step reads half the bytes and computes the same float32 sums over the rounded weights.
+// Needs AVX2, FMA and F16C; built ahead of time by mrtpo.model.rows_kernel. Also the vocabulary side: the replay's
+// chain and the decoding step's draw (vocab_chain.h, shared by both kernels).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -32,10 +34,10 @@ constexpr int kTile = 3;       // blocks per tile
 constexpr int kRows = 4;       // rows per register tile
 constexpr int64_t kChunk = 64;  // columns of W per chunk where more than kRows rows share a tile (6 KiB: in L1)
 
-// W (N, K) → (N/8, K, 8): block b, column k holds W[8b + j, k] at [b, k, j].
+// W (N, K) → (N/8, K, 8): block b, column k holds W[8b + j, k] at [b, k, j]; float32 or float16 (as given).
 at::Tensor pack(const at::Tensor& w) {
-  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == at::kFloat && w.device().is_cpu(),
-              "rows_kernel.pack: a (N, K) float32 CPU tensor");
+  TORCH_CHECK(w.dim() == 2 && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kHalf) && w.device().is_cpu(),
+              "rows_kernel.pack: a (N, K) float32 or float16 CPU tensor");
   const int64_t N = w.size(0), K = w.size(1);
   TORCH_CHECK(N % kBlock == 0, "rows_kernel.pack: N a multiple of 8");
   return w.contiguous().view({N / kBlock, kBlock, K}).permute({0, 2, 1}).contiguous();
@@ -59,10 +61,16 @@ at::Tensor pack(const at::Tensor& w) {
 #define MRTPO_LOAD(m, v)                                                               \
   if constexpr (M > m && NV > v) c##m##v = _mm256_loadu_ps(y + m * N + n0 + v * kBlock);
 
+// 8 packed weights as float32: a float32 weight as it is, a float16 one widened (exactly).
+inline __m256 load_w(const float* w) { return _mm256_loadu_ps(w); }
+inline __m256 load_w(const at::Half* w) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+}
+
 // Columns [k0, k1) of the tile's sums: started at 0 where k0 = 0, else from the partial sums in y; the bias added
-// where k1 = K (`last`).
-template <int M, int NV>
-inline void tile(const float* x, int64_t K, const float* w, const float* bias, float* y, int64_t N, int64_t n0,
+// where k1 = K (`last`). W: the packed weight's type (float or at::Half).
+template <int M, int NV, typename W>
+inline void tile(const float* x, int64_t K, const W* w, const float* bias, float* y, int64_t N, int64_t n0,
                  int64_t k0, int64_t k1, bool chunked) {
   static_assert(M <= kRows && NV <= kTile);
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00, c20 = c00, c21 = c00,
@@ -73,17 +81,17 @@ inline void tile(const float* x, int64_t K, const float* w, const float* bias, f
     MRTPO_LOAD(2, 0) MRTPO_LOAD(2, 1) MRTPO_LOAD(2, 2) MRTPO_LOAD(3, 0) MRTPO_LOAD(3, 1) MRTPO_LOAD(3, 2)
   }
   const int64_t stride = K * kBlock;  // between blocks
-  const float* w1p = w + stride;
-  const float* w2p = w + 2 * stride;
+  const W* w1p = w + stride;
+  const W* w2p = w + 2 * stride;
   for (int64_t k = k0; k < k1; ++k) {
     if (chunked && (k & 1) == 0) {  // the next chunk's lines, one per block every other column: in L1 when it starts
       _mm_prefetch(reinterpret_cast<const char*>(w + (k + kChunk) * kBlock), _MM_HINT_T0);
       if constexpr (NV > 1) _mm_prefetch(reinterpret_cast<const char*>(w1p + (k + kChunk) * kBlock), _MM_HINT_T0);
       if constexpr (NV > 2) _mm_prefetch(reinterpret_cast<const char*>(w2p + (k + kChunk) * kBlock), _MM_HINT_T0);
     }
-    const __m256 w0 = _mm256_loadu_ps(w + k * kBlock);
-    const __m256 w1 = NV > 1 ? _mm256_loadu_ps(w1p + k * kBlock) : w0;
-    const __m256 w2 = NV > 2 ? _mm256_loadu_ps(w2p + k * kBlock) : w0;
+    const __m256 w0 = load_w(w + k * kBlock);
+    const __m256 w1 = NV > 1 ? load_w(w1p + k * kBlock) : w0;
+    const __m256 w2 = NV > 2 ? load_w(w2p + k * kBlock) : w0;
     MRTPO_ROW(0) MRTPO_ROW(1) MRTPO_ROW(2) MRTPO_ROW(3)
   }
   MRTPO_STORE(0, 0) MRTPO_STORE(0, 1) MRTPO_STORE(0, 2) MRTPO_STORE(1, 0) MRTPO_STORE(1, 1) MRTPO_STORE(1, 2)
@@ -93,8 +101,8 @@ inline void tile(const float* x, int64_t K, const float* w, const float* bias, f
 #undef MRTPO_STORE
 #undef MRTPO_LOAD
 
-template <int NV>
-void rows(const float* x, int64_t M, int64_t K, const float* w, const float* bias, float* y, int64_t N, int64_t n0) {
+template <int NV, typename W>
+void rows(const float* x, int64_t M, int64_t K, const W* w, const float* bias, float* y, int64_t N, int64_t n0) {
   const bool chunked = M > kRows;
   const int64_t chunk = chunked ? kChunk : K;
   for (int64_t k0 = 0; k0 < K; k0 += chunk) {
@@ -103,18 +111,35 @@ void rows(const float* x, int64_t M, int64_t K, const float* w, const float* bia
       const float* xm = x + m0 * K;
       float* ym = y + m0 * N;
       const int64_t r = std::min<int64_t>(M - m0, kRows);
-      if (r == 1) tile<1, NV>(xm, K, w, bias, ym, N, n0, k0, k1, chunked);
-      else if (r == 2) tile<2, NV>(xm, K, w, bias, ym, N, n0, k0, k1, chunked);
-      else if (r == 3) tile<3, NV>(xm, K, w, bias, ym, N, n0, k0, k1, chunked);
-      else tile<4, NV>(xm, K, w, bias, ym, N, n0, k0, k1, chunked);
+      if (r == 1) tile<1, NV, W>(xm, K, w, bias, ym, N, n0, k0, k1, chunked);
+      else if (r == 2) tile<2, NV, W>(xm, K, w, bias, ym, N, n0, k0, k1, chunked);
+      else if (r == 3) tile<3, NV, W>(xm, K, w, bias, ym, N, n0, k0, k1, chunked);
+      else tile<4, NV, W>(xm, K, w, bias, ym, N, n0, k0, k1, chunked);
     }
   }
 }
 
+template <typename W>
+void linear_rows(const float* xp, int64_t M, int64_t K, const W* wp, const float* bp, float* yp, int64_t N) {
+  const int64_t blocks = N / kBlock, tiles = (blocks + kTile - 1) / kTile;
+  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t b = t * kTile, n0 = b * kBlock;
+      const W* wt = wp + b * K * kBlock;
+      switch (std::min<int64_t>(blocks - b, kTile)) {
+        case 1: rows<1>(xp, M, K, wt, bp, yp, N, n0); break;
+        case 2: rows<2>(xp, M, K, wt, bp, yp, N, n0); break;
+        default: rows<kTile>(xp, M, K, wt, bp, yp, N, n0); break;
+      }
+    }
+  });
+}
+
 at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, const std::optional<at::Tensor>& bias_in) {
-  TORCH_CHECK(x_in.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat && packed.dim() == 3 &&
-                  packed.size(2) == kBlock && packed.is_contiguous() && x_in.device().is_cpu(),
-              "rows_kernel.linear: float32 CPU rows and a weight packed by rows_kernel.pack");
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && packed.dim() == 3 && packed.size(2) == kBlock &&
+                  (packed.scalar_type() == at::kFloat || packed.scalar_type() == at::kHalf) &&
+                  packed.is_contiguous() && x_in.device().is_cpu(),
+              "rows_kernel.linear: float32 CPU rows and a weight packed by rows_kernel.pack (float32 or float16)");
   const int64_t K = x_in.size(-1), N = packed.size(0) * kBlock;
   TORCH_CHECK(packed.size(1) == K, "rows_kernel.linear: x has ", K, " columns, the weight ", packed.size(1));
   const at::Tensor x = x_in.reshape({-1, K}).contiguous();
@@ -129,21 +154,12 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, const std::o
   }
   if (M == 0) return y;
   const float* xp = x.data_ptr<float>();
-  const float* wp = packed.data_ptr<float>();
   const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  const int64_t blocks = N / kBlock, tiles = (blocks + kTile - 1) / kTile;
-  at::parallel_for(0, tiles, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t b = t * kTile, n0 = b * kBlock;
-      const float* wt = wp + b * K * kBlock;
-      switch (std::min<int64_t>(blocks - b, kTile)) {
-        case 1: rows<1>(xp, M, K, wt, bp, yp, N, n0); break;
-        case 2: rows<2>(xp, M, K, wt, bp, yp, N, n0); break;
-        default: rows<kTile>(xp, M, K, wt, bp, yp, N, n0); break;
-      }
-    }
-  });
+  if (packed.scalar_type() == at::kHalf)
+    linear_rows(xp, M, K, packed.data_ptr<at::Half>(), bp, yp, N);
+  else
+    linear_rows(xp, M, K, packed.data_ptr<float>(), bp, yp, N);
   return y;
 }
 
@@ -348,6 +364,7 @@ TORCH_LIBRARY(mrtpo_rows, m) {
         "Tensor? shared=None) -> Tensor");
   m.def("attend_pass(Tensor q, Tensor keys, Tensor values, Tensor? seen, int past, float scale) -> Tensor");
   m.def("vocab_chain(Tensor z, Tensor y, bool exact, Tensor? bias=None) -> (Tensor, Tensor, Tensor)");
+  m.def("draw(Tensor z, Tensor u, float temperature) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(mrtpo_rows, CPU, m) {
@@ -356,4 +373,5 @@ TORCH_LIBRARY_IMPL(mrtpo_rows, CPU, m) {
   m.impl("attend", &attend);
   m.impl("attend_pass", &attend_pass);
   m.impl("vocab_chain", &mrtpo_avx2::vocab_chain);
+  m.impl("draw", &mrtpo_avx2::draw);
 }

@@ -9,6 +9,7 @@ from typing import Callable
 import torch
 
 from mrtpo.errors import MrtpoError
+from mrtpo.model import rows_kernel
 from mrtpo.model.arch import check_model, final_softcap
 from mrtpo.model.decoder import Decoder, compute_dtype, pack, packable, packed_linear, rows_linear
 from mrtpo.model.defaults import SamplingConfig
@@ -131,7 +132,10 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     packed once for oneDNN (:func:`mrtpo.model.decoder.pack`). For a model whose weights never change (the app's),
     the own step compiled ahead of time runs instead where its package is built (:mod:`mrtpo.model.compiled`; 2–64
     rows; its hidden states within the dtype's rounding of the own step's), over a KV buffer of its own layout
-    (:class:`_KVGrowing`), its head through the few-row kernel too (:mod:`mrtpo.model.rows_kernel`).
+    (:class:`_KVGrowing`), its head through the few-row kernel too (:mod:`mrtpo.model.rows_kernel`; the float32
+    kernel's products over float16 copies of the weights: half the bytes a step reads), and a plain
+    draw (τ > 0, top_p = 1, not ``exact_draws``) with its entropy in that kernel's one pass over the logits
+    (:func:`mrtpo.model.rows_kernel.draw`: the same distribution and uniform numbers, its cumulative sums in double).
     ``progress``: as :func:`sample` says.
 
     Long: the decoding loop is the sampler's hot kernel (``bench/generate.py`` times it against ``generate``); its
@@ -184,25 +188,20 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     tokens = torch.full((n, max_new_tokens), fill, dtype=torch.long, device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     ent = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=dev) if entropy else None
+    # beside the compiled step, a plain draw (τ > 0, no nucleus, no soft-cap) runs in the kernel's one pass
+    kernel_draw = (fast is not None and temperature > 0 and top_p >= 1.0 and not exact_draws and not cap
+                   and rows_kernel.load())
     for t in range(max_new_tokens):  # h: (1, H) after the prompt, then (n, H)
         logits = linear(h, weight, bias)
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
-        logits = logits.float().expand(n, -1)  # (n, V)
-        scores = next_token_scores(logits, temperature, top_p)
-        probs = None if temperature <= 0 else scores.softmax(dim=-1)
-        if temperature <= 0:
-            nxt = scores.argmax(dim=-1)
-        elif exact_draws:
-            nxt = torch.multinomial(probs, num_samples=1, generator=gen).squeeze(1)
+        if kernel_draw:  # draw's uniform numbers, from the same generator in the same order
+            u = torch.rand((n, 1), dtype=torch.float32, device=dev, generator=gen)
+            nxt, h_t = rows_kernel.draw(logits.expand(n, -1), u, temperature)
+            if ent is not None:
+                ent[:, t] = h_t
         else:
-            nxt = draw(probs, gen)
-        if ent is not None:  # H of softmax(logits / τ), before top-p (TRL's entropy); greedy: τ = 1
-            if probs is not None and top_p >= 1.0:  # the draw's own distribution: H = logsumexp(s) − Σ_v p_v s_v
-                ent[:, t] = torch.logsumexp(scores, dim=-1) - (probs * scores).sum(-1)
-            else:
-                lsm = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
-                ent[:, t] = -(lsm.exp() * lsm).sum(-1)
+            if cap:
+                logits = torch.tanh(logits / cap) * cap
+            nxt = _pick(logits.float().expand(n, -1), t, temperature, top_p, exact_draws, gen, ent)
         nxt = nxt.masked_fill(done, fill)
         tokens[:, t] = nxt
         done |= torch.isin(nxt, stop_ids)
@@ -221,6 +220,27 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         h = dec(input_ids=nxt[:, None], position_ids=pos, use_cache=True, **{dec.cache_kwarg: cache}).last_hidden_state
         h = h[:, -1]
     return (tokens, ent) if entropy else tokens
+
+
+def _pick(logits: torch.Tensor, t: int, temperature: float, top_p: float, exact_draws: bool,
+          gen: torch.Generator | None, ent: torch.Tensor | None) -> torch.Tensor:
+    """A decoding step's tokens (n,) from its float32 logits (n, V), as :func:`sample_ids` says; with ``ent``
+    (n, T), writes column t: H of softmax(logits / τ), before top-p (TRL's entropy; greedy: τ = 1)."""
+    scores = next_token_scores(logits, temperature, top_p)
+    probs = None if temperature <= 0 else scores.softmax(dim=-1)
+    if temperature <= 0:
+        nxt = scores.argmax(dim=-1)
+    elif exact_draws:
+        nxt = torch.multinomial(probs, num_samples=1, generator=gen).squeeze(1)
+    else:
+        nxt = draw(probs, gen)
+    if ent is not None:
+        if probs is not None and top_p >= 1.0:  # the draw's own distribution: H = logsumexp(s) − Σ_v p_v s_v
+            ent[:, t] = torch.logsumexp(scores, dim=-1) - (probs * scores).sum(-1)
+        else:
+            lsm = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+            ent[:, t] = -(lsm.exp() * lsm).sum(-1)
+    return nxt
 
 
 @torch.inference_mode()
@@ -247,10 +267,8 @@ def _packed_head(dec: Decoder, weight: torch.Tensor, compiled: bool) -> tuple[to
     """The LM head's weight packed once (kept with the Decoder) and its product: beside the compiled step, the
     few-row kernel's (:mod:`mrtpo.model.rows_kernel`, where it serves the weight), beside the eager step oneDNN's
     (its reference arithmetic); None where neither applies."""
-    from mrtpo.model import rows_kernel
-
     if compiled and rows_kernel.serves(weight):
-        return dec.memo("kernel_head", lambda: rows_kernel.pack(weight)), rows_kernel.linear
+        return dec.memo("kernel_head", lambda: rows_kernel.pack(weight, half=True)), rows_kernel.linear
     if packable(weight):
         return dec.memo("packed_head", lambda: pack(weight)), packed_linear
     return None

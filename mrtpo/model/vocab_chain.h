@@ -2,7 +2,7 @@
 // variant prompt to the JS distances and the sampled tokens' log-probabilities, reading each row of logits a few times
 // from cache instead of making the fifteen passes of torch's element-wise chain over memory. AVX2 + FMA float32
 // lanes, so both kernel libraries include it (rows_kernel.cpp, rows_kernel_avx2.cpp): every CPU that runs one has
-// AVX2.
+// AVX2. At its end, a decoding step's draw from its logits (draw): the same kind of pass over a row of the vocabulary.
 //
 // Per token t and variant k, with z_all the P_all logits and z_k the variant's (+ the head's bias b where it has one):
 //   log p = z_all − m_p − log Σ e^{z_all − m_p},   log q = z_k − m_q − log Σ e^{z_k − m_q}      (torch's log_softmax)
@@ -313,6 +313,98 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> vocab_chain(const at::Tens
   else
     vocab_chain_of(z.data_ptr<c10::BFloat16>(), bp, exact, k, n, V, yp, lp, dp, lq);
   return {lp_y, d, lq_y};
+}
+
+// A decoding step's draw from its logits z (n, V) (one row per response; rows may repeat in memory: stride 0) at
+// temperature τ, with uniform numbers u (n,) in [0, 1): per row, s = z / τ, e_v = e^{s_v − m} (m = max s),
+// Z = Σ_v e_v, and
+//   token = the first i with Σ_{v ≤ i} e_v > u · Z      (the inverse of the cumulative distribution: p_v = e_v / Z;
+//                                                         a token of probability 0 is never drawn)
+//   H = −Σ_v p_v log p_v = log Z − Σ_v e_v (s_v − m) / Z    (the entropy of what is drawn from)
+// reading the row from cache three times (its maximum, the sums, the walk to the drawn token) instead of the half-dozen
+// passes over memory of torch's softmax, cumsum, searchsorted and logsumexp. The sums are float32 lanes over spans of
+// kSpan values, those span sums in double; the walk adds the span sums in the same order, then the drawn span's values
+// one by one in double. A row without a finite maximum (every logit −∞, or a NaN) draws token 0 with a NaN entropy.
+template <typename E>
+void draw_row(const E* z, int64_t V, float temperature, float u, int64_t& token, float& entropy) {
+  const __m256 t = _mm256_set1_ps(temperature);
+  const bool scaled = temperature != 1.0f;
+  auto at = [&](int64_t v) {  // s at v..v+7 (z / τ, as torch divides; past V: −∞)
+    const __m256 x = load8(z + v, V - v, -INFINITY);
+    return scaled ? _mm256_div_ps(x, t) : x;
+  };
+  __m256 mv = _mm256_set1_ps(-INFINITY);
+  for (int64_t v = 0; v < V; v += 8) mv = _mm256_max_ps(mv, at(v));
+  const float m = hmax(mv);
+  if (!std::isfinite(m)) {
+    token = 0;
+    entropy = NAN;
+    return;
+  }
+  const __m256 mm = _mm256_set1_ps(m);
+  const int64_t spans = (V + kSpan - 1) / kSpan;
+  std::vector<double> span(static_cast<size_t>(spans));
+  double Z = 0.0, A = 0.0;
+  for (int64_t j = 0; j < spans; ++j) {
+    __m256 acc = _mm256_setzero_ps(), wacc = _mm256_setzero_ps();
+    for (int64_t v = j * kSpan; v < std::min((j + 1) * kSpan, V); v += 8) {
+      const __m256 x = _mm256_sub_ps(at(v), mm);                    // s − m ≤ 0 (−∞ past V)
+      const __m256 e = exp_ps(x);                                   // 0 where s = −∞
+      acc = _mm256_add_ps(acc, e);
+      wacc = _mm256_fmadd_ps(e, _mm256_andnot_ps(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_EQ_OQ), x), wacc);
+    }
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd(), wlo = _mm256_setzero_pd(), whi = _mm256_setzero_pd();
+    add_double(acc, lo, hi);
+    add_double(wacc, wlo, whi);
+    span[j] = hsum_double(lo, hi);
+    Z += span[j];
+    A += hsum_double(wlo, whi);
+  }
+  entropy = static_cast<float>(std::log(Z) - A / Z);
+  const double target = static_cast<double>(u) * Z;
+  double c = 0.0;
+  int64_t j = 0;
+  while (j + 1 < spans && c + span[j] <= target) c += span[j++];
+  int64_t last = -1;  // the last token of positive probability walked (rounding may leave the target unreached)
+  for (int64_t v0 = j * kSpan; v0 < V; v0 += 8) {
+    alignas(32) float e[8];
+    _mm256_store_ps(e, exp_ps(_mm256_sub_ps(at(v0), mm)));
+    for (int i = 0; i < 8 && v0 + i < V; ++i) {
+      if (e[i] <= 0.0f) continue;
+      last = v0 + i;
+      c += e[i];
+      if (c > target) {
+        token = last;
+        return;
+      }
+    }
+  }
+  token = last >= 0 ? last : 0;
+}
+
+inline std::tuple<at::Tensor, at::Tensor> draw(const at::Tensor& z, const at::Tensor& u_in, double temperature) {
+  TORCH_CHECK(z.dim() == 2 && z.device().is_cpu() && z.size(1) > 0 && z.stride(1) == 1 &&
+                  (z.scalar_type() == at::kFloat || z.scalar_type() == at::kBFloat16),
+              "rows_kernel.draw: logits (n, V) float32 or bf16 on the CPU, each row contiguous");
+  TORCH_CHECK(temperature > 0, "rows_kernel.draw: a temperature > 0 (greedy takes the argmax)");
+  const int64_t n = z.size(0), V = z.size(1), stride = z.stride(0);
+  const at::Tensor u = u_in.reshape({-1}).to(at::kFloat).contiguous();
+  TORCH_CHECK(u.numel() == n, "rows_kernel.draw: ", u.numel(), " uniform numbers for ", n, " rows");
+  at::Tensor token = at::empty({n}, z.options().dtype(at::kLong));
+  at::Tensor entropy = at::empty({n}, z.options().dtype(at::kFloat));
+  const float* up = u.data_ptr<float>();
+  int64_t* tp = token.data_ptr<int64_t>();
+  float* hp = entropy.data_ptr<float>();
+  const float tau = static_cast<float>(temperature);
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (z.scalar_type() == at::kFloat)
+        draw_row(z.data_ptr<float>() + i * stride, V, tau, up[i], tp[i], hp[i]);
+      else
+        draw_row(z.data_ptr<c10::BFloat16>() + i * stride, V, tau, up[i], tp[i], hp[i]);
+    }
+  });
+  return {token, entropy};
 }
 
 }  // namespace mrtpo_avx2

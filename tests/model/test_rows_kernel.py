@@ -217,11 +217,11 @@ def test_no_compiler_or_a_failing_one_builds_nothing_and_says_why(tmp_path, monk
 
 
 def test_each_cpu_kind_builds_its_own_variant(monkeypatch):
-    """AVX512-BF16 (AMX CPUs have it too): the bf16 source; AVX2 with FMA: the float32 one; neither: none, and
-    build says why. The library's name follows the variant (its key hashes the source and flags)."""
+    """AVX512-BF16 (AMX CPUs have it too): the bf16 source; AVX2 with FMA and F16C: the float32 one; neither: none,
+    and build says why. The library's name follows the variant (its key hashes the source and flags)."""
     names = {}
     for flags, want in ((" avx2 fma avx512_bf16 amx_bf16", torch.bfloat16), (" avx2 fma avx512_bf16", torch.bfloat16),
-                        (" avx2 fma", torch.float32), (" avx2", None), (" sse4_2", None)):
+                        (" avx2 fma f16c", torch.float32), (" avx2 fma", None), (" avx2", None), (" sse4_2", None)):
         monkeypatch.setattr(R, "cpu_flags", lambda f=flags: f + " ")
         assert R.dtype() == want and R.supported() == (want is not None)
         if want is not None:
@@ -229,8 +229,8 @@ def test_each_cpu_kind_builds_its_own_variant(monkeypatch):
             names[want] = R.library_path().name
     assert len(set(names.values())) == 2
     said, path = R.build()
-    assert path is None and said == ("the few-row kernel needs AVX512-BF16 or AVX2 with FMA, which this CPU lacks: "
-                                     "nothing to build")
+    assert path is None and said == ("the few-row kernel needs AVX512-BF16 or AVX2 with FMA and F16C, which this CPU "
+                                     "lacks: nothing to build")
 
 
 @pytest.fixture(scope="module")
@@ -268,6 +268,26 @@ def test_f32_products_are_float32_sums_in_order(f32, rows, N, K):
             assert torch.equal(got, torch.cat([R.linear(x[i:i + 4], p, bias) for i in range(0, rows, 4)]))
         if K == 1 and bias is None:  # one product: exactly float32's
             assert torch.equal(got, (x * w.T)[:, :N])
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 8, 13])
+def test_f32_half_copies_give_the_float32_sums_of_the_rounded_weights(f32, rows):
+    """``pack(w, half=True)``: pack's layout rounded to float16 (half the bytes a step reads); the products widen each
+    value exactly, so they equal, to the bit, the float32 products of the rounded weight — every tile shape and the
+    chunked passes of more than 4 rows. A weight beyond float16's range (or not finite) keeps its float32 copy."""
+    g = torch.Generator().manual_seed(rows)
+    w, b, x = torch.randn(1040, 576, generator=g) * 0.05, torch.randn(1040, generator=g), torch.randn(rows, 576,
+                                                                                                       generator=g)
+    h = R.pack(w, half=True)
+    assert h.dtype == torch.float16 and torch.equal(h, R.pack(w).half())
+    for bias in (None, b):
+        assert torch.equal(R.linear(x, h, bias), R.linear(x, R.pack(w.half().float()), bias))
+    big = w.clone()
+    big[3, 7] = 7e4
+    assert R.pack(big, half=True).dtype == torch.float32
+    big[3, 7] = float("nan")
+    assert R.pack(big, half=True).dtype == torch.float32
+    assert R.pack(w).dtype == torch.float32  # (the default: the weight's own precision)
 
 
 def test_f32_products_agree_with_torch_and_keep_the_shape(f32):
@@ -342,3 +362,71 @@ def test_f32_attention_refuses_what_it_does_not_serve(f32):
         R.attend(q, K, K, new, new, torch.tensor(9.0), 0.25)
     with pytest.raises(RuntimeError, match="contiguous K, V"):
         R.attend(q, K.to(torch.bfloat16), K, new, new, torch.tensor(3.0), 0.25)
+
+
+def _draw_reference(z: torch.Tensor, u: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cumulative distribution (n, V) and the entropy (n,) in float64 of the float32 scores z / τ (as the sampler
+    divides them)."""
+    p = torch.softmax((z.float() / temperature).double(), -1)
+    return p.cumsum(-1), -torch.where(p > 0, p * p.log(), 0.0).sum(-1)
+
+
+def assert_inverts(tok: torch.Tensor, cdf: torch.Tensor, u: torch.Tensor, within: float = 1e-6) -> None:
+    """Each drawn token i has cdf[i − 1] ≤ u < cdf[i] (cdf[−1] = 0), up to ``within`` (the kernel's e^x within an
+    ulp: a u that close to a boundary may take either neighbour); a token of probability 0 never."""
+    below = torch.where(tok > 0, cdf.gather(1, (tok - 1).clamp_min(0)[:, None]).squeeze(1), 0.0)
+    at = cdf.gather(1, tok[:, None]).squeeze(1)
+    assert (below - within <= u.double()).all() and (u.double() < at + within).all()
+    assert (at > below).all()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_draw_inverts_the_cumulative_distribution_in_double(rows_kernel_loaded, temperature):
+    """The step's draw (``vocab_chain.h``'s ``draw``) against float64: the same token for 600 rows of a vocabulary
+    that is no multiple of the lanes (the tail's −∞ fill never drawn), at u = 0, just below 1 and in between; the
+    entropy within float32 rounding of float64's; bf16 logits as their float32 values; one row expanded to all
+    rows as its copies."""
+    g = torch.Generator().manual_seed(3)
+    n, V = 600, 1003
+    z = torch.randn(n, V, generator=g) * 2.5
+    z[:, :4] += 6  # a few likely tokens, as a model's head gives
+    z[::7, V - 1] = -float("inf")  # the last token impossible in some rows (u just below 1 lands before it)
+    u = torch.rand(n, generator=g)
+    u[:50], u[50:100] = 0.0, 1 - 2 ** -24
+    tok, H = R.draw(z, u, temperature)
+    cdf, ref_H = _draw_reference(z, u, temperature)
+    assert tok.dtype == torch.long and tok.shape == (n,)
+    assert_inverts(tok, cdf, u)
+    exact = torch.searchsorted(cdf, u.double()[:, None], right=True).squeeze(1)
+    assert (tok == exact).sum() >= n - 2  # off only where u lies within rounding of a boundary
+    torch.testing.assert_close(H.double(), ref_H, rtol=2e-6, atol=2e-6)
+    assert (tok[::7] != V - 1).all()
+    zb = z.to(torch.bfloat16)
+    tok_b, H_b = R.draw(zb, u, temperature)
+    assert_inverts(tok_b, _draw_reference(zb, u, temperature)[0], u)
+    assert torch.equal(H_b, R.draw(zb.float(), u, temperature)[1])
+    one = z[:1].expand(8, -1)
+    assert all(torch.equal(a, b) for a, b in zip(R.draw(one, u[:8], temperature),
+                                                  R.draw(one.contiguous(), u[:8], temperature)))
+
+
+def test_the_draw_follows_the_distribution_and_never_draws_probability_zero(rows_kernel_loaded):
+    """40,000 draws of one distribution with the first, a middle and the last token at probability 0 (−∞ logits):
+    frequencies within 5 standard deviations of the probabilities, the impossible tokens never drawn; a row with no
+    finite logit draws token 0 with a NaN entropy; a temperature of 0 and a wrong count of numbers are refused."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(40, generator=g) * 2
+    z[[0, 7, 39]] = -float("inf")
+    p = torch.softmax(z.double(), -1)
+    N = 40_000
+    tok, H = R.draw(z.expand(N, -1), torch.rand(N, generator=g), 1.0)
+    freq = torch.bincount(tok, minlength=40).double() / N
+    assert freq[[0, 7, 39]].sum() == 0
+    assert ((freq - p).abs() <= 5 * (p * (1 - p) / N).sqrt() + 1e-12).all()
+    assert torch.allclose(H.double(), -(p[p > 0] * p[p > 0].log()).sum(), rtol=1e-6)
+    tok, H = R.draw(torch.full((2, 16), -float("inf")), torch.tensor([0.0, 0.5]), 1.0)
+    assert tok.tolist() == [0, 0] and H.isnan().all()
+    with pytest.raises(RuntimeError, match="a temperature > 0"):
+        R.draw(z[None], torch.zeros(1), 0.0)
+    with pytest.raises(RuntimeError, match="3 uniform numbers for 1 rows"):
+        R.draw(z[None], torch.zeros(3), 1.0)
