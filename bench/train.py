@@ -48,7 +48,7 @@ def overhead(a) -> dict:
                   f"{r['time/replay']:6.2f}  update {r['time/update']:6.2f}  tokens {r['response_tokens']:.0f}",
                   flush=True)
     phases = ["time/step", "time/sample", "time/replay", "time/update", "response_tokens"]
-    counts = ["prompt_tokens", "replay/forward_tokens"]
+    counts = ["prompt_tokens", "replay/forward_tokens", "replay/attention_pairs"]
     mean = {m: {k: float(np.mean([r[k] for r in rec[m][1:]])) for k in phases + counts} for m in rec}
     for m in rec:
         print(f"  {m:6s} " + "  ".join(f"{k.split('/')[-1]} {mean[m][k]:7.2f}" for k in phases))
@@ -110,15 +110,17 @@ def machine_rates(lm) -> dict[str, float]:
 def step_floor(lm, a, m: dict, rates: dict) -> dict[str, float]:
     """The least time a training step of the mean shape ``m`` (the step's metrics averaged) can take here, per phase:
     sampling each of B groups of G rows at its memory floor (:func:`floor.sampling_floor_s`, as many steps as the mean
-    response's tokens); the replay's ``replay/forward_tokens`` through the stack and 2 · N · T rows onto the vocabulary
-    (P_all and one P_\\k: fewer than any replay projects) at the GEMM peak; the update's forward and backward over
-    every prompt and response token (:func:`floor.update_flops`). A lower bound: attention, norms, the optimizer's
+    response's tokens); the replay's ``replay/forward_tokens`` through the stack, 2 · N · T rows onto the vocabulary
+    (P_all and one P_\\k: fewer than any replay projects) and its attention over ``replay/attention_pairs`` (query,
+    key) pairs (:func:`floor.attention_flops`) at the GEMM peak; the update's forward and backward over every prompt
+    and response token (:func:`floor.update_flops`). A lower bound: the update's attention, norms, the optimizer's
     pass over the weights and the verifiers are not counted."""
     n = a.group * a.prompts
     P, T = m["prompt_tokens"], m["response_tokens"]
     sample = a.prompts * floor.sampling_floor_s(lm, int(rates["itemsize"]), round(P), a.group, round(T),
                                                 rates["bandwidth"], rates["peak"])
-    replay = (floor.model_replay_flops(lm, round(m["replay/forward_tokens"]), round(2 * n * T)) / rates["peak"]
+    replay = (floor.model_replay_flops(lm, round(m["replay/forward_tokens"]), round(2 * n * T),
+                                       round(m["replay/attention_pairs"])) / rates["peak"]
               if m["replay/forward_tokens"] > 0 else 0.0)  # a method that reads no replay has none
     update = floor.update_flops(lm, round(n * (P + T)), round(n * T)) / rates["peak_update"]
     return {"sample": sample, "replay": replay, "update": update, "step": sample + replay + update}

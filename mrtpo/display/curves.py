@@ -12,7 +12,8 @@ def metric_title(key: str) -> str:
              "grad_norm": "gradient norm (before clipping)", "ratio_mean": "probability ratio (mean)",
              "beta_s": "β_s: effective MRTPO β", "response_tokens": "response length (tokens)",
              "prompt_tokens": "prompt length (tokens)",
-             "replay/forward_tokens": "replay: tokens through the model (every pass, padding included)"}
+             "replay/forward_tokens": "replay: tokens through the model (every pass, padding included)",
+             "replay/attention_pairs": "replay: (query, key) pairs its attention saw (every pass)"}
     if key in fixed:
         return fixed[key]
     group, _, name = key.partition("/")

@@ -274,8 +274,9 @@ class Trainer:
             clock.stop()
         metrics = self._metrics(ro, credit, upd)
         # the groups replay jointly: each result holds the joint replay's count
-        counted = [getattr(r, "forward_tokens", 0) for r in replays if r is not None]
-        metrics["replay/forward_tokens"] = float(max(counted, default=0))
+        for name in ("forward_tokens", "attention_pairs"):
+            counted = [getattr(r, name, 0) for r in replays if r is not None]
+            metrics[f"replay/{name}"] = float(max(counted, default=0))
         metrics.update({"time/step": step_time, **clock.metrics("time/sample", "time/replay", "time/update",
                                                                   "time/probe")})
         if self.store is not None:

@@ -147,6 +147,9 @@ def test_mrtpo_beta_zero_is_exactly_gdpo():
     assert mz["time/replay"] > 0 and mg["time/replay"] < 1e-3
     # the replay's tokens through the model: every response under P_all and each P_\k at least once (8 responses)
     assert mz["replay/forward_tokens"] >= 2 * 8 * mz["response_tokens"] and mg["replay/forward_tokens"] == 0
+    # its attention's pairs: each response token at least sees itself and its response's earlier tokens, twice
+    T = mz["response_tokens"]
+    assert mz["replay/attention_pairs"] >= 2 * 8 * T * (T + 1) / 2 and mg["replay/attention_pairs"] == 0
     assert mz["prompt_tokens"] == mg["prompt_tokens"] > 3  # the same prompts (the schedule is the seed's)
     assert all(torch.equal(g[k], z[k]) for k in g)
     assert any(not torch.equal(g[k], h[k]) for k in g)  # β > 0 does take a different update
