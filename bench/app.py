@@ -207,6 +207,7 @@ def click_floor(model: str, family: str) -> dict[str, float]:
     from mrtpo.tasks import get_family
 
     lm = load_model(model)
+    lm.frozen = True  # as the app's: it samples with its compiled step, whose weight copies the floor reads
     fam = get_family(family)
     ex = fam.examples()[0]
     samples = sample(lm, ex.prompt, n=4, max_new_tokens=96, seed=0)
@@ -221,7 +222,8 @@ def click_floor(model: str, family: str) -> dict[str, float]:
     R = np.asarray(group.rewards, dtype=float)  # (G, K): the rewards that vary are replayed
     varied = int(np.sum(np.nan_to_num(np.nanmax(R, axis=0) - np.nanmin(R, axis=0)) > 0)) if R.size else 0
     sampling = floor.sampling_floor_s(lm, torch.empty((), dtype=dtype).element_size(),
-                                      len(lm.encode(lm.chat_prompt(ex.prompt))), 4, steps, bw, peak)
+                                      len(lm.encode(lm.chat_prompt(ex.prompt))), 4, steps, bw, peak,
+                                      floor.sampling_weight_itemsize(lm))
     replay = floor.model_replay_flops(lm, fwd, (1 + varied) * T, pairs) / peak
     return {"sample": sampling, "replay": replay, "click": sampling + replay, "bandwidth": bw, "peak": peak,
             "steps": steps, "forward_tokens": fwd, "attention_pairs": pairs}

@@ -48,21 +48,42 @@ def kv_bytes_per_token(config, itemsize: int) -> int:
     return config.num_hidden_layers * 2 * kv_heads * head_dim * itemsize
 
 
-def model_decode_floor_s(lm, itemsize: int, kv_tokens: float, bandwidth: float) -> float:
+def model_decode_floor_s(lm, itemsize: int, kv_tokens: float, bandwidth: float,
+                         weight_itemsize: int | None = None) -> float:
     """One decoding step's memory floor for the loaded model ``lm`` in seconds: :func:`decode_bytes` of its decoder
-    stack, its vocabulary head and ``kv_tokens`` cached positions, over ``bandwidth`` (bytes/s)."""
+    stack, its vocabulary head and ``kv_tokens`` cached positions, over ``bandwidth`` (bytes/s); the weights in
+    ``weight_itemsize`` bytes each where the step reads copies of another precision than it computes in (the float32
+    kernel's float16 copies), else ``itemsize``."""
     c = lm.model.config
     head = lm.model.get_output_embeddings().weight  # (V, H)
-    return decode_bytes(model_linear_weights(lm), head.shape[0], head.shape[1], itemsize,
+    return decode_bytes(model_linear_weights(lm), head.shape[0], head.shape[1], weight_itemsize or itemsize,
                         kv_bytes_per_token(c, itemsize), kv_tokens) / bandwidth
 
 
-def sampling_floor_s(lm, itemsize: int, prompt: int, rows: int, steps: int, bandwidth: float, peak: float) -> float:
+def sampling_weight_itemsize(lm) -> int:
+    """Bytes per weight that ``lm``'s decoding step reads where it decodes with its compiled step (a frozen model, the
+    app's: :mod:`mrtpo.model.compiled`, loaded as the sampler loads it): its products' copies (float16 on the float32
+    kernel); elsewhere the sampler's compute dtype's."""
+    import torch
+
+    from mrtpo.model.compiled import compiled_step
+    from mrtpo.model.decoder import compute_dtype
+    from mrtpo.model.llama_step import sampling_decoder
+
+    dtype = compute_dtype(lm, "auto")
+    dec, step = sampling_decoder(lm, dtype)
+    fast = dec.memo("compiled_step", lambda: compiled_step(step, lm.name)) if step is not None else None
+    return torch.empty((), dtype=fast.weight_dtype if fast is not None else dtype).element_size()
+
+
+def sampling_floor_s(lm, itemsize: int, prompt: int, rows: int, steps: int, bandwidth: float, peak: float,
+                     weight_itemsize: int | None = None) -> float:
     """The least time to sample ``rows`` responses of ``steps`` new tokens after a ``prompt``-token prompt: the prompt's
     pass at the GEMM ``peak`` (2 · N_lin · prompt FLOPs) plus ``steps`` decoding steps at their memory floor, each
-    reading the prompt's and the rows' keys and values as they stand at the mean step (prompt + rows · steps / 2)."""
+    reading the prompt's and the rows' keys and values as they stand at the mean step (prompt + rows · steps / 2) and
+    the weights in ``weight_itemsize`` bytes (:func:`model_decode_floor_s`)."""
     prefill = 2.0 * model_linear_weights(lm) * prompt / peak
-    return prefill + steps * model_decode_floor_s(lm, itemsize, prompt + rows * steps / 2, bandwidth)
+    return prefill + steps * model_decode_floor_s(lm, itemsize, prompt + rows * steps / 2, bandwidth, weight_itemsize)
 
 
 def model_replay_flops(lm, forward_tokens: int, head_rows: int, pairs: int = 0) -> float:

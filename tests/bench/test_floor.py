@@ -83,6 +83,10 @@ def test_generate_decode_floor_reads_the_models_shapes(tiny, monkeypatch):
     want = ((floor.linear_weights(decoder_stack(tiny.model)) + c.vocab_size * c.hidden_size) * item
             + c.num_hidden_layers * 2 * c.num_key_value_heads * hd * item * (50 + 4 * 10 / 2)) / 1e9
     assert generate.decode_floor_s(tiny, n_prompt=50, group=4, steps=10) == (pytest.approx(want, rel=1e-12), 1e9)
+    # a compiled step's float16 copies: the weights' bytes at 2 each, the KV's as before; a bandwidth given is used
+    half = want - (floor.linear_weights(decoder_stack(tiny.model)) + c.vocab_size * c.hidden_size) * (item - 2) / 1e9
+    assert generate.decode_floor_s(tiny, 50, 4, 10, 2, 2e9) == (pytest.approx(half / 2, rel=1e-12), 2e9)
+    assert floor.sampling_weight_itemsize(tiny) == item  # no compiled step for it: the compute dtype's
 
 
 def test_gpt2s_conv1d_projections_count_and_its_kv_has_one_head_per_query_head():
@@ -122,12 +126,15 @@ def test_train_step_floor_adds_its_phases_floors(tiny):
     V, H = tiny.model.get_output_embeddings().weight.shape
     rates = {"bandwidth": 1e9, "peak": 1e10, "peak_update": 5e9, "itemsize": 4.0}
     a = argparse.Namespace(group=4, prompts=2)
-    m = {"prompt_tokens": 20.0, "response_tokens": 10.0, "replay/forward_tokens": 600.0}
+    m = {"prompt_tokens": 20.0, "response_tokens": 10.0, "replay/forward_tokens": 600.0,
+         "replay/attention_pairs": 900.0}
     got = train.step_floor(tiny, a, m, rates)
     weights = (n_lin + V * H) * 4  # bytes a decoding step reads besides the KV cache
     kv = floor.kv_bytes_per_token(tiny.model.config, 4)
     sample = 2 * (2 * n_lin * 20 / 1e10 + 10 * (weights + kv * (20 + 4 * 10 / 2)) / 1e9)
-    replay = (2 * n_lin * 600 + 2 * V * H * 2 * 8 * 10) / 1e10
+    c = tiny.model.config
+    pairs = 4 * c.num_hidden_layers * c.num_attention_heads * (c.hidden_size // c.num_attention_heads) * 900
+    replay = (2 * n_lin * 600 + 2 * V * H * 2 * 8 * 10 + pairs) / 1e10
     update = 3 * (2 * n_lin * 8 * 30 + 2 * V * H * 8 * 10) / 5e9
     assert got == pytest.approx({"sample": sample, "replay": replay, "update": update,
                                  "step": sample + replay + update}, rel=1e-12)

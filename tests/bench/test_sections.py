@@ -83,11 +83,13 @@ def test_generate_section():
     assert "| compiled step (a frozen model's) | no package here |  |" in text
     f["memory"] = None  # --skip-memory: no memory column
     assert "| transformers `generate` (before), model dtype | 11.78 s | 695 | 59.0 |\n" in generate.doc_text(f)
-    f["compiled"] = dict(time=3.1, tokens=640, step_ms=29.7, first=0.2, again=2.79)
+    f["compiled"] = dict(time=3.1, tokens=640, step_ms=29.7, first=0.2, again=2.79, floor_ms=9.9)
     text = generate.doc_text(f)
     assert "| compiled step: one decoding step | 29.7 ms (÷ eager 0.600) |  |" in text
     assert "| the same prompt again (its prompt pass kept) | 2.79 s (0.900) |  |" in text  # 2.79 / 3.1
-    assert "| compiled decoding step ÷ its memory floor | 2.11 | ≤ 1.5 |" in text
+    assert "| its memory floor (its weight copies + KV read once) | 9.9 ms |  |" in text
+    assert "| compiled decoding step ÷ its memory floor | 3.00 | ≤ 1.5 |" in text  # 29.7 / 9.9
+    assert "| compiled decoding step ÷ the eager step's floor | 2.11 |  |" in text  # 29.7 / 14.1
 
 
 def test_train_section():
