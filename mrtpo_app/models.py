@@ -63,14 +63,16 @@ def load_model(name: str, device: str = "auto") -> LoadedModel:
 
 
 def settle_heap() -> None:
-    """Collect, then freeze every object alive (``gc.freeze``: the model, torch's and transformers' modules) out of
-    the collector's reach. Streamlit runs a full collection after every script run (``runner.postScriptGC``), holding
+    """Freeze every object the heap holds (``gc.freeze``: the model, torch's and transformers' modules) out of the
+    collector's reach. Streamlit runs a full collection after every script run (``runner.postScriptGC``), holding
     the GIL; over the objects a loaded model brings that is long enough for the next run (a click's sampling) to
     wait on it (docs/benchmarks.md, App). Frozen objects are never collected: what is alive here lives as long as
-    the process anyway."""
+    the process anyway. No collection first: the preload imports and loads with the collector paused
+    (:func:`mrtpo.model.heap.collector_paused`), which leaves no cyclic garbage to find, and a collection over that
+    heap would hold the GIL while the first page renders and the click waits for the model; garbage there were
+    would stay, once per process."""
     import gc
 
-    gc.collect()
     gc.freeze()
 
 

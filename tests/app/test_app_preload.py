@@ -50,3 +50,20 @@ def test_preload_error_reaches_the_click_as_the_message(monkeypatch, fresh):
         models._model("nope", "cpu")
     with pytest.raises(MrtpoError, match="model 'nope' is neither"):  # and again on the next click (not cached)
         models._model("nope", "cpu")
+
+
+def test_settling_the_heap_freezes_it_without_a_collection(monkeypatch):
+    """The preload's heap goes out of the collector's reach at once: every tracked object frozen, no collection run
+    (it would hold the GIL over the whole heap and find nothing: the load ran with the collector paused)."""
+    import gc
+
+    ran = []
+    monkeypatch.setattr(gc, "collect", lambda *a: ran.append(a) or 0)
+    kept = [[i] for i in range(1000)]  # tracked objects alive now
+    try:
+        models.settle_heap()
+        assert ran == [] and gc.get_freeze_count() >= len(kept)
+        in_generations = {id(o) for o in gc.get_objects()}  # (frozen objects are in none)
+        assert not any(id(x) in in_generations for x in kept)
+    finally:
+        gc.unfreeze()
