@@ -150,6 +150,9 @@ class CompiledStep:
         self.dtype = step.embed.dtype
         # the dtype its products read their weights in (the float32 kernel's float16 copies; else the step's)
         self.weight_dtype = weights.weights[PRODUCTS[0]].dtype if weights is not None else self.dtype
+        # its attention is the few-row kernel's: it reads the cached positions [0, pos) only, the first `shared` of
+        # them from the first row; the rest of the buffer may hold anything (torch's attention reads all of it)
+        self.cached_only = weights is not None and weights.kernel
         self._turn = threading.Lock()
 
     def fits(self, rows: int, positions: int) -> bool:
@@ -159,9 +162,10 @@ class CompiledStep:
     def __call__(self, ids: torch.Tensor, pos: int, mask: torch.Tensor, kv: torch.Tensor, shared: int = 0
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """ids (n,) int64 at position ``pos``; ``mask`` (Tmax,) float32 (0: cached); ``kv`` (2, layers, n, kv_heads,
-        Tmax, d) contiguous, finite everywhere (a masked position's values are multiplied by 0: zeros, not empty
-        memory); ``shared`` ≤ pos: the first positions every row of ``kv`` holds alike (the caller's promise: the
-        kernel reads them from row 0 only) → (hidden states (n, H), new keys, new values (layers, n, kv_heads, d)).
+        Tmax, d) contiguous, finite everywhere where the attention is torch's (a masked position's values are
+        multiplied by 0: zeros, not empty memory; :attr:`cached_only`: only [0, pos) is read); ``shared`` ≤ pos: the
+        first positions every row of ``kv`` holds alike (the caller's promise: the kernel reads them from row 0
+        only) → (hidden states (n, H), new keys, new values (layers, n, kv_heads, d)).
         A ValueError names an input the package does not take."""
         n, T = ids.shape[0], kv.shape[-2]
         want = (2, self.layers, n, self.kv_heads, T, self.head_dim)

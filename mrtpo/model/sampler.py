@@ -169,14 +169,17 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     P = len(prompt_ids)
     _, kv_heads, _, head_dim = layers[0][0].shape
     fast = _compiled_step(lm, dec, step, n, P + max_new_tokens - 1)
+    rows = n  # the rows the prompt's keys and values are copied into
     if fast is None:  # (layers, 2, n, kv_heads, P + max_new_tokens − 1, d): the last token is never fed back
         buf = layers[0][0].new_empty((len(layers), 2, n, kv_heads, P + max_new_tokens - 1, head_dim))
-    else:
-        kv = _KVGrowing(layers[0][0], (len(layers), n, kv_heads, head_dim), P, P + max_new_tokens - 1)  # rows: P alike
+    else:  # rows: P alike; a step that reads them from the first row only finds them there alone
+        kv = _KVGrowing(layers[0][0], (len(layers), n, kv_heads, head_dim), P, P + max_new_tokens - 1,
+                        blank=fast.cached_only)
         buf = kv.buf.transpose(0, 1)  # the same (layers, 2, ...) view
+        rows = 1 if fast.cached_only else n
     for i, (K, V) in enumerate(layers):
-        buf[i, 0, :, :, :P] = K[0]
-        buf[i, 1, :, :, :P] = V[0]
+        buf[i, 0, :rows, :, :P] = K[0]
+        buf[i, 1, :rows, :, :P] = V[0]
     del layers
     cache = buffer_cache(buf, P) if step is None else None  # the own step writes into buf itself
     weight, bias = _head_weights(lm, dec)
@@ -291,26 +294,34 @@ def _compiled_step(lm: LoadedModel, dec: Decoder, step, n: int, positions: int):
 class _KVGrowing:
     """The compiled step's KV buffer: (2, layers, n, kv_heads, capacity, d), contiguous, with a mask (capacity,) of
     the positions written (0) and not (−∞). Its capacity grows by ``CHUNK`` positions (one copy each time) up to
-    ``end``: the package attends every position of the buffer it is handed, so an unwritten tail costs as much as a
-    written one. Its first ``written`` positions (the prompt's, copied into every row) are alike in every row: the
-    step reads them from the first row only (:class:`mrtpo.model.compiled.CompiledStep`'s ``shared``)."""
+    ``end``: a package with torch's attention attends every position of the buffer it is handed, so an unwritten
+    tail costs as much as a written one. Its first ``written`` positions (the prompt's) are alike in every row: the
+    step reads them from the first row only (:class:`mrtpo.model.compiled.CompiledStep`'s ``shared``).
+
+    ``blank``: the step reads only the cached positions, the prompt's from the first row
+    (:attr:`mrtpo.model.compiled.CompiledStep.cached_only`): the buffer is left unwritten (no pass zeroing it; the
+    caller copies the prompt into the first row only); else zeros, since torch's attention multiplies the masked
+    positions' values by 0, and 0 · NaN is NaN."""
 
     CHUNK = 256
 
-    def __init__(self, like: torch.Tensor, shape: tuple[int, int, int, int], written: int, end: int):
+    def __init__(self, like: torch.Tensor, shape: tuple[int, int, int, int], written: int, end: int,
+                 blank: bool = False):
         layers, n, kv_heads, d = shape
-        self.end, self.shared = end, written
+        self.end, self.shared, self.blank = end, written, blank
         cap = min(end, max(written + self.CHUNK, 32))
-        # zeros, not empty: the package multiplies the masked positions' values by 0, and 0 · NaN is NaN
-        self.buf = like.new_zeros((2, layers, n, kv_heads, cap, d))  # (2, layers, n, kv_heads, cap, d)
+        self.buf = self._new(like, (2, layers, n, kv_heads, cap, d))  # (2, layers, n, kv_heads, cap, d)
         self.mask = torch.full((cap,), float("-inf"))
         self.mask[:written] = 0.0
+
+    def _new(self, like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        return like.new_empty(shape) if self.blank else like.new_zeros(shape)
 
     def step(self, fast, ids: torch.Tensor, pos: int) -> torch.Tensor:
         """One compiled decoding step at ``pos`` (= the positions written so far); writes its keys and values."""
         if pos >= self.buf.shape[-2]:  # grow: a copy of the written part into a larger buffer
             cap = min(self.end, pos + self.CHUNK)
-            grown = self.buf.new_zeros((*self.buf.shape[:4], cap, self.buf.shape[-1]))
+            grown = self._new(self.buf, (*self.buf.shape[:4], cap, self.buf.shape[-1]))
             grown[..., :pos, :] = self.buf[..., :pos, :]
             self.buf, self.mask = grown, torch.cat((self.mask[:pos], torch.full((cap - pos,), float("-inf"))))
         h, k, v = fast(ids, pos, self.mask, self.buf, self.shared)

@@ -157,6 +157,56 @@ def test_a_buffer_that_grows_gives_the_same_tokens(built, cache, monkeypatch):
     assert [s.token_ids for s in got] == [s.token_ids for s in want]
 
 
+def test_the_kernels_step_reads_only_the_cached_positions_and_the_prompt_from_the_first_row(built, cache,
+                                                                                             monkeypatch):
+    """Where the package's attention is the few-row kernel's (``cached_only``), a step reads the buffer's first pos
+    positions only, the shared ones from the first row: a buffer holding NaN everywhere else (the unwritten tail, the
+    other rows' copies of the prompt) gives the same outputs, to the bit, as a zeroed one with the prompt in every
+    row. So the sampler leaves its buffer unwritten and copies the prompt into the first row alone; its tokens stay
+    those of the eager step's buffer (the greedy test above) and of a zeroed buffer (here)."""
+    lm = fresh(built[0])
+    dec = D.Decoder(D.decoder_stack(lm.model), DT, few_rows=True, keep=True)
+    step = L.llama_step(dec)
+    fast = C.compiled_step(step, lm.name)
+    assert fast.cached_only == C.kernel_serves(step) == C.rows_kernel.supported()
+    if not fast.cached_only:
+        pytest.skip("no few-row kernel here: the package's attention is torch's, which reads the whole buffer")
+    n, P, pos, T, d = 3, 10, 14, 32, step.head_dim
+    g = torch.Generator().manual_seed(3)
+    clean = torch.zeros((2, step.n_layers, n, step.kv_heads, T, d), dtype=DT)
+    clean[..., :P, :] = torch.randn(clean[:, :, :1, :, :P].shape, generator=g).to(DT)  # the prompt: every row alike
+    clean[..., P:pos, :] = torch.randn(clean[..., P:pos, :].shape, generator=g).to(DT)  # each row's own tokens
+    dirty = torch.full_like(clean, float("nan"))
+    dirty[:, :, :1, :, :P] = clean[:, :, :1, :, :P]
+    dirty[..., P:pos, :] = clean[..., P:pos, :]
+    mask = torch.full((T,), float("-inf"))
+    mask[:pos] = 0.0
+    ids = torch.randint(0, lm.model.config.vocab_size, (n,), generator=g)
+    want, got = fast(ids, pos, mask, clean, P), fast(ids, pos, mask, dirty, P)
+    assert torch.isfinite(want[0]).all() and all(torch.equal(a, b) for a, b in zip(want, got))
+    # the sampler's buffer: unwritten, the prompt in the first row only, greedy tokens as with a zeroed buffer
+    made = []
+    real = S._KVGrowing.__init__
+
+    def init(self, *a, **k):
+        real(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(S._KVGrowing, "__init__", init)
+    got = sample(fresh(built[0]), "hello there", n=3, max_new_tokens=20, temperature=0)
+    assert [kv.blank for kv in made] == [True]
+    real_step = C.CompiledStep.__init__
+
+    def zeroed(self, *a, **k):  # as a package whose attention reads the whole buffer
+        real_step(self, *a, **k)
+        self.cached_only = False
+
+    monkeypatch.setattr(C.CompiledStep, "__init__", zeroed)
+    want = sample(fresh(built[0]), "hello there", n=3, max_new_tokens=20, temperature=0)
+    assert [kv.blank for kv in made] == [True, False]
+    assert [s.token_ids for s in got] == [s.token_ids for s in want]
+
+
 def test_log_probs_deviate_from_float32_as_the_eager_bf16_step_does(deviation):
     """KL(float32 ‖ bf16 step) per token, teacher-forced (:func:`deviation`): the compiled step's within twice the
     eager own step's (both are bf16 computations of the same function), and the two bf16 steps close to each
