@@ -61,19 +61,13 @@ def model_decode_floor_s(lm, itemsize: int, kv_tokens: float, bandwidth: float,
 
 
 def sampling_weight_itemsize(lm) -> int:
-    """Bytes per weight that ``lm``'s decoding step reads where it decodes with its compiled step (a frozen model, the
-    app's: :mod:`mrtpo.model.compiled`, loaded as the sampler loads it): its products' copies (float16 on the float32
-    kernel); elsewhere the sampler's compute dtype's."""
+    """Bytes per weight that ``lm``'s decoding step reads (:func:`mrtpo.model.sampler.decoding_weight_dtype`: a frozen
+    model's compiled step's copies, float16 on the float32 kernel; elsewhere the sampler's compute dtype's)."""
     import torch
 
-    from mrtpo.model.compiled import compiled_step
-    from mrtpo.model.decoder import compute_dtype
-    from mrtpo.model.llama_step import sampling_decoder
+    from mrtpo.model.sampler import decoding_weight_dtype
 
-    dtype = compute_dtype(lm, "auto")
-    dec, step = sampling_decoder(lm, dtype)
-    fast = dec.memo("compiled_step", lambda: compiled_step(step, lm.name)) if step is not None else None
-    return torch.empty((), dtype=fast.weight_dtype if fast is not None else dtype).element_size()
+    return torch.empty((), dtype=decoding_weight_dtype(lm)).element_size()
 
 
 def sampling_floor_s(lm, itemsize: int, prompt: int, rows: int, steps: int, bandwidth: float, peak: float,

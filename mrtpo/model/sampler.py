@@ -20,7 +20,8 @@ from mrtpo.model.rates import measuring, reused, sample_tokens
 from mrtpo.model.rng import generator, seeded_global
 from mrtpo.model.tokens import check_length, decode
 
-__all__ = ["Sample", "SamplingConfig", "draw", "next_token_scores", "sample", "sample_ids", "warm_up"]
+__all__ = ["Sample", "SamplingConfig", "decoding_weight_dtype", "draw", "next_token_scores", "sample",
+           "sample_ids", "warm_up"]
 
 
 @dataclass
@@ -199,12 +200,12 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
         if kernel_draw:  # draw's uniform numbers, from the same generator in the same order
             u = torch.rand((n, 1), dtype=torch.float32, device=dev, generator=gen)
             nxt, h_t = rows_kernel.draw(logits.expand(n, -1), u, temperature)
-            if ent is not None:
-                ent[:, t] = h_t
         else:
             if cap:
                 logits = torch.tanh(logits / cap) * cap
-            nxt = _pick(logits.float().expand(n, -1), t, temperature, top_p, exact_draws, gen, ent)
+            nxt, h_t = _pick(logits.float().expand(n, -1), temperature, top_p, exact_draws, gen, ent is not None)
+        if ent is not None:
+            ent[:, t] = h_t
         nxt = nxt.masked_fill(done, fill)
         tokens[:, t] = nxt
         done |= torch.isin(nxt, stop_ids)
@@ -225,10 +226,10 @@ def sample_ids(lm: LoadedModel, prompt_ids: list[int], n: int, max_new_tokens: i
     return (tokens, ent) if entropy else tokens
 
 
-def _pick(logits: torch.Tensor, t: int, temperature: float, top_p: float, exact_draws: bool,
-          gen: torch.Generator | None, ent: torch.Tensor | None) -> torch.Tensor:
-    """A decoding step's tokens (n,) from its float32 logits (n, V), as :func:`sample_ids` says; with ``ent``
-    (n, T), writes column t: H of softmax(logits / τ), before top-p (TRL's entropy; greedy: τ = 1)."""
+def _pick(logits: torch.Tensor, temperature: float, top_p: float, exact_draws: bool, gen: torch.Generator | None,
+          entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A decoding step's tokens (n,) from its float32 logits (n, V), as :func:`sample_ids` says, and with ``entropy``
+    their H (n,) of softmax(logits / τ), before top-p (TRL's entropy; greedy: τ = 1); else None."""
     scores = next_token_scores(logits, temperature, top_p)
     probs = None if temperature <= 0 else scores.softmax(dim=-1)
     if temperature <= 0:
@@ -237,13 +238,12 @@ def _pick(logits: torch.Tensor, t: int, temperature: float, top_p: float, exact_
         nxt = torch.multinomial(probs, num_samples=1, generator=gen).squeeze(1)
     else:
         nxt = draw(probs, gen)
-    if ent is not None:
-        if probs is not None and top_p >= 1.0:  # the draw's own distribution: H = logsumexp(s) − Σ_v p_v s_v
-            ent[:, t] = torch.logsumexp(scores, dim=-1) - (probs * scores).sum(-1)
-        else:
-            lsm = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
-            ent[:, t] = -(lsm.exp() * lsm).sum(-1)
-    return nxt
+    if not entropy:
+        return nxt, None
+    if probs is not None and top_p >= 1.0:  # the draw's own distribution: H = logsumexp(s) − Σ_v p_v s_v
+        return nxt, torch.logsumexp(scores, dim=-1) - (probs * scores).sum(-1)
+    lsm = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+    return nxt, -(lsm.exp() * lsm).sum(-1)
 
 
 @torch.inference_mode()
@@ -264,6 +264,18 @@ def warm_up(lm: LoadedModel) -> None:
     if fast is None:  # else the eager step's packed weights
         step.packed()
     _packed_head(dec, _head_weights(lm, dec)[0], fast is not None)
+
+
+def decoding_weight_dtype(lm: LoadedModel) -> torch.dtype:
+    """The dtype of the weights ``lm``'s decoding steps read (``precision="auto"``): its compiled step's copies where
+    it decodes with one (a frozen model: float16 on the float32 kernel, :func:`mrtpo.model.rows_kernel.pack`), else
+    the dtype it computes in. Loads the compiled step as :func:`sample` does (kept with a frozen model)."""
+    dtype = compute_dtype(lm, "auto")
+    dec, step = sampling_decoder(lm, dtype)
+    from mrtpo.model.compiled import MIN_POSITIONS, MIN_ROWS
+
+    fast = _compiled_step(lm, dec, step, MIN_ROWS, MIN_POSITIONS)
+    return fast.weight_dtype if fast is not None else dtype
 
 
 def _packed_head(dec: Decoder, weight: torch.Tensor, compiled: bool) -> tuple[torch.Tensor, Callable] | None:

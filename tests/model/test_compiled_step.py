@@ -157,6 +157,14 @@ def test_a_buffer_that_grows_gives_the_same_tokens(built, cache, monkeypatch):
     assert [s.token_ids for s in got] == [s.token_ids for s in want]
 
 
+def test_the_weights_a_decoding_step_reads_are_its_compiled_steps_copies(built, cache):
+    """A frozen model decodes with the package, over the few-row kernel's copies (float16 on the float32 kernel: half
+    the bytes; bf16 on the other kind, the step's own dtype); a model in training decodes eagerly in its dtype."""
+    half = C.rows_kernel.dtype() == torch.float32
+    assert S.decoding_weight_dtype(fresh(built[0])) == (torch.float16 if half else DT)
+    assert S.decoding_weight_dtype(fresh(built[0], frozen=False)) == DT
+
+
 def test_the_kernels_step_reads_only_the_cached_positions_and_the_prompt_from_the_first_row(built, cache,
                                                                                              monkeypatch):
     """Where the package's attention is the few-row kernel's (``cached_only``), a step reads the buffer's first pos
