@@ -323,16 +323,24 @@ at::Tensor attend(const at::Tensor& q_in, const at::Tensor& K, const at::Tensor&
                   K.scalar_type() == at::kFloat && V.scalar_type() == at::kFloat &&
                   k_in.scalar_type() == at::kFloat && v_in.scalar_type() == at::kFloat && K.is_contiguous() &&
                   V.is_contiguous(), "rows_kernel.attend: float32 q (n, kv, r, d) and contiguous K, V (n, kv, T, d)");
-  const at::Tensor q = q_in.contiguous(), kn = k_in.contiguous(), vn = v_in.contiguous();
+  // q and the new keys and values are read where they are (the step's views into its q/k/v product: rows apart by
+  // more than their size) where a head's r queries, and each row of d, lie one after another; else copied so
+  const at::Tensor q = q_in.stride(3) == 1 && q_in.stride(2) == q_in.size(3) ? q_in : q_in.contiguous();
   const int64_t n = q.size(0), kv = q.size(1), r = q.size(2), d = q.size(3), T = K.size(2);
+  TORCH_CHECK(k_in.numel() == n * kv * d && v_in.numel() == n * kv * d, "rows_kernel.attend: shapes");
+  auto heads_of_d = [&](const at::Tensor& t) {  // (n, kv, d), each row of d contiguous
+    return t.dim() == 3 && t.size(0) == n && t.size(1) == kv && t.stride(2) == 1 ? t
+                                                                                  : t.contiguous().view({n, kv, d});
+  };
+  const at::Tensor kn = heads_of_d(k_in), vn = heads_of_d(v_in);
   const int64_t valid = static_cast<int64_t>(pos.item<float>());
   const int64_t shared = shared_in.has_value() && shared_in->defined() ? shared_in->item<int64_t>() : 0;
   TORCH_CHECK(K.size(0) == n && K.size(1) == kv && K.size(3) == d && d % kBlock == 0 && d <= 256 && r <= 16 &&
-                  kn.numel() == n * kv * d && vn.numel() == n * kv * d && 0 <= valid && valid <= T,
+                  0 <= valid && valid <= T,
               "rows_kernel.attend: shapes");
   TORCH_CHECK(0 <= shared && shared <= valid, "rows_kernel.attend: shared (", shared, ") outside 0 … pos (", valid,
               ")");
-  at::Tensor out = at::empty_like(q);
+  at::Tensor out = at::empty({n, kv, r, d}, q.options());  // contiguous
   const float *qp = q.data_ptr<float>(), *Kp = K.data_ptr<float>(), *Vp = V.data_ptr<float>();
   const float *knp = kn.data_ptr<float>(), *vnp = vn.data_ptr<float>();
   float* op = out.data_ptr<float>();
@@ -340,10 +348,16 @@ at::Tensor attend(const at::Tensor& q_in, const at::Tensor& K, const at::Tensor&
   at::parallel_for(0, n * kv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(static_cast<size_t>(3 * (valid + 1)));  // scores, then weights: (3, valid + 1)
     for (int64_t u = begin; u < end; ++u) {
-      const int64_t h = u / n, t = (u % n) * kv + h;  // head by head: task t = (row, head)
-      const Keys k{Kp + h * T * d, Vp + h * T * d, Kp + t * T * d, Vp + t * T * d, knp + t * d, vnp + t * d, shared,
+      const int64_t h = u / n, row = u % n, t = row * kv + h;  // head by head: task t = (row, head)
+      const Keys k{Kp + h * T * d,
+                   Vp + h * T * d,
+                   Kp + t * T * d,
+                   Vp + t * T * d,
+                   knp + row * kn.stride(0) + h * kn.stride(1),
+                   vnp + row * vn.stride(0) + h * vn.stride(1),
+                   shared,
                    valid};
-      attend_task(qp + t * r * d, k, op + t * r * d, d, r, sc, s.data());
+      attend_task(qp + row * q.stride(0) + h * q.stride(1), k, op + t * r * d, d, r, sc, s.data());
     }
   });
   return out;

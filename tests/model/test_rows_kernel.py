@@ -353,6 +353,26 @@ def test_attention_reads_the_rows_common_prefix_from_the_first_row(rows_kernel_l
             R.attend(q, K, V, k_new, v_new, torch.tensor(float(valid)), d ** -0.5, torch.tensor(s))
 
 
+def test_attention_reads_the_steps_views_of_its_qkv_product_as_their_copies(rows_kernel_loaded):
+    """The compiled step hands q, the new key and the new value as views into its q/k/v product (rows further apart
+    than their size): the same output to the bit as contiguous copies of them. Either variant."""
+    dt = R.dtype()
+    n, kv, r, d, T, valid = 5, 3, 3, 64, 40, 27
+    g = torch.Generator().manual_seed(7)
+    qkv = torch.randn(n, (r * kv + 2 * kv) * d, generator=g).to(dt)  # (n, (heads + 2 kv) d): the step's product
+    q = qkv[:, :r * kv * d].view(n, kv, r, d)
+    k_new = qkv[:, r * kv * d:(r + 1) * kv * d].view(n, kv, d)
+    v_new = qkv[:, (r + 1) * kv * d:].view(n, kv, d)
+    assert not (q.is_contiguous() or k_new.is_contiguous() or v_new.is_contiguous())
+    K, V = (torch.randn(n, kv, T, d, generator=g).to(dt) for _ in range(2))
+    for shared in (0, 11):
+        args = (K, V)
+        want = R.attend(q.contiguous(), *args, k_new.contiguous(), v_new.contiguous(), torch.tensor(float(valid)),
+                        d ** -0.5, torch.tensor(shared))
+        got = R.attend(q, *args, k_new, v_new, torch.tensor(float(valid)), d ** -0.5, torch.tensor(shared))
+        assert got.is_contiguous() and torch.equal(got, want)
+
+
 def test_f32_attention_refuses_what_it_does_not_serve(f32):
     q, K, new = torch.zeros(1, 1, 2, 12), torch.zeros(1, 1, 8, 12), torch.zeros(1, 1, 12)
     with pytest.raises(RuntimeError, match="rows_kernel.attend: shapes"):  # d = 12: not a multiple of 8
