@@ -8,12 +8,19 @@ import sys
 
 
 def cmd_compile_step(a) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
     from mrtpo.cli.common import fixed
-    from mrtpo.model import load_model
+    from mrtpo.model import load_model, rows_kernel
     from mrtpo.model.compiled import prepare
 
-    lm = fixed(load_model(a.model, "cpu"))  # this process only builds: the cast copies are kept while it does
-    said, _ = prepare(lm, force=a.force)
+    # the few-row kernel (one g++ run: the GIL free) builds while the model loads — on a first set-up, while the
+    # default model is converted from its GGUF; it serves every model, so it is built whichever loads
+    with ThreadPoolExecutor(1) as pool:
+        kernel = pool.submit(rows_kernel.build, a.force)
+        lm = fixed(load_model(a.model, "cpu"))  # this process only builds: the cast copies are kept while it does
+        built = kernel.result()
+    said, _ = prepare(lm, force=a.force, kernel=built)
     print(said, file=sys.stderr)
     return 0
 

@@ -348,11 +348,12 @@ def _hand_weights(runner, step: LlamaStep) -> FunctionalStep:
     return fn
 
 
-def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
+def prepare(lm, force: bool = False, kernel: tuple[str, Path | None] | None = None) -> tuple[str, Path | None]:
     """Build the few-row kernel (:func:`mrtpo.model.rows_kernel.build`) and the package ``lm``'s sampling would load
     (the own step in the dtype sampling uses: bf16 copies on AMX / AVX512-BF16, float32 on AVX2; its products
     through that kernel where it is built), unless they are there (``force``: build both again); the model's other
-    packages under the same name (stale) are removed once it is.
+    packages under the same name (stale) are removed once it is. ``kernel``: the kernel's build as the caller already
+    ran it (``rows_kernel.build``'s result: ``mrtpo compile-step`` runs it while the model loads), else run here.
     → (what happened, in words; the package's path, None where no compiled step applies: another architecture, a
     GPU)."""
     from mrtpo.model.decoder import compute_dtype
@@ -362,7 +363,7 @@ def prepare(lm, force: bool = False) -> tuple[str, Path | None]:
     if step is None:
         return (f"no compiled step applies to '{lm.name}' here (the own decoding step runs only for Llama-family "
                 f"models, on a CPU): nothing to build"), None
-    kernel, _ = rows_kernel.build(force)
+    kernel, _ = kernel or rows_kernel.build(force)
     path = package_path(step, lm.name)
     if path.is_file() and not force:
         return f"kernel {kernel}; package up to date: {path}", path

@@ -418,6 +418,39 @@ def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(tmp_path,
     assert len(calls) >= 1 and "note:" not in capsys.readouterr().err
 
 
+def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(tmp_path, monkeypatch, capsys):
+    """``mrtpo compile-step`` runs the kernel's build beside the model's load (a load that waits for the build to
+    start, bounded, finds it started) and hands it to ``prepare``: one build, even with ``--force``."""
+    import threading
+
+    from mrtpo.cli import main
+    from mrtpo.model import load as model_load
+
+    monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
+    started, builds = threading.Event(), []
+    real_build, real_load = C.rows_kernel.build, model_load.load_model
+
+    def build(force=False):
+        builds.append(force)
+        started.set()
+        return real_build(force)
+
+    def load(*a, **k):
+        assert started.wait(timeout=60)  # the build began while this load ran
+        return real_load(*a, **k)
+
+    monkeypatch.setattr(C.rows_kernel, "build", build)
+    monkeypatch.setattr(model_load, "load_model", load)
+    import mrtpo.model as M
+
+    monkeypatch.setattr(M, "load_model", load)
+    assert main(["compile-step", "--model", "tiny-random", "--force"]) == 0
+    said = capsys.readouterr().err
+    assert builds == [True]
+    want = "kernel built " if C.rows_kernel.supported() else "kernel the few-row kernel needs"
+    assert said.startswith(want) and "; package built " in said
+
+
 def test_the_cli_notes_a_missing_package_once_in_one_line(tmp_path, monkeypatch, capsys):
     from mrtpo.cli import _notes, main
 
