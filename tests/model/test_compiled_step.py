@@ -423,12 +423,12 @@ def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(tmp_path,
     start, bounded, finds it started) and hands it to ``prepare``: one build, even with ``--force``."""
     import threading
 
+    import mrtpo.model as M
     from mrtpo.cli import main
-    from mrtpo.model import load as model_load
 
     monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
     started, builds = threading.Event(), []
-    real_build, real_load = C.rows_kernel.build, model_load.load_model
+    real_build, real_load = C.rows_kernel.build, M.load_model
 
     def build(force=False):
         builds.append(force)
@@ -440,10 +440,7 @@ def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(tmp_path,
         return real_load(*a, **k)
 
     monkeypatch.setattr(C.rows_kernel, "build", build)
-    monkeypatch.setattr(model_load, "load_model", load)
-    import mrtpo.model as M
-
-    monkeypatch.setattr(M, "load_model", load)
+    monkeypatch.setattr(M, "load_model", load)  # (the command's import)
     assert main(["compile-step", "--model", "tiny-random", "--force"]) == 0
     said = capsys.readouterr().err
     assert builds == [True]
