@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch._higher_order_ops import scan
 
 from mrtpo.model import rows_kernel
 from mrtpo.model.llama_step import LlamaStep
@@ -61,45 +62,66 @@ class FunctionalStep(torch.nn.Module):
         super().__init__()
         self.step = step
         # the products' weights in the few-row kernel's layout where it is built (mrtpo.model.rows_kernel: read at
-        # the memory's bandwidth, called as its custom operators), else as they are (inductor packs them for oneDNN)
+        # the memory's bandwidth, called as its custom operators), each of a layer's six kinds stacked over the
+        # layers; else as they are, per layer (inductor packs them for oneDNN)
         self.kernel = kernel_serves(step)
-        self.weights = torch.nn.ParameterList([torch.nn.Parameter(t, requires_grad=False)
-                                               for t in _layer_weights(step, self.kernel)])
+        weights = _stacked_weights(step) if self.kernel else _layer_weights(step, False)
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(t, requires_grad=False) for t in weights])
         self.embed = torch.nn.Parameter(step.embed, requires_grad=False)
         self.norm = torch.nn.Parameter(step.norm, requires_grad=False)
         self.register_buffer("inv_freq", step.inv_freq, persistent=False)  # (named: a package's input at load)
 
     def forward(self, ids, pos, mask, K, V, shared):
-        s, d = self.step, self.step.head_dim
-        heads, kv = s.heads, s.kv_heads
-        n, r = ids.shape[0], heads // kv
+        s = self.step
         freqs = pos * self.inv_freq
         cos, sin = s._cos_sin(torch.cat((freqs, freqs)))  # (d,)
         x = self.embed[ids]  # (n, H)
+        if not self.kernel or not torch.compiler.is_exporting():  # the layers one after another (exported so
+            new_k, new_v = [], []  # without the kernel: each layer's weights its own constants, prepacked)
+            for i in range(s.n_layers):
+                weights = self.weights[6 * i: 6 * i + 6] if not self.kernel else [w[i] for w in self.weights]
+                x, k, v = self._layer(x, weights, K[i], V[i], mask, cos, sin, pos, shared)
+                new_k.append(k)
+                new_v.append(v)
+            return s._rms(x, self.norm), torch.stack(new_k), torch.stack(new_v)
+
+        # exported for the kernel: a scan over the layers' stacked weights and buffers (the package compiles one
+        # layer, not every layer; inductor writes each layer's key and value into the stacks it returns in place)
+        n = ids.shape[0]  # (named in the layer: the scan's lowering finds the rows' size among its inputs)
+
+        def layer(x, per_layer):  # (n, H); a layer's six weights, K and V
+            *weights, K_i, V_i = per_layer
+            x, k, v = self._layer(x.view(n, -1), weights, K_i, V_i, mask, cos, sin, pos, shared)
+            return x, (k, v)
+
+        x, (new_k, new_v) = scan(layer, x, (*self.weights, K, V))
+        return s._rms(x, self.norm), new_k, new_v
+
+    def _layer(self, x, weights, K, V, mask, cos, sin, pos, shared):
+        """One layer: x (n, H), its six weights, its KV buffer K, V (n, kv, Tmax, d) → (x after the layer, the
+        step's new key and value (n, kv, d) each)."""
+        s, d = self.step, self.step.head_dim
+        heads, kv = s.heads, s.kv_heads
+        n, r = x.shape[0], heads // kv
+        w_in, w_qkv, w_o, w_post, w_gu, w_down = weights
         linear = rows_kernel.linear if self.kernel else F.linear
-        new_k, new_v = [], []
-        for i in range(s.n_layers):
-            w_in, w_qkv, w_o, w_post, w_gu, w_down = (self.weights[6 * i + j] for j in range(6))
-            qkv = linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
-            qk = qkv[:, :(heads + kv) * d].view(n, heads + kv, d)
-            qk = s._rotate(qk, cos, sin)
-            q, k = qk[:, :heads].view(n, kv, r, d), qk[:, heads:]  # (n, kv, r, d), (n, kv, d)
-            v = qkv[:, (heads + kv) * d:].view(n, kv, d)
-            new_k.append(k)
-            new_v.append(v)
-            if self.kernel:  # the first pos positions are the cached ones (the sampler's buffer: the mask's zeros)
-                a = rows_kernel.attend(q, K[i], V[i], k, v, pos, d ** -0.5, shared).reshape(n, heads * d)
-            else:
-                scores = torch.matmul(q, K[i].transpose(-1, -2)).float() * d ** -0.5 + mask  # (n, kv, r, Tmax)
-                own = (q.float() * k.float()[:, :, None]).sum(-1, keepdim=True) * d ** -0.5  # (n, kv, r, 1)
-                m = torch.maximum(scores.amax(-1, keepdim=True), own)
-                p, p_own = (scores - m).exp(), (own - m).exp()
-                a = (torch.matmul(p.to(x.dtype), V[i]).float() + p_own * v.float()[:, :, None])
-                a = (a / (p.sum(-1, keepdim=True) + p_own)).to(x.dtype).reshape(n, heads * d)
-            x = x + linear(a, w_o)
-            g, u = linear(s._rms(x, w_post), w_gu).chunk(2, dim=-1)
-            x = x + linear(F.silu(g) * u, w_down)
-        return s._rms(x, self.norm), torch.stack(new_k), torch.stack(new_v)
+        qkv = linear(s._rms(x, w_in), w_qkv)  # (n, (heads + 2 kv) d)
+        qk = qkv[:, :(heads + kv) * d].view(n, heads + kv, d)
+        qk = s._rotate(qk, cos, sin)
+        q, k = qk[:, :heads].view(n, kv, r, d), qk[:, heads:]  # (n, kv, r, d), (n, kv, d)
+        v = qkv[:, (heads + kv) * d:].view(n, kv, d)
+        if self.kernel:  # the first pos positions are the cached ones (the sampler's buffer: the mask's zeros)
+            a = rows_kernel.attend(q, K, V, k, v, pos, d ** -0.5, shared).reshape(n, heads * d)
+        else:
+            scores = torch.matmul(q, K.transpose(-1, -2)).float() * d ** -0.5 + mask  # (n, kv, r, Tmax)
+            own = (q.float() * k.float()[:, :, None]).sum(-1, keepdim=True) * d ** -0.5  # (n, kv, r, 1)
+            m = torch.maximum(scores.amax(-1, keepdim=True), own)
+            p, p_own = (scores - m).exp(), (own - m).exp()
+            a = (torch.matmul(p.to(x.dtype), V).float() + p_own * v.float()[:, :, None])
+            a = (a / (p.sum(-1, keepdim=True) + p_own)).to(x.dtype).reshape(n, heads * d)
+        x = x + linear(a, w_o)
+        g, u = linear(s._rms(x, w_post), w_gu).chunk(2, dim=-1)
+        return x + linear(F.silu(g) * u, w_down), k, v
 
 
 PRODUCTS = (1, 2, 4, 5)  # which of a layer's six weights (LlamaStep.layers) are products': q/k/v, o, gate/up, down
@@ -111,11 +133,34 @@ def _layer_weights(step: LlamaStep, kernel: bool) -> list[torch.Tensor]:
     frozen model's own step never needs its fused copies), the products packed for the few-row kernel (``kernel``;
     float32 weights as float16 copies: :func:`mrtpo.model.rows_kernel.pack`'s ``half``)."""
     w = step.weights()  # per layer: input norm, q, k, v, o, post norm, gate, up, down
+    return [_kind(w, i, j, kernel) for i in range(step.n_layers) for j in range(6)]
+
+
+def _kind(w: list[torch.Tensor], i: int, j: int, kernel: bool, half: bool = True) -> torch.Tensor:
+    """Layer ``i``'s weight of kind ``j`` (:func:`_layer_weights`' order) from ``w`` (:meth:`LlamaStep.weights`)."""
+    w_in, q, k, v, o, post, g, u, down = w[9 * i: 9 * i + 9]
+    t = (w_in, (q, k, v), o, post, (g, u), down)[j]
+    t = torch.cat(t) if isinstance(t, tuple) else t
+    return rows_kernel.pack(t, half=half) if kernel and j in PRODUCTS else t
+
+
+def _stacked_weights(step: LlamaStep) -> list[torch.Tensor]:
+    """:func:`_layer_weights` for the few-row kernel, each of the six kinds stacked over the layers (layers, ...):
+    the tensors :class:`FunctionalStep`'s scan runs over. One dtype a stack: a product's copies are float16 where
+    every layer's fits (:func:`mrtpo.model.rows_kernel.pack`'s ``half``), else float32 in every layer."""
+    w, L = step.weights(), step.n_layers
     out = []
-    for i in range(0, len(w), 9):
-        w_in, q, k, v, o, post, g, u, down = w[i:i + 9]
-        six = (w_in, torch.cat((q, k, v)), o, post, torch.cat((g, u)), down)
-        out += [rows_kernel.pack(t, half=True) if kernel and j in PRODUCTS else t for j, t in enumerate(six)]
+    for j in range(6):
+        first = _kind(w, 0, j, True)
+        stack = first.new_empty((L, *first.shape))
+        stack[0] = first
+        for i in range(1, L):
+            t = _kind(w, i, j, True)
+            if t.dtype != stack.dtype:  # a layer's values beyond float16's range: the kind's stack in float32
+                stack = torch.stack([_kind(w, m, j, True, half=False) for m in range(L)])
+                break
+            stack[i] = t
+        out.append(stack)
     return out
 
 
@@ -245,7 +290,8 @@ def build_package(step: LlamaStep, path: Path) -> float:
     t0 = time.perf_counter()
     n, T = 5, 40  # example sizes: any in range, distinct from the model's dimensions (no specialisation)
     fn = FunctionalStep(step).eval()
-    kv = torch.zeros((2, step.n_layers, n, step.kv_heads, T, step.head_dim), dtype=step.embed.dtype)
+    # (keys and values apart: a loop's inputs must not alias each other; the package reads them as given)
+    kv = [torch.zeros((step.n_layers, n, step.kv_heads, T, step.head_dim), dtype=step.embed.dtype) for _ in "kv"]
     mask = torch.zeros(T)
     mask[T // 2:] = float("-inf")
     args = (torch.zeros(n, dtype=torch.int64), torch.tensor(float(T // 2)), mask, kv[0], kv[1], torch.tensor(T // 4))

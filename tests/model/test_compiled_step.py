@@ -7,6 +7,7 @@ the eager own step's greedy tokens (the default model's: identical; the spiky mo
 float32 own step's distributions (the compiled step's bf16 deviation from them of the eager bf16 step's size; in
 float32, none beyond float32 rounding)."""
 import copy
+import json
 import warnings
 
 import pytest
@@ -304,6 +305,43 @@ def test_a_weight_copy_of_another_dtype_than_the_package_was_built_with_is_refus
         pytest.skip("float16 copies: the float32 kernel's (AVX2)")
     with pytest.warns(C.CompiledStepWarning, match=r"weights \['weights.5'\] were built in another dtype"):
         assert C.compiled_step(step, "spiky") is None
+
+
+def test_the_kernels_package_compiles_one_layer_and_scans_the_stacked_weights(built):
+    """Where the few-row kernel computes the products, the package holds one layer's graph run over the layers'
+    stacked weights: its description lists one layer's kernel calls (q/k/v, attention, o, gate/up, down), not one
+    set per layer (the spiky model has two), and each stack holds every layer's packed copy, in order."""
+    lm, cache = built
+    if not C.rows_kernel.supported():
+        pytest.skip("the few-row kernel does not run on this CPU")
+    assert lm.model.config.num_hidden_layers >= 2
+    (described,) = (cache / "compiled").glob("*.json")
+    calls = [n["node"]["target"] for n in json.loads(described.read_text())["nodes"]]
+    assert calls == ["mrtpo_rows::linear", "mrtpo_rows::attend"] + ["mrtpo_rows::linear"] * 3
+    step = L.llama_step(D.Decoder(D.decoder_stack(fresh(lm).model), DT, few_rows=True, keep=True))
+    stacks, per_layer = C._stacked_weights(step), C._layer_weights(step, True)
+    assert len(stacks) == 6 and all(t.shape[0] == step.n_layers for t in stacks)
+    for i in range(step.n_layers):
+        for j in range(6):
+            assert torch.equal(stacks[j][i], per_layer[6 * i + j])
+
+
+def test_a_stack_with_a_layer_beyond_float16s_range_is_float32_in_every_layer(built):
+    """One dtype a stack: where one layer's down weight lies beyond float16's range, every layer's down copy is
+    float32 (the unrounded values), the other kinds stay float16 (the float32 kernel's copies)."""
+    other = fresh(built[0])
+    with torch.no_grad():
+        other.model.model.layers[1].mlp.down_proj.weight[0, 0] = 7e4
+    step = L.llama_step(D.Decoder(D.decoder_stack(other.model), DT, few_rows=True, keep=True))
+    if not (C.kernel_serves(step) and DT == torch.float32):
+        pytest.skip("float16 copies: the float32 kernel's (AVX2)")
+    stacks = C._stacked_weights(step)
+    assert [t.dtype for t in stacks] == [torch.float32, torch.float16, torch.float16, torch.float32, torch.float16,
+                                         torch.float32]
+    downs = [w for k, w in D.decoder_stack(other.model).named_parameters() if k.endswith("down_proj.weight")]
+    for i, w in enumerate(downs):
+        assert torch.equal(stacks[5][i], C.rows_kernel.pack(w.detach()))
+    assert float(stacks[5].abs().max()) == 7e4
 
 
 def test_a_broken_package_runs_eager_and_says_which_file(built, cache, monkeypatch, tmp_path):
