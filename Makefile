@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml requirements.txt
 
 # the decoding step compiled ahead of time for the default model (mrtpo.model.compiled, its products through the
 # few-row kernel: mrtpo/model/rows_kernel.cpp in bf16 on AMX / AVX512-BF16, rows_kernel_avx2.cpp in float32 on
-# AVX2; one to two minutes, once per model shapes × torch × CPU kind, cached under $MRTPO_CACHE): the app and the CLI
+# AVX2; under a minute, once per model shapes × torch × CPU kind, cached under $MRTPO_CACHE): the app and the CLI
 # never compile on a click. Where it does not apply (another architecture) it says so and builds nothing
 COMPILED := $(VENV)/.compiled-step
 $(COMPILED): $(STAMP) mrtpo/model/compiled.py mrtpo/model/llama_step.py mrtpo/model/rows_kernel.py \
