@@ -148,19 +148,12 @@ def _stacked_weights(step: LlamaStep) -> list[torch.Tensor]:
     """:func:`_layer_weights` for the few-row kernel, each of the six kinds stacked over the layers (layers, ...):
     the tensors :class:`FunctionalStep`'s scan runs over. One dtype a stack: a product's copies are float16 where
     every layer's fits (:func:`mrtpo.model.rows_kernel.pack`'s ``half``), else float32 in every layer."""
-    w, L = step.weights(), step.n_layers
-    out = []
-    for j in range(6):
-        first = _kind(w, 0, j, True)
-        stack = first.new_empty((L, *first.shape))
-        stack[0] = first
-        for i in range(1, L):
-            t = _kind(w, i, j, True)
-            if t.dtype != stack.dtype:  # a layer's values beyond float16's range: the kind's stack in float32
-                stack = torch.stack([_kind(w, m, j, True, half=False) for m in range(L)])
-                break
-            stack[i] = t
-        out.append(stack)
+    w, out = step.weights(), []
+    for j in range(6):  # (one kind's copies at a time beside its stack)
+        layers = [_kind(w, i, j, True) for i in range(step.n_layers)]
+        if len({t.dtype for t in layers}) > 1:  # a layer's values beyond float16's range: the kind in float32
+            layers = [_kind(w, i, j, True, half=False) for i in range(step.n_layers)]
+        out.append(torch.stack(layers))
     return out
 
 
