@@ -76,8 +76,10 @@ class FunctionalStep(torch.nn.Module):
         freqs = pos * self.inv_freq
         cos, sin = s._cos_sin(torch.cat((freqs, freqs)))  # (d,)
         x = self.embed[ids]  # (n, H)
-        if not self.kernel or not torch.compiler.is_exporting():  # the layers one after another (exported so
-            new_k, new_v = [], []  # without the kernel: each layer's weights its own constants, prepacked)
+        if not self.kernel or not torch.compiler.is_exporting():
+            # the layers one after another: eager, or exported without the kernel (each layer's weights constants
+            # of their own, which inductor prepacks for oneDNN)
+            new_k, new_v = [], []
             for i in range(s.n_layers):
                 weights = self.weights[6 * i: 6 * i + 6] if not self.kernel else [w[i] for w in self.weights]
                 x, k, v = self._layer(x, weights, K[i], V[i], mask, cos, sin, pos, shared)
