@@ -293,14 +293,19 @@ def test_a_package_holding_weights_another_step_lacks_is_refused_by_name(built):
         C._hand_weights(Runner(), step)
 
 
+def with_a_large_down_weight(lm: LoadedModel, layer: int) -> tuple[LoadedModel, L.LlamaStep]:
+    """A copy of ``lm`` whose ``layer``'s down weight holds 7e4 at [0, 0] (beyond float16's range), and its own step."""
+    other = fresh(lm)
+    with torch.no_grad():
+        other.model.model.layers[layer].mlp.down_proj.weight[0, 0] = 7e4
+    return other, L.llama_step(D.Decoder(D.decoder_stack(other.model), DT, few_rows=True, keep=True))
+
+
 def test_a_weight_copy_of_another_dtype_than_the_package_was_built_with_is_refused(built, cache):
     """Where a model of the package's shapes has a weight beyond float16's range, its copy stays float32 while the
     package reads that weight as float16 (the float32 kernel's): the load refuses it by name, and that model decodes
     eagerly with a warning."""
-    other = fresh(built[0])
-    with torch.no_grad():
-        other.model.model.layers[0].mlp.down_proj.weight[0, 0] = 7e4
-    step = L.llama_step(D.Decoder(D.decoder_stack(other.model), DT, few_rows=True, keep=True))
+    _, step = with_a_large_down_weight(built[0], layer=0)
     if not (C.external_weights(step) and DT == torch.float32):
         pytest.skip("float16 copies: the float32 kernel's (AVX2)")
     with pytest.warns(C.CompiledStepWarning, match=r"weights \['weights.5'\] were built in another dtype"):
@@ -329,10 +334,7 @@ def test_the_kernels_package_compiles_one_layer_and_scans_the_stacked_weights(bu
 def test_a_stack_with_a_layer_beyond_float16s_range_is_float32_in_every_layer(built):
     """One dtype a stack: where one layer's down weight lies beyond float16's range, every layer's down copy is
     float32 (the unrounded values), the other kinds stay float16 (the float32 kernel's copies)."""
-    other = fresh(built[0])
-    with torch.no_grad():
-        other.model.model.layers[1].mlp.down_proj.weight[0, 0] = 7e4
-    step = L.llama_step(D.Decoder(D.decoder_stack(other.model), DT, few_rows=True, keep=True))
+    other, step = with_a_large_down_weight(built[0], layer=1)
     if not (C.kernel_serves(step) and DT == torch.float32):
         pytest.skip("float16 copies: the float32 kernel's (AVX2)")
     stacks = C._stacked_weights(step)
