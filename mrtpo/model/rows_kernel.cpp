@@ -11,7 +11,7 @@
 // float32: oneDNN's arithmetic, up to the order of the sums.
 // Needs AVX512-BF16; built ahead of time by mrtpo.model.rows_kernel. Also the vocabulary side: the replay's chain
 // and the decoding step's draw (vocab_chain.h, shared by both kernels).
-// ATen's core tensor and the few operators used (not <ATen/ATen.h>: every operator's header, most of a build's time)
+// ATen's core tensor and the operators used (not <ATen/ATen.h>: every operator's header, most of a build's time)
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>

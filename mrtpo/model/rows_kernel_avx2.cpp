@@ -14,11 +14,9 @@
 // the step reads half the bytes and computes the same float32 sums over the rounded weights.
 // Needs AVX2, FMA and F16C; built ahead of time by mrtpo.model.rows_kernel. Also the vocabulary side: the replay's
 // chain and the decoding step's draw (vocab_chain.h, shared by both kernels).
-// ATen's core tensor and the few operators used (not <ATen/ATen.h>: every operator's header, most of a build's time)
+// ATen's core tensor and the operators used (not <ATen/ATen.h>: every operator's header, most of a build's time)
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <torch/library.h>

@@ -15,11 +15,9 @@
 // a = ∞, read as a large finite number: g = −ln 2, the term −max(p, q) ln 2, as mrtpo.core.js.js_distance reads it.
 #pragma once
 
-// ATen's core tensor and the few operators used (not <ATen/ATen.h>: every operator's header, most of a build's time)
+// ATen's core tensor and the operators used (not <ATen/ATen.h>: every operator's header, most of a build's time)
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <immintrin.h>
