@@ -27,9 +27,8 @@ def _result(run: state.SessionGroup):
                         g.verifier_info, g.rewards.tolist(), run.template, skip)
 
     def compute():
-        lm = models.get_model(ch.model, ch.device)
-        return compare_result(lm, g, Template.from_dict(run.template), skip_constant=skip,
-                              config=ReplayConfig(precision=caches.PRECISION))
+        return models.run(compare_result, ch.model, ch.device, g, Template.from_dict(run.template),
+                          skip_constant=skip, config=ReplayConfig(precision=caches.PRECISION))
 
     value, _ = caches.cached(_RESULTS, key, compute)
     return value
