@@ -29,7 +29,7 @@ from mrtpo.model.defaults import SamplingConfig
 from mrtpo.tasks.base import Example, TaskFamily
 from mrtpo.templates import Template
 from mrtpo_app import work
-from mrtpo_app.models import run
+from mrtpo_app.models import get_model, on_model_thread
 from mrtpo_app.timer import mark_call, mark_ran
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ def _sample(model: str, device: str, prompt: str, sampling: SamplingConfig, prec
     ``progress``: the sampler's."""
     from mrtpo.model import sample
 
-    return run(sample, model, device, prompt, sampling, precision=precision, progress=progress)
+    return on_model_thread(sample, get_model(model, device), prompt, sampling, precision=precision, progress=progress)
 
 
 def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[str, str]],
@@ -171,10 +171,11 @@ def _replay(model: str, device: str, prompt: str, verifier_info: Sequence[dict[s
     """
     from mrtpo.replay import ReplayConfig, replay_group
 
+    lm = get_model(model, device)
     R = None if rewards is None else np.asarray(rewards, dtype=float)
-    return run(replay_group, model, device, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
-               Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision), reword=reword,
-               attention=attention, parts=parts, progress=progress, on_part=on_part)
+    return on_model_thread(replay_group, lm, prompt, [dict(v) for v in verifier_info], [list(t) for t in token_ids],
+                           Template.from_dict(template), rewards=R, config=ReplayConfig(precision=precision),
+                           reword=reword, attention=attention, parts=parts, progress=progress, on_part=on_part)
 
 
 def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], token_ids: Sequence[int],
@@ -182,8 +183,8 @@ def _topk(model: str, device: str, prompt: str, verifier_info: dict[str, str], t
     """:func:`mrtpo.replay.next_token_topk` (the top-k of p_t and q_t at position t), kept by every input."""
     from mrtpo.replay import next_token_topk
 
-    return run(next_token_topk, model, device, prompt, dict(verifier_info), list(token_ids), reward, t, k,
-               Template.from_dict(template))
+    return on_model_thread(next_token_topk, get_model(model, device), prompt, dict(verifier_info), list(token_ids),
+                           reward, t, k, Template.from_dict(template))
 
 
 sample_cached = Cached(_sample, 64)

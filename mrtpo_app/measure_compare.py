@@ -27,8 +27,9 @@ def _result(run: state.SessionGroup):
                         g.verifier_info, g.rewards.tolist(), run.template, skip)
 
     def compute():
-        return models.run(compare_result, ch.model, ch.device, g, Template.from_dict(run.template),
-                          skip_constant=skip, config=ReplayConfig(precision=caches.PRECISION))
+        lm = models.get_model(ch.model, ch.device)
+        return compare_result(lm, g, Template.from_dict(run.template), skip_constant=skip,
+                              config=ReplayConfig(precision=caches.PRECISION))
 
     value, _ = caches.cached(_RESULTS, key, compute)
     return value

@@ -104,7 +104,7 @@ def estimate(inp: Inputs):
     if caches.sample_cached.has(inp.ch.model, inp.ch.device, prompt, inp.sampling):
         return None
     with Timer({}, "model") as tm:  # the click's first wait for a model still loading happens here
-        models.get_model(inp.ch.model, inp.ch.device)
+        lm = models.get_model(inp.ch.model, inp.ch.device)
     if not tm.cached:
         st.session_state[MODEL_WAIT] = tm.seconds
     from mrtpo.replay import ReplayConfig
@@ -114,22 +114,21 @@ def estimate(inp: Inputs):
     cfg, s = ReplayConfig(precision=caches.PRECISION), inp.sampling
     if custom is None:
         template = Template.from_dict(state.current_template(inp.ch.family))
-        return models.run(estimate_task_group, inp.ch.model, inp.ch.device, inp.fam, inp.ex, s.group_size,
-                          s.max_new_tokens, template, cfg, precision=caches.PRECISION, quick=True)
-    return models.run(estimate_unsampled, inp.ch.model, inp.ch.device, prompt, prompt, custom[2], s.group_size,
-                      s.max_new_tokens, Template.from_dict(state.current_template(None)), cfg,
-                      precision=caches.PRECISION, quick=True)
+        return estimate_task_group(lm, inp.fam, inp.ex, s.group_size, s.max_new_tokens, template, cfg,
+                                   precision=caches.PRECISION)
+    return estimate_unsampled(lm, prompt, prompt, custom[2], s.group_size, s.max_new_tokens,
+                              Template.from_dict(state.current_template(None)), cfg, precision=caches.PRECISION)
 
 
-def _replay_parts(ch, group, template: dict, skip_constant: bool) -> int:
+def _replay_parts(lm, group, template: dict, skip_constant: bool) -> int:
     """How many parts the group's replay runs in (:func:`mrtpo_app.wait.parts_for` of its exact estimate)."""
     from mrtpo.replay import ReplayConfig
     from mrtpo.replay.estimate import estimate_scored
     from mrtpo.templates import Template
 
     try:
-        est = models.run(estimate_scored, ch.model, ch.device, [group], Template.from_dict(template), skip_constant,
-                         ReplayConfig(precision=caches.PRECISION), quick=True)
+        est = estimate_scored(lm, [group], Template.from_dict(template), skip_constant,
+                              ReplayConfig(precision=caches.PRECISION))
     except Exception:  # noqa: BLE001 - the replay reports the problem itself
         return 1
     return wait.parts_for(est, len(group.samples))
@@ -173,7 +172,7 @@ class _Click:
     bar: object = None
     tries: list = field(default_factory=list)
 
-    def model(self) -> None:
+    def model(self):
         """The model (loaded once per process; preloaded by the sidebar), said on the page with its time."""
         ch = self.inp.ch
         self.bar = self.queue.bar = st.progress(0.0, text=f"loading model {ch.model} ({ch.device})")
@@ -184,7 +183,8 @@ class _Click:
         if tm.cached and waited is not None:
             self.timings["model"], text = waited, timing_text(waited, False)
         self.shown["model"] = text
-        st.write(f"model **{md(lm.name)}** on {lm.device} ({lm.dtype}) — {text}")
+        st.write(f"model **{md(lm.name)}** on {lm.device} ({str(lm.dtype).replace('torch.', '')}) — {text}")
+        return lm
 
     def until_varied(self, tries: int, want: int) -> tuple[ScoredGroup, SampleTry]:
         """Seeds ``seed``, ``seed + 1``, … until ``want`` rewards vary (each try written as it ends): the group kept
@@ -228,12 +228,12 @@ class _Click:
         self.shown["score"] = tm.text
         return group
 
-    def replay(self, group: ScoredGroup, template: dict) -> ReplayResult:
+    def replay(self, lm, group: ScoredGroup, template: dict) -> ReplayResult:
         """The group's replay under P_all and each P_\\k (in parts, each shown as it is ready, when it is long)."""
         self.step = "replay"
         self.bar.progress(0.6, text="replaying under P_all and each P_\\k")
         skip = self.inp.mode == "Task example"  # custom mode replays every reward: typing rewards needs no model
-        parts = _replay_parts(self.inp.ch, group, template, skip)
+        parts = _replay_parts(lm, group, template, skip)
         with Timer(self.timings, "replay") as tm:
             replay = caches.replay_for(self.inp.ch, group, template, skip_constant=skip, parts=parts,
                                        progress=wait.Work(self.bar, "replaying under P_all and each P_\\k", 0.6, 1.0),
@@ -263,7 +263,7 @@ def sample_group(inp: Inputs, tries: int = 1, want: int = 1, better_than: int | 
                    expanded=True) as status, work.job(click.queue.on_wait), \
             wait.working("explore", "the sampling" if tries > 1 else "the group's sampling and replay"):
         try:  # (the model's turn is taken at the job's first computation)
-            click.model()
+            lm = click.model()
             click.step = "reading your prompt"
             prompt, cnames, info = (inp.ex.prompt, [], {}) if inp.mode == "Task example" else custom_inputs(inp)
             click.step = "sampling"
@@ -284,7 +284,7 @@ def sample_group(inp: Inputs, tries: int = 1, want: int = 1, better_than: int | 
                 from mrtpo_app.tune_panel import worded
 
                 group = worded(inp.ch.family, group)
-            replay = click.replay(group, template)
+            replay = click.replay(lm, group, template)
         except Exception as e:  # noqa: BLE001 - shown as st.error, never a traceback
             status.update(label=f"Failed while {click.step}", state="error", expanded=True)
             show_error(e, click.step)

@@ -119,16 +119,16 @@ def _run(run: state.SessionGroup, spec) -> None:
     ident = [ch.model, ch.device, ch.family, [e.id for e in spec.tuning.examples], spec.tuning.seeds,
              [e.id for e in spec.held_out.examples], spec.held_out.seeds, repr(spec.sampling), spec.measures,
              spec.wordings, spec.layouts]
-    est = lambda: models.run(estimate_tune, ch.model, ch.device, spec, TuneCache(_cache_dir()), quick=True)  # noqa: E731
+    est = lambda: estimate_tune(models.get_model(ch.model, ch.device), spec, TuneCache(_cache_dir()))  # noqa: E731
     if not wait.ask_first("tune", ident, want, est, force="The last tuning was cancelled (what it computed is "
                                                          "kept: it resumes)." if stopped and want else ""):
         return
     with st.status("Tuning…", expanded=True) as status, work.job(), wait.working("tune", "the tuning"):
         bar, line = st.progress(0.0, text="tuning"), st.empty()
         try:
-            with TuneCache(_cache_dir()) as cache, work.model_turn():  # (the lock is this process'; the model's
-                res = models.run(run_tune, ch.model, ch.device, spec, cache,  # process writes the folder)
-                                 on_stage=lambda s: line.caption(s), progress=wait.Work(bar, "tuning"))
+            lm = models.get_model(ch.model, ch.device)
+            with TuneCache(_cache_dir()) as cache, work.model_turn():
+                res = run_tune(lm, spec, cache, on_stage=lambda s: line.caption(s), progress=wait.Work(bar, "tuning"))
         except Exception as e:  # noqa: BLE001 - shown as st.error, never a traceback
             status.update(label="Tuning failed", state="error")
             show_error(e, "tuning")
@@ -214,7 +214,7 @@ def _upload(run: state.SessionGroup) -> None:
     ch = run.choices
     with guard("the choice file"):
         choice = parse_choice(up.getvalue().decode("utf-8", "replace"), f"choice file {up.name}")
-        choice.check(models.run(model_identity, ch.model, ch.device, quick=True), ch.family)
+        choice.check(model_identity(models.get_model(ch.model, ch.device)), ch.family)
         st.session_state[RESULT] = {"choice": choice.to_dict(), "family": ch.family, "model": ch.model}
 
 

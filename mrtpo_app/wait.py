@@ -184,6 +184,7 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
     if caches.replay_cached.has(*args):
         return caches.replay_cached(*args)
     stopped = stopped_notice(key)
+    lm = models.get_model(ch.model, ch.device)
     est = []
 
     def estimate():
@@ -191,8 +192,8 @@ def replay_page(key: str, ch, group, template: dict, label: Callable[[int], str]
         from mrtpo.replay.estimate import estimate_scored
         from mrtpo.templates import Template
 
-        est.append(models.run(estimate_scored, ch.model, ch.device, [group], Template.from_dict(template), True,
-                              ReplayConfig(precision=caches.PRECISION), quick=True))
+        est.append(estimate_scored(lm, [group], Template.from_dict(template), True,
+                                   ReplayConfig(precision=caches.PRECISION)))
         return est[-1]
 
     if not ask_first(key, args, True, estimate, force="The last replay was cancelled." if stopped else ""):

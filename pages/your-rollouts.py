@@ -26,7 +26,6 @@ from mrtpo.integrations import rollouts as ro
 from mrtpo.model import TooLong
 from mrtpo.wording import plural
 from mrtpo_app import long_view, models, run_viewer, state, wait
-from mrtpo_app.model_load import rollout_group
 from mrtpo_app.sidebar import page
 from mrtpo_app.ui import beta_slider, guard, md
 
@@ -103,7 +102,8 @@ beta = beta_slider(m2, "β (share of each reward's advantage moved by relevance)
 
 
 with guard("replay"):
-    sg = models.run(rollout_group, ch.model, ch.device, group, vt, quick=True)
+    lm = models.get_model(ch.model, ch.device)
+    sg = rx.scored_group(group, vt, lm)
     keep = [i for i, s in enumerate(sg.samples) if s.token_ids]
     if not keep:
         raise rx.empty_group_error(group)

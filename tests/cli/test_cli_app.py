@@ -84,29 +84,23 @@ def test_the_server_is_the_apps_server_module_with_the_package_on_the_path(tmp_p
 
 
 def test_the_server_module_starts_the_default_models_load_then_streamlit(monkeypatch):
-    """``mrtpo_app.server.main`` starts the model's process and the sidebar's default model's load there, then
-    Streamlit's command line in this process (the order matters: the load overlaps with the server's start and the
-    first page)."""
+    """``mrtpo_app.server.main`` starts the sidebar's default model's background load, then Streamlit's command
+    line in this process (the order matters: the load overlaps with the server's start and the first page)."""
     pytest.importorskip("streamlit")
     from streamlit.web import cli as streamlit_cli
 
-    from mrtpo_app import model_process, server
+    from mrtpo_app import models, server
 
     events = []
-
-    class Process:
-        def preload(self, name, device):
-            events.append(("preload", name, device))
-
     monkeypatch.setenv("MRTPO_MODEL", "tiny-random")
-    monkeypatch.setattr(model_process, "use_process", lambda: events.append(("process",)) or Process())
+    monkeypatch.setattr(models, "preload_model", lambda name, device="auto": events.append(("preload", name, device)))
 
     def run(args, prog_name):
         events.append(("streamlit", args, prog_name))
         return 0
     monkeypatch.setattr(streamlit_cli, "main", run)
     assert server.main(["run", "app.py", "--server.port", "8601"]) == 0
-    assert events == [("process",), ("preload", "tiny-random", "auto"),
+    assert events == [("preload", "tiny-random", "auto"),
                       ("streamlit", ["run", "app.py", "--server.port", "8601"], "streamlit")]
 
 

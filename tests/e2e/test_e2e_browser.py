@@ -67,42 +67,14 @@ def server():
         yield url
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux's /proc)."""
-    kids = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                kids.append(int(d.name))
-        except (OSError, IndexError, ValueError):
-            pass
-    return kids
-
-
-def _gone(pid: int, timeout: float) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z":
-                return True  # a zombie: it exited (its parent is gone or has not reaped it)
-        except OSError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
-def test_stopping_mrtpo_app_stops_its_server_and_its_model_process():
+def test_stopping_mrtpo_app_stops_its_server():
     """`mrtpo app` is the server process itself: stopping it leaves nothing serving (it ran Streamlit as a child
-    before, which outlived a terminated parent and kept its port), and its model's process ends with it."""
+    before, which outlived a terminated parent and kept its port)."""
     with running_app() as (url, proc):
-        workers = [k for k in _children(proc.pid)
-                   if "mrtpo_app.model_process" in Path(f"/proc/{k}/cmdline").read_bytes().decode(errors="replace")]
-        assert len(workers) == 1  # the models run in a process of their own
         proc.terminate()
         assert proc.wait(10) in (0, -signal.SIGTERM)  # it stopped (within 10 s) because it was asked to
         with pytest.raises(OSError):
             urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
-        assert _gone(workers[0], 10)  # and its model's process with it
 
 
 @contextlib.contextmanager
