@@ -2,8 +2,8 @@
 the project's modules (a cycle through a package's ``__init__`` shows only then: the module that starts it fails).
 
 Batched, so that it stays fast: one fresh interpreter imports the heavy third-party packages once (torch,
-transformers, streamlit), then forks one child per module; each child starts with no ``mrtpo`` module loaded and
-imports its one module."""
+transformers, streamlit), then forks one child per module, as many at once as there are cores; each child starts with no
+``mrtpo`` module loaded and imports its one module."""
 import os
 import subprocess
 import sys
@@ -16,19 +16,25 @@ CHECK = textwrap.dedent("""
     import numpy, torch, transformers  # noqa: F401 (loaded once, before the forks)
     import streamlit  # noqa: F401
     assert not [m for m in sys.modules if m.split(".")[0] in ("mrtpo", "mrtpo_app")]
-    failed = []
-    for name in sys.argv[1:]:
-        pid = os.fork()
-        if pid == 0:
-            try:
-                importlib.import_module(name)
-            except BaseException as e:
-                print(f"{name}: {type(e).__name__}: {e}", flush=True)
-                os._exit(1)
-            os._exit(0)
-        if os.waitpid(pid, 0)[1]:
-            failed.append(name)
-    print("FAILED", " ".join(failed))
+    failed, running = [], {}
+    todo = list(sys.argv[1:])
+    while todo or running:
+        while todo and len(running) < (os.cpu_count() or 1):  # a child per core at once
+            name = todo.pop()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    importlib.import_module(name)
+                except BaseException as e:
+                    print(f"{name}: {type(e).__name__}: {e}", flush=True)
+                    os._exit(1)
+                os._exit(0)
+            running[pid] = name
+        pid, status = os.wait()
+        if status:
+            failed.append(running[pid])
+        del running[pid]
+    print("FAILED", " ".join(sorted(failed)))
 """)
 
 

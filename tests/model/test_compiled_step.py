@@ -427,15 +427,23 @@ def test_warm_up_loads_the_package_before_the_first_sample(built, cache, monkeyp
     assert loads == [1]
 
 
-def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(tmp_path, monkeypatch, capsys):
+def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(built, tmp_path, monkeypatch, capsys):
+    """The package built, found, rebuilt with ``--force`` (stale packages removed), then used by a command that
+    samples. The kernel's library is the module fixture's, placed in this cache (``g++``'s run is the fixture's)."""
+    import shutil
+
     from mrtpo.cli import main
 
     monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
     compiled = tmp_path / "compiled"
+    libs = sorted((built[1] / "compiled" / "kernels").glob("rows_kernel-*.so"))  # none: no kernel on this CPU
+    for lib in libs:
+        (compiled / "kernels").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(lib, compiled / "kernels" / lib.name)
     assert main(["compile-step", "--model", "tiny-random"]) == 0
-    built = capsys.readouterr().err
-    assert built.startswith(f"kernel built {compiled / 'kernels'}/rows_kernel-")
-    assert f"; package built {compiled}/tiny-random-" in built and "MiB)" in built
+    said = capsys.readouterr().err
+    assert said.startswith(f"kernel up to date: {compiled / 'kernels'}/rows_kernel-" if libs else "kernel ")
+    assert f"; package built {compiled}/tiny-random-" in said and "MiB)" in said
     assert main(["compile-step", "--model", "tiny-random"]) == 0
     again = capsys.readouterr().err
     assert again.startswith("kernel up to date: ") and f"; package up to date: {compiled}/tiny-random-" in again
@@ -447,8 +455,15 @@ def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(tmp_path,
                                      "tiny-random-x-00000000000000000000.so")]  # (its name starts alike)
     for f in stale + others:
         f.write_bytes(b"other")
+    forced, real_build = [], C.rows_kernel.build
+
+    def build(force=False):  # the kernel as placed above: its forced build is the next test's
+        forced.append(force)
+        return real_build(False)
+
+    monkeypatch.setattr(C.rows_kernel, "build", build)
     assert main(["compile-step", "--model", "tiny-random", "--force"]) == 0
-    assert capsys.readouterr().err.rstrip().endswith("; removed 1 stale")
+    assert forced == [True] and capsys.readouterr().err.rstrip().endswith("; removed 1 stale")
     assert {p.name for p in compiled.iterdir()} == own | {o.name for o in others}
     # a command that samples (its model frozen: fixed weights) decodes with it, and says nothing about it
     calls = counting(monkeypatch)
@@ -458,9 +473,11 @@ def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(tmp_path,
     assert len(calls) >= 1 and "note:" not in capsys.readouterr().err
 
 
-def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(tmp_path, monkeypatch, capsys):
+def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(built, tmp_path, monkeypatch, capsys):
     """``mrtpo compile-step`` runs the kernel's build beside the model's load (a load that waits for the build to
-    start, bounded, finds it started) and hands it to ``prepare``: one build, even with ``--force``."""
+    start, bounded, finds it started) and hands it to ``prepare``: one build, even with ``--force``. The build here
+    places the library the module's fixture compiled (``g++``'s run is the fixture's and the test above's)."""
+    import shutil
     import threading
 
     import mrtpo.model as M
@@ -469,11 +486,17 @@ def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(tmp_path,
     monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
     started, builds = threading.Event(), []
     real_build, real_load = C.rows_kernel.build, M.load_model
+    made = sorted((built[1] / "compiled" / "kernels").glob("rows_kernel-*.so"))
 
     def build(force=False):
         builds.append(force)
         started.set()
-        return real_build(force)
+        if not made:  # no kernel on this CPU (or no compiler): the real call says why
+            return real_build(force)
+        path = C.rows_kernel.library_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(made[0], path)
+        return f"built {path} in 0 s", path
 
     def load(*a, **k):
         assert started.wait(timeout=60)  # the build began while this load ran
