@@ -64,6 +64,33 @@ def rows_kernel_loaded(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def kernel_library(tmp_path_factory):
+    """This CPU's few-row kernel library, for tests that place it in a cache of their own instead of running ``g++``
+    again: the one ``make setup`` built (the same key: the same source, flags and torch), else one built into a
+    temporary cache; None where no kernel runs or none could be built (the build's own test covers ``g++``)."""
+    from mrtpo.model import rows_kernel as R
+
+    if not R.supported():
+        return None
+    path = R.library_path()
+    if not path.is_file():
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("MRTPO_CACHE", str(tmp_path_factory.mktemp("kernel-library")))
+            _, path = R.build()
+    return path
+
+
+def place_kernel(library, cache) -> None:
+    """Copy ``library`` (:func:`kernel_library`; None: nothing) into the models' cache folder ``cache``, where
+    :func:`mrtpo.model.rows_kernel.build` finds it up to date."""
+    import shutil
+
+    if library is not None:
+        (Path(cache) / "compiled" / "kernels").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(library, Path(cache) / "compiled" / "kernels" / library.name)
+
+
+@pytest.fixture(scope="session")
 def bf16_kernel(rows_kernel_loaded):
     """:func:`rows_kernel_loaded` where it is the bf16 kernel (AVX512-BF16); skips on an AVX2 CPU (float32 kernel)."""
     import torch

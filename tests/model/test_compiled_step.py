@@ -18,6 +18,7 @@ from mrtpo.model import compiled as C
 from mrtpo.model import decoder as D
 from mrtpo.model import llama_step as L
 from mrtpo.model import sampler as S
+from tests.conftest import place_kernel
 from tests.model.test_llama_step import spiky_model
 
 # the dtype the app's model samples in on this CPU: bf16 copies on AMX / AVX512-BF16, float32 elsewhere (AVX2)
@@ -25,9 +26,11 @@ DT = torch.bfloat16 if D.fast_bf16_cpu() else torch.float32
 
 
 @pytest.fixture(scope="module")
-def built(tiny, tmp_path_factory):
-    """(the spiky model, the models' cache folder holding its package): built once for the module."""
+def built(tiny, kernel_library, tmp_path_factory):
+    """(the spiky model, the models' cache folder holding its package): built once for the module, over this CPU's
+    kernel library placed in that cache."""
     cache = tmp_path_factory.mktemp("models-cache")
+    place_kernel(kernel_library, cache)
     lm = spiky_model(tiny)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MRTPO_CACHE", str(cache))
@@ -427,22 +430,18 @@ def test_warm_up_loads_the_package_before_the_first_sample(built, cache, monkeyp
     assert loads == [1]
 
 
-def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(built, tmp_path, monkeypatch, capsys):
+def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(kernel_library, tmp_path, monkeypatch,
+                                                                        capsys):
     """The package built, found, rebuilt with ``--force`` (stale packages removed), then used by a command that
-    samples. The kernel's library is the module fixture's, placed in this cache (``g++``'s run is the fixture's)."""
-    import shutil
-
+    samples; over this CPU's kernel library placed in the cache (``g++``'s run is tests/model/test_rows_kernel.py's)."""
     from mrtpo.cli import main
 
     monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
     compiled = tmp_path / "compiled"
-    libs = sorted((built[1] / "compiled" / "kernels").glob("rows_kernel-*.so"))  # none: no kernel on this CPU
-    for lib in libs:
-        (compiled / "kernels").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(lib, compiled / "kernels" / lib.name)
+    place_kernel(kernel_library, tmp_path)
     assert main(["compile-step", "--model", "tiny-random"]) == 0
     said = capsys.readouterr().err
-    assert said.startswith(f"kernel up to date: {compiled / 'kernels'}/rows_kernel-" if libs else "kernel ")
+    assert said.startswith(f"kernel up to date: {compiled / 'kernels'}/rows_kernel-" if kernel_library else "kernel ")
     assert f"; package built {compiled}/tiny-random-" in said and "MiB)" in said
     assert main(["compile-step", "--model", "tiny-random"]) == 0
     again = capsys.readouterr().err
@@ -473,11 +472,11 @@ def test_compile_step_command_builds_then_finds_it_and_the_cli_uses_it(built, tm
     assert len(calls) >= 1 and "note:" not in capsys.readouterr().err
 
 
-def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(built, tmp_path, monkeypatch, capsys):
+def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(kernel_library, tmp_path, monkeypatch,
+                                                                       capsys):
     """``mrtpo compile-step`` runs the kernel's build beside the model's load (a load that waits for the build to
     start, bounded, finds it started) and hands it to ``prepare``: one build, even with ``--force``. The build here
-    places the library the module's fixture compiled (``g++``'s run is the fixture's and the test above's)."""
-    import shutil
+    places this CPU's kernel library (``g++``'s run is tests/model/test_rows_kernel.py's)."""
     import threading
 
     import mrtpo.model as M
@@ -486,17 +485,14 @@ def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(built, tm
     monkeypatch.setenv("MRTPO_CACHE", str(tmp_path))
     started, builds = threading.Event(), []
     real_build, real_load = C.rows_kernel.build, M.load_model
-    made = sorted((built[1] / "compiled" / "kernels").glob("rows_kernel-*.so"))
 
     def build(force=False):
         builds.append(force)
         started.set()
-        if not made:  # no kernel on this CPU (or no compiler): the real call says why
+        if kernel_library is None:  # no kernel on this CPU (or no compiler): the real call says why
             return real_build(force)
-        path = C.rows_kernel.library_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(made[0], path)
-        return f"built {path} in 0 s", path
+        place_kernel(kernel_library, tmp_path)
+        return f"built {C.rows_kernel.library_path()} in 0 s", C.rows_kernel.library_path()
 
     def load(*a, **k):
         assert started.wait(timeout=60)  # the build began while this load ran
