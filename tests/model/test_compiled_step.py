@@ -492,7 +492,8 @@ def test_compile_step_builds_the_kernel_while_the_model_loads_and_once(kernel_li
         if kernel_library is None:  # no kernel on this CPU (or no compiler): the real call says why
             return real_build(force)
         place_kernel(kernel_library, tmp_path)
-        return f"built {C.rows_kernel.library_path()} in 0 s", C.rows_kernel.library_path()
+        path = C.rows_kernel.library_path()
+        return f"built {path} in 0 s", path
 
     def load(*a, **k):
         assert started.wait(timeout=60)  # the build began while this load ran
